@@ -1,0 +1,42 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""CLIPO method core: pure torch, no Megatron or NeMo-RL import."""
+
+from clipo_megatron.core.config import CLIPOConfig
+from clipo_megatron.core.groups import GroupLayout
+from clipo_megatron.core.losses import (
+    ContrastiveResult,
+    check_binary,
+    group_contrastive_loss,
+    l2_normalize,
+)
+from clipo_megatron.core.metrics import contrastive_metrics
+from clipo_megatron.core.pooling import (
+    mean_from_sums,
+    masked_mean,
+    masked_sum_and_count,
+    packed_segment_ids,
+    packed_sum_and_count,
+    segment_sum_and_count,
+)
+from clipo_megatron.core.rewards import contrastive_rewards, shaped_rewards
+from clipo_megatron.core.sampling import counter_uniform, sample_positive_slots
+
+__all__ = [
+    "CLIPOConfig",
+    "ContrastiveResult",
+    "GroupLayout",
+    "check_binary",
+    "contrastive_metrics",
+    "contrastive_rewards",
+    "counter_uniform",
+    "group_contrastive_loss",
+    "l2_normalize",
+    "masked_mean",
+    "masked_sum_and_count",
+    "mean_from_sums",
+    "packed_segment_ids",
+    "packed_sum_and_count",
+    "sample_positive_slots",
+    "segment_sum_and_count",
+    "shaped_rewards",
+]

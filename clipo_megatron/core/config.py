@@ -1,0 +1,134 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Typed, validated CLIPO configuration.
+
+One dataclass holds every knob of the method (paper Sec. 3 and App. Tables
+"Default Contrastive Head Parameters"). It is validated at construction so a
+bad value fails at config-load time with a message that names the field,
+not deep inside a training step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+LossType = Literal["infonce", "supcon", "softnn"]
+Similarity = Literal["cosine", "dot"]
+Anchors = Literal["correct", "all", "incorrect"]
+Denominator = Literal["all_others", "positive_and_negatives"]
+HeadType = Literal["linear", "mlp"]
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "loss_type": ("infonce", "supcon", "softnn"),
+    "similarity": ("cosine", "dot"),
+    "anchors": ("correct", "all", "incorrect"),
+    "denominator": ("all_others", "positive_and_negatives"),
+    "head_type": ("linear", "mlp"),
+}
+
+# Paper defaults: lambda 0.2 for InfoNCE / SupCon, 1.0 for SoftNN.
+DEFAULT_LAMBDA: dict[str, float] = {"infonce": 0.2, "supcon": 0.2, "softnn": 1.0}
+
+
+@dataclass
+class CLIPOConfig:
+    """CLIPO method configuration.
+
+    Defaults are the paper's Track I/II settings and the authors' public code.
+    """
+
+    # Master switch; `--algo grpo` runs the same job with this False.
+    enabled: bool = True
+    # Group contrastive loss: InfoNCE (paper default), SupCon ("out"), SoftNN.
+    loss_type: LossType = "infonce"
+    # s_ij = e_i . e_j / temperature. Paper default 0.05 (ablation liked 0.02).
+    temperature: float = 0.05
+    # "cosine": embeddings are L2-normalised before the dot product (paper);
+    # "dot": raw dot product of head outputs.
+    similarity: Similarity = "cosine"
+    # Which rollouts are anchors. Positives of an anchor are the other rollouts
+    # of its group with the same correctness (authors' `masked_label`):
+    # "correct" (default, masked_label=0), "all" (-1), "incorrect" (1).
+    anchors: Anchors = "correct"
+    # Softmax denominator per anchor. "all_others" (authors): every other
+    # rollout of the group, other positives included, so the InfoNCE loss is
+    # >= log(k-1) for k positives. "positive_and_negatives": only the sampled
+    # positive (InfoNCE) / the positives being scored plus the negatives.
+    denominator: Denominator = "all_others"
+    # r_CL = max(constant - lambda * L_i, clip_min) for anchors. None picks the
+    # paper default per loss type (0.2 InfoNCE/SupCon, 1.0 SoftNN).
+    reward_lambda: float | None = None
+    reward_clip_min: float = -0.5
+    reward_constant: float = 0.0
+    # Contrastive head: linear D -> d without bias, or Linear-ReLU-Linear.
+    head_type: HeadType = "linear"
+    embed_dim: int = 512
+    # The head's own AdamW (one full-batch step per RL step).
+    head_lr: float = 1e-3
+    head_weight_decay: float = 0.01
+    # RL steps during which only the head learns (policy not updated).
+    # Paper: one epoch = 14 steps (Track I), 58 steps (Track II).
+    warmup_steps: int = 0
+    # Never update the head (paper ablation).
+    fixed_head: bool = False
+    # Seed of the counter-based positive sampler (identical on every rank).
+    seed: int = 1234
+    # Optional upper bound on rollouts per group (e.g. n_samples); a group id
+    # seen more often than this is rejected as a layout error.
+    max_group_size: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, choices in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in choices:
+                raise ValueError(f"CLIPOConfig.{name}={value!r} is not one of {choices}")
+        _require(self.temperature > 0 and math.isfinite(self.temperature),
+                 "temperature", self.temperature, "must be a finite number > 0 (paper: 0.05)")
+        if self.reward_lambda is not None:
+            _require(self.reward_lambda >= 0 and math.isfinite(self.reward_lambda),
+                     "reward_lambda", self.reward_lambda, "must be finite and >= 0")
+        _require(math.isfinite(self.reward_clip_min) and self.reward_clip_min <= 0,
+                 "reward_clip_min", self.reward_clip_min,
+                 "must be finite and <= 0 (it is a lower bound on a penalty; paper: -0.5)")
+        _require(math.isfinite(self.reward_constant), "reward_constant",
+                 self.reward_constant, "must be finite")
+        _require(isinstance(self.embed_dim, int) and self.embed_dim >= 1,
+                 "embed_dim", self.embed_dim, "must be an int >= 1 (paper: 512 / 2048)")
+        _require(self.head_lr >= 0 and math.isfinite(self.head_lr), "head_lr",
+                 self.head_lr, "must be finite and >= 0")
+        _require(self.head_weight_decay >= 0, "head_weight_decay",
+                 self.head_weight_decay, "must be >= 0")
+        _require(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0,
+                 "warmup_steps", self.warmup_steps, "must be an int >= 0")
+        _require(isinstance(self.seed, int), "seed", self.seed, "must be an int")
+        if self.max_group_size is not None:
+            _require(isinstance(self.max_group_size, int) and self.max_group_size >= 2,
+                     "max_group_size", self.max_group_size, "must be None or an int >= 2")
+
+    @property
+    def lam(self) -> float:
+        """Resolved reward weight lambda."""
+        if self.reward_lambda is not None:
+            return float(self.reward_lambda)
+        return DEFAULT_LAMBDA[self.loss_type]
+
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any] | None) -> CLIPOConfig:
+        """Build from a plain / OmegaConf mapping, rejecting unknown keys by name."""
+        cfg = dict(cfg or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise ValueError(f"unknown CLIPO config keys {unknown}; valid keys: {sorted(known)}")
+        return cls(**cfg)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _require(ok: bool, name: str, value: Any, why: str) -> None:
+    if not ok:
+        raise ValueError(f"CLIPOConfig.{name}={value!r} {why}")

@@ -1,0 +1,102 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Ragged group layout: rollouts -> padded [N, G_max] blocks, by group id.
+
+DAPO dynamic sampling and filtering leave groups of uneven size, and sequence
+packing reorders rollouts, so group membership is always an explicit group id
+per rollout, never "every G rows". Rows inside a group are ordered by a
+canonical key (the sample id), which makes everything computed per slot
+independent of how the batch was sharded or permuted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """Index maps between a flat batch [B] and padded group blocks [N, G_max]."""
+
+    group_keys: torch.Tensor  # [N] the distinct group ids, ascending
+    sizes: torch.Tensor  # [N] rollouts per group
+    index: torch.Tensor  # [N, G_max] batch row of each slot, -1 for padding
+    slot_valid: torch.Tensor  # [N, G_max] bool
+    group_of: torch.Tensor  # [B] group number 0..N-1 of each row
+    slot_of: torch.Tensor  # [B] slot of each row inside its group
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.sizes.numel())
+
+    @property
+    def max_size(self) -> int:
+        return int(self.index.shape[1])
+
+    @classmethod
+    def from_group_ids(
+        cls,
+        group_ids: torch.Tensor,
+        *,
+        sort_keys: torch.Tensor | None = None,
+        max_group_size: int | None = None,
+    ) -> GroupLayout:
+        """Build the layout. `sort_keys` [B] orders rows within a group (default: batch order)."""
+        if group_ids.dim() != 1:
+            raise ValueError(f"group_ids must be 1-D [B], got shape {tuple(group_ids.shape)}")
+        if group_ids.dtype.is_floating_point or group_ids.dtype == torch.bool:
+            raise ValueError(f"group_ids must be an integer tensor, got {group_ids.dtype}")
+        if group_ids.numel() == 0:
+            raise ValueError("group_ids is empty: a CLIPO batch needs at least one rollout")
+        if bool((group_ids < 0).any()):
+            bad = torch.nonzero(group_ids < 0).flatten()[:8].tolist()
+            raise ValueError(f"group_ids must be >= 0; negative ids at rows {bad}")
+        device = group_ids.device
+        b = group_ids.numel()
+        gids = group_ids.long()
+        keys, inverse, counts = torch.unique(gids, return_inverse=True, return_counts=True)
+        if max_group_size is not None and int(counts.max()) > max_group_size:
+            worst = int(counts.argmax())
+            raise ValueError(
+                f"group id {int(keys[worst])} has {int(counts[worst])} rollouts, more than "
+                f"max_group_size={max_group_size}: group ids do not fit the rollout layout"
+            )
+        if sort_keys is None:
+            order = torch.argsort(inverse, stable=True)
+        else:
+            if sort_keys.shape != group_ids.shape:
+                raise ValueError(
+                    f"sort_keys shape {tuple(sort_keys.shape)} != group_ids shape {tuple(group_ids.shape)}"
+                )
+            order = torch.argsort(sort_keys.long(), stable=True)
+            order = order[torch.argsort(inverse[order], stable=True)]
+            sk = sort_keys.long()[order]
+            same_group = inverse[order][1:] == inverse[order][:-1]
+            if bool((same_group & (sk[1:] == sk[:-1])).any()):
+                raise ValueError("sort_keys (sample ids) must be unique within each group")
+        starts = torch.cumsum(counts, 0) - counts  # [N]
+        slot_sorted = torch.arange(b, device=device) - starts[inverse[order]]
+        slot_of = torch.empty_like(slot_sorted)
+        slot_of[order] = slot_sorted
+        g_max = int(counts.max())
+        index = torch.full((keys.numel(), g_max), -1, dtype=torch.long, device=device)
+        index[inverse, slot_of] = torch.arange(b, device=device)
+        return cls(
+            group_keys=keys,
+            sizes=counts,
+            index=index,
+            slot_valid=index >= 0,
+            group_of=inverse,
+            slot_of=slot_of,
+        )
+
+    def to_padded(self, x: torch.Tensor, fill: float | bool | int = 0) -> torch.Tensor:
+        """[B, ...] -> [N, G_max, ...], padding slots filled with `fill`. Differentiable."""
+        out = x[self.index.clamp_min(0)]  # [N, G_max, ...]
+        mask = self.slot_valid.view(*self.slot_valid.shape, *([1] * (x.dim() - 1)))
+        return torch.where(mask, out, torch.as_tensor(fill, dtype=x.dtype, device=x.device))
+
+    def from_padded(self, y: torch.Tensor) -> torch.Tensor:
+        """[N, G_max, ...] -> [B, ...] (inverse of `to_padded`)."""
+        return y[self.group_of, self.slot_of]

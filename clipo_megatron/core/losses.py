@@ -1,0 +1,213 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Group contrastive losses of CLIPO: InfoNCE, SupCon ("out"), SoftNN.
+
+For one prompt with rollouts y_1..y_G, embeddings e_i and binary rewards r_i
+(paper Sec. 3.2, eq. "contrastive_loss_sample"; App. "Contrastive Loss Variants"):
+
+    s_ij = e_i . e_j / tau                        (e L2-normalised if cosine)
+    P(i) = other rollouts of the group with the same correctness as anchor i
+    A(i) = denominator set (default: every other rollout of the group)
+
+    InfoNCE: L_i = -(s_ip* - logsumexp_{j in A(i)} s_ij),  p* ~ U(P(i))
+    SupCon : L_i = -1/|P(i)| sum_{p in P(i)} (s_ip - logsumexp_{j in A(i)} s_ij)
+    SoftNN : L_i = -(logsumexp_{p in P(i)} s_ip - logsumexp_{j in A(i)} s_ij)
+
+Anchors are the correct rollouts by default. An anchor counts only if it
+has >= 1 positive and >= 1 negative in its group; for correct anchors this is
+the paper's validity rule 1 < |P| < G. Everything is computed per group on
+padded [N, G, G] blocks: memory O(B * G), never O(B^2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from clipo_megatron.core.config import CLIPOConfig
+from clipo_megatron.core.groups import GroupLayout
+from clipo_megatron.core.sampling import counter_uniform, sample_positive_slots
+
+# Reduces a partial sum computed on a shard of the embedding dim (TP-sharded
+# head) to the full sum. Identity for an unsharded head.
+SumReduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class ContrastiveResult:
+    """Per-rollout outputs of the group contrastive loss (all [B] unless noted)."""
+
+    loss: torch.Tensor  # [] mean over anchors (counted by `local_mask`); carries grad
+    per_sample_loss: torch.Tensor  # [B] L_i for anchors, 0 elsewhere; carries grad
+    anchor_mask: torch.Tensor  # [B] bool, rollout is a counted anchor
+    valid_group: torch.Tensor  # [B] bool, its group has >= 2 correct and >= 1 incorrect
+    positive_index: torch.Tensor  # [B] long, batch row of the sampled InfoNCE positive, -1 if none
+    num_anchors: int  # anchors in the whole batch
+    stats: dict[str, torch.Tensor]  # detached sums/counts for metrics
+
+
+def check_binary(correct: torch.Tensor, name: str = "rewards") -> torch.Tensor:
+    """Return `correct` as bool, raising if any value is not 0/1."""
+    if correct.dtype == torch.bool:
+        return correct
+    bad = ~((correct == 0) | (correct == 1))
+    if bool(bad.any()):
+        rows = torch.nonzero(bad).flatten()[:8].tolist()
+        vals = correct[bad][:8].tolist()
+        raise ValueError(
+            f"{name} must be binary (0/1) for CLIPO's correctness labels; rows {rows} have {vals}. "
+            "Binarise them first (e.g. reward > threshold) or fix the verifier."
+        )
+    return correct.bool()
+
+
+def l2_normalize(x: torch.Tensor, *, reduce: SumReduce | None = None, eps: float = 1e-12) -> torch.Tensor:
+    """L2-normalise the last dim; `reduce` completes squared norms of a sharded dim."""
+    sq = (x * x).sum(-1, keepdim=True)
+    if reduce is not None:
+        sq = reduce(sq)
+    return x * torch.rsqrt(sq.clamp_min(eps * eps))
+
+
+def _masked_logsumexp(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """logsumexp over the last dim where mask; rows without entries give 0 (and zero grad)."""
+    has_any = mask.any(-1)
+    m = x.masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)  # row max (stability)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
+    s = torch.exp((x - m).masked_fill(~mask, float("-inf"))).sum(-1)  # [..]
+    out = torch.log(torch.where(has_any, s, torch.ones_like(s))) + m.squeeze(-1)
+    return torch.where(has_any, out, torch.zeros_like(out))
+
+
+def _check_inputs(embeddings: torch.Tensor, correct: torch.Tensor, group_ids: torch.Tensor) -> None:
+    if embeddings.dim() != 2:
+        raise ValueError(f"embeddings must be [B, d], got shape {tuple(embeddings.shape)}")
+    b = embeddings.shape[0]
+    for name, t in (("correct/rewards", correct), ("group_ids", group_ids)):
+        if t.dim() != 1 or t.shape[0] != b:
+            raise ValueError(f"{name} must be [B]={b} to match embeddings, got shape {tuple(t.shape)}")
+    if not embeddings.dtype.is_floating_point:
+        raise ValueError(f"embeddings must be floating point, got {embeddings.dtype}")
+    finite = torch.isfinite(embeddings.detach()).all(-1)
+    if not bool(finite.all()):
+        rows = torch.nonzero(~finite).flatten()[:8].tolist()
+        raise ValueError(f"embeddings contain NaN/inf at rows {rows} (check the pooled hidden states)")
+
+
+def group_contrastive_loss(
+    embeddings: torch.Tensor,
+    correct: torch.Tensor,
+    group_ids: torch.Tensor,
+    cfg: CLIPOConfig,
+    *,
+    step: int = 0,
+    sample_ids: torch.Tensor | None = None,
+    local_mask: torch.Tensor | None = None,
+    sum_reduce: SumReduce | None = None,
+) -> ContrastiveResult:
+    """CLIPO group contrastive loss on a (possibly ragged) batch of rollouts.
+
+    embeddings: [B, d] head outputs (or a TP shard [B, d/tp] with `sum_reduce`).
+    correct: [B] binary rewards / correctness. group_ids: [B] int, one id per prompt.
+    sample_ids: [B] unique-in-group ids keying the positive draw (default arange(B));
+        pass global rollout ids so every sharding draws the same positive.
+    local_mask: [B] bool, which anchors this rank's `loss` sums (default all);
+        the loss is always divided by the anchor count of the whole batch.
+    sum_reduce: completes dot products / norms over a sharded embedding dim.
+    """
+    _check_inputs(embeddings, correct, group_ids)
+    labels = check_binary(correct)
+    b = embeddings.shape[0]
+    device = embeddings.device
+    if sample_ids is None:
+        sample_ids = torch.arange(b, device=device)
+    layout = GroupLayout.from_group_ids(group_ids, sort_keys=sample_ids, max_group_size=cfg.max_group_size)
+
+    emb = embeddings.float()
+    if cfg.similarity == "cosine":
+        emb = l2_normalize(emb, reduce=sum_reduce)
+    e = layout.to_padded(emb)  # [N, G, d]
+    gram = torch.bmm(e, e.transpose(1, 2))  # [N, G, G]
+    if sum_reduce is not None:
+        gram = sum_reduce(gram)
+    sim = gram / cfg.temperature  # [N, G, G]
+
+    lab = layout.to_padded(labels, fill=False)  # [N, G]
+    valid = layout.slot_valid  # [N, G]
+    g = layout.max_size
+    eye = torch.eye(g, dtype=torch.bool, device=device)
+    pair = valid.unsqueeze(2) & valid.unsqueeze(1) & ~eye  # [N, G, G] distinct real pairs
+    same = lab.unsqueeze(2) == lab.unsqueeze(1)  # [N, G, G]
+    pos = pair & same  # [N, G, G] positives of row anchor
+    neg = pair & ~same  # [N, G, G] negatives of row anchor
+
+    n_correct = (lab & valid).sum(-1)  # [N]
+    n_wrong = (~lab & valid).sum(-1)  # [N]
+    group_ok = (n_correct >= 2) & (n_wrong >= 1)  # [N] paper: 1 < |P| < G
+    if cfg.anchors == "correct":
+        kind = lab
+    elif cfg.anchors == "incorrect":
+        kind = ~lab
+    else:
+        kind = torch.ones_like(lab)
+    anchor = kind & valid & pos.any(-1) & neg.any(-1)  # [N, G]
+
+    # InfoNCE positive: uniform over P(i), keyed by (seed, step, group id, sample id).
+    sid = layout.to_padded(sample_ids.long(), fill=0)  # [N, G]
+    u = counter_uniform(cfg.seed, step, layout.group_keys.unsqueeze(1), sid)  # [N, G]
+    pos_slot = sample_positive_slots(pos & anchor.unsqueeze(-1), u)  # [N, G]
+
+    if cfg.loss_type == "infonce":
+        onehot = torch.zeros_like(pos)
+        onehot.scatter_(2, pos_slot.clamp_min(0).unsqueeze(-1), True)
+        onehot &= anchor.unsqueeze(-1)  # [N, G, G]
+        den = pair if cfg.denominator == "all_others" else (onehot | neg)
+        s_pos = (sim * onehot).sum(-1)  # [N, G]
+        loss_ng = -(s_pos - _masked_logsumexp(sim, den))
+    elif cfg.loss_type == "supcon":
+        n_pos = pos.sum(-1).clamp_min(1)  # [N, G]
+        if cfg.denominator == "all_others":
+            lse = _masked_logsumexp(sim, pair).unsqueeze(-1)  # [N, G, 1]
+        else:  # each positive p against {p} u negatives
+            lse_neg = _masked_logsumexp(sim, neg).unsqueeze(-1)
+            has_neg = neg.any(-1, keepdim=True)
+            lse = torch.where(has_neg, torch.logaddexp(sim, lse_neg), sim)  # [N, G, G]
+        loss_ng = -((sim - lse) * pos).sum(-1) / n_pos
+    else:  # softnn: positives and negatives make up every other rollout either way
+        loss_ng = -(_masked_logsumexp(sim, pos) - _masked_logsumexp(sim, pair))
+
+    loss_ng = torch.where(anchor, loss_ng, torch.zeros_like(loss_ng))  # [N, G]
+    per_sample = layout.from_padded(loss_ng)  # [B]
+    anchor_b = layout.from_padded(anchor)  # [B]
+    num_anchors = int(anchor_b.sum())
+    counted = anchor_b if local_mask is None else anchor_b & local_mask.bool()
+    loss = (per_sample * counted).sum() / max(num_anchors, 1)
+
+    pos_index = torch.where(
+        pos_slot >= 0,
+        layout.index.gather(1, pos_slot.clamp_min(0)),
+        torch.full_like(pos_slot, -1),
+    )
+    with torch.no_grad():
+        cos = gram.detach() if cfg.similarity == "cosine" else sim.detach() * cfg.temperature
+        okp = group_ok.view(-1, 1, 1)
+        pp = pos & lab.unsqueeze(2) & okp  # correct-correct pairs in valid groups
+        pn = neg & lab.unsqueeze(2) & okp  # correct-incorrect pairs in valid groups
+        stats = {
+            "pos_sim_sum": (cos * pp).sum(),
+            "pos_pairs": pp.sum().to(cos.dtype),
+            "neg_sim_sum": (cos * pn).sum(),
+            "neg_pairs": pn.sum().to(cos.dtype),
+            "valid_groups": group_ok.sum().to(cos.dtype),
+            "groups": torch.tensor(float(layout.num_groups), device=device),
+        }
+    return ContrastiveResult(
+        loss=loss,
+        per_sample_loss=per_sample,
+        anchor_mask=anchor_b,
+        valid_group=layout.from_padded(group_ok.unsqueeze(1).expand_as(anchor)),
+        positive_index=layout.from_padded(pos_index),
+        num_anchors=num_anchors,
+        stats=stats,
+    )

@@ -1,0 +1,37 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Contrastive reward r_CL and the shaped reward r' = r + r_CL (paper Sec. 3.2).
+
+    r_CL_i = max(c - lambda * L_i, clip_min)   for counted anchors
+           = c                                 other rollouts of a valid group
+           = 0                                 rollouts of an invalid group
+
+c is the authors' `contant_reward` (0 by default), lambda 0.2 (InfoNCE,
+SupCon) or 1.0 (SoftNN), clip_min -0.5. The reward is detached: the policy
+gradient sees it as a number, only the head learns from the loss. r' enters
+the advantage estimator before group normalisation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from clipo_megatron.core.config import CLIPOConfig
+from clipo_megatron.core.losses import ContrastiveResult
+
+
+def contrastive_rewards(result: ContrastiveResult, cfg: CLIPOConfig) -> torch.Tensor:
+    """[B] detached contrastive rewards from a `ContrastiveResult`."""
+    loss = result.per_sample_loss.detach()  # [B]
+    c = torch.full_like(loss, cfg.reward_constant)
+    anchor_r = torch.clamp(c - cfg.lam * loss, min=cfg.reward_clip_min)
+    r = torch.where(result.anchor_mask, anchor_r, c)
+    return torch.where(result.valid_group | result.anchor_mask, r, torch.zeros_like(r))
+
+
+def shaped_rewards(rewards: torch.Tensor, r_cl: torch.Tensor) -> torch.Tensor:
+    """r' = r + r_CL, with a shape check (the two must describe the same rollouts)."""
+    if rewards.shape != r_cl.shape:
+        raise ValueError(
+            f"rewards shape {tuple(rewards.shape)} != contrastive rewards shape {tuple(r_cl.shape)}"
+        )
+    return rewards.to(r_cl.dtype) + r_cl
