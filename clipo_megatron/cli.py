@@ -1,0 +1,34 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""`clipo-megatron` command line: `train` and `eval`.
+
+Each subcommand lives in its own module exposing `main(argv) -> int`; they are
+imported lazily so `clipo-megatron eval --help` does not pay for Megatron.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+_SUBCOMMANDS = {
+    "train": ("clipo_megatron.runner.train", "GRPO / CLIPO training on one machine (OmegaConf config + dotted overrides)"),
+    "eval": ("clipo_megatron.eval.run", "pass@1 evaluation over a benchmark suite or datasets"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in _SUBCOMMANDS:
+        lines = ["usage: clipo-megatron {train,eval} [args]", ""]
+        lines += [f"  {name:6s} {desc}" for name, (_, desc) in _SUBCOMMANDS.items()]
+        print("\n".join(lines))
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"\nunknown subcommand {argv[0]!r}", file=sys.stderr)
+            return 2
+        return 0
+    module = importlib.import_module(_SUBCOMMANDS[argv[0]][0])
+    return int(module.main(argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
