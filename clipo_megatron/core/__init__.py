@@ -11,9 +11,9 @@ from clipo_megatron.core.losses import (
 )
 from clipo_megatron.core.metrics import contrastive_metrics
 from clipo_megatron.core.pooling import (
-    mean_from_sums,
     masked_mean,
     masked_sum_and_count,
+    mean_from_sums,
     packed_segment_ids,
     packed_sum_and_count,
     segment_sum_and_count,

@@ -29,8 +29,8 @@ from clipo_megatron.core.config import CLIPOConfig
 from clipo_megatron.core.groups import GroupLayout
 from clipo_megatron.core.sampling import counter_uniform, sample_positive_slots
 
-# Reduces a partial sum computed on a shard of the embedding dim (TP-sharded
-# head) to the full sum. Identity for an unsharded head.
+# Reduces the per-group Gram of a TP-sharded embedding dim (column-parallel
+# head) to the full sum: forward all-reduce, backward identity. None if unsharded.
 SumReduce = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -114,7 +114,9 @@ def group_contrastive_loss(
         pass global rollout ids so every sharding draws the same positive.
     local_mask: [B] bool, which anchors this rank's `loss` sums (default all);
         the loss is always divided by the anchor count of the whole batch.
-    sum_reduce: completes dot products / norms over a sharded embedding dim.
+    sum_reduce: completes the per-group Gram [N, G, G] of raw dot products over a
+        sharded embedding dim (a TP all-reduce with identity backward); norms for
+        the cosine come from its diagonal, so it is the one collective.
     """
     _check_inputs(embeddings, correct, group_ids)
     labels = check_binary(correct)
@@ -124,13 +126,19 @@ def group_contrastive_loss(
         sample_ids = torch.arange(b, device=device)
     layout = GroupLayout.from_group_ids(group_ids, sort_keys=sample_ids, max_group_size=cfg.max_group_size)
 
-    emb = embeddings.float()
-    if cfg.similarity == "cosine":
-        emb = l2_normalize(emb, reduce=sum_reduce)
+    # fp32 at least (bf16 activations are upcast); fp64 stays fp64 for reference checks.
+    emb = embeddings if embeddings.dtype == torch.float64 else embeddings.float()
     e = layout.to_padded(emb)  # [N, G, d]
-    gram = torch.bmm(e, e.transpose(1, 2))  # [N, G, G]
+    gram = torch.bmm(e, e.transpose(1, 2))  # [N, G, G] raw dot products (partial if d is sharded)
     if sum_reduce is not None:
+        # The only collective: every downstream op is identical on all ranks, so
+        # an all-reduce whose backward is the identity gives exact gradients.
         gram = sum_reduce(gram)
+    if cfg.similarity == "cosine":
+        # cos_ij = g_ij / (|e_i| |e_j|), norms from the Gram diagonal: no second
+        # collective for a sharded head (padding slots have norm 0 -> guarded).
+        inv = torch.rsqrt(torch.diagonal(gram, dim1=1, dim2=2).clamp_min(1e-24))  # [N, G]
+        gram = gram * inv.unsqueeze(2) * inv.unsqueeze(1)
     sim = gram / cfg.temperature  # [N, G, G]
 
     lab = layout.to_padded(labels, fill=False)  # [N, G]
