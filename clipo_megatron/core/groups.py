@@ -15,6 +15,26 @@ from dataclasses import dataclass
 import torch
 
 
+class _GatherRows(torch.autograd.Function):
+    """x[index] whose backward is a gather, not a scatter-add.
+
+    Every batch row sits in exactly one slot, so the gradient of row b is the
+    gradient of its slot: `grad.flatten(0, 1)[flat_slot_of]`. Padding slots
+    (which duplicate row 0) get no gradient, as they must. This avoids the
+    serial accumulate of advanced-indexing backward on [B, d].
+    """
+
+    @staticmethod
+    def forward(ctx, x, index, flat_slot_of):  # noqa: D401
+        ctx.save_for_backward(flat_slot_of)
+        return x[index]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (flat_slot_of,) = ctx.saved_tensors
+        return grad.flatten(0, 1)[flat_slot_of], None, None
+
+
 @dataclass(frozen=True)
 class GroupLayout:
     """Index maps between a flat batch [B] and padded group blocks [N, G_max]."""
@@ -25,6 +45,7 @@ class GroupLayout:
     slot_valid: torch.Tensor  # [N, G_max] bool
     group_of: torch.Tensor  # [B] group number 0..N-1 of each row
     slot_of: torch.Tensor  # [B] slot of each row inside its group
+    _identity: bool = False
 
     @property
     def num_groups(self) -> int:
@@ -82,7 +103,11 @@ class GroupLayout:
         g_max = int(counts.max())
         index = torch.full((keys.numel(), g_max), -1, dtype=torch.long, device=device)
         index[inverse, slot_of] = torch.arange(b, device=device)
+        identity = bool(counts.min() == g_max) and torch.equal(
+            index.flatten(), torch.arange(b, device=device)
+        )
         return cls(
+            _identity=identity,
             group_keys=keys,
             sizes=counts,
             index=index,
@@ -91,12 +116,31 @@ class GroupLayout:
             slot_of=slot_of,
         )
 
-    def to_padded(self, x: torch.Tensor, fill: float | bool | int = 0) -> torch.Tensor:
-        """[B, ...] -> [N, G_max, ...], padding slots filled with `fill`. Differentiable."""
-        out = x[self.index.clamp_min(0)]  # [N, G_max, ...]
+    def to_padded(self, x: torch.Tensor, fill: float | bool | int | None = 0) -> torch.Tensor:
+        """[B, ...] -> [N, G_max, ...], padding slots set to `fill`. Differentiable.
+
+        fill=None leaves copies of row 0 in padding slots (no extra pass over x):
+        for callers that mask padding out downstream, e.g. the embeddings.
+        """
+        if self.is_identity:  # rows already grouped, in order, equal sizes: a free view
+            return x.view(*self.index.shape, *x.shape[1:])
+        out = _GatherRows.apply(x, self.index.clamp_min(0), self._flat_slot_of)  # [N, G_max, ...]
+        if fill is None or bool(self.slot_valid.all()):
+            return out
         mask = self.slot_valid.view(*self.slot_valid.shape, *([1] * (x.dim() - 1)))
         return torch.where(mask, out, torch.as_tensor(fill, dtype=x.dtype, device=x.device))
 
+    @property
+    def is_identity(self) -> bool:
+        """True when slot (n, g) holds batch row n * G_max + g (the "every G rows" case)."""
+        return self._identity
+
+    @property
+    def _flat_slot_of(self) -> torch.Tensor:
+        return self.group_of * self.max_size + self.slot_of  # [B]
+
     def from_padded(self, y: torch.Tensor) -> torch.Tensor:
         """[N, G_max, ...] -> [B, ...] (inverse of `to_padded`)."""
+        if self.is_identity:
+            return y.reshape(-1, *y.shape[2:])
         return y[self.group_of, self.slot_of]

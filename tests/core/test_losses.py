@@ -274,3 +274,25 @@ def test_dtype_bf16_is_upcast():
     emb, correct, gids, sids = ragged_batch(3)
     res = group_contrastive_loss(emb.bfloat16(), correct, gids, CLIPOConfig(), sample_ids=sids)
     assert res.per_sample_loss.dtype == torch.float32
+
+
+def test_contiguous_fast_path_equals_gather_path():
+    # "Every G rows" batches take a zero-copy view; a permuted copy takes the
+    # gather path. Values and gradients must agree (row for row).
+    gen = torch.Generator().manual_seed(9)
+    emb = torch.randn(6 * 8, 16, generator=gen, dtype=torch.float64)
+    gids = torch.arange(6).repeat_interleave(8)
+    correct = torch.randint(0, 2, (48,), generator=gen)
+    from clipo_megatron.core import GroupLayout as _GL
+
+    assert _GL.from_group_ids(gids).is_identity
+    perm = torch.randperm(48, generator=gen)
+    assert not _GL.from_group_ids(gids[perm], sort_keys=perm).is_identity
+    e1 = emb.clone().requires_grad_(True)
+    r1 = group_contrastive_loss(e1, correct, gids, CLIPOConfig(loss_type="supcon"))
+    r1.loss.backward()
+    e2 = emb[perm].clone().requires_grad_(True)
+    r2 = group_contrastive_loss(e2, correct[perm], gids[perm], CLIPOConfig(loss_type="supcon"), sample_ids=perm)
+    r2.loss.backward()
+    torch.testing.assert_close(r2.per_sample_loss, r1.per_sample_loss[perm], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(e2.grad, e1.grad[perm], rtol=1e-12, atol=1e-12)
