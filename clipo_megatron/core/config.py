@@ -57,6 +57,10 @@ class CLIPOConfig:
     # >= log(k-1) for k positives. "positive_and_negatives": only the sampled
     # positive (InfoNCE) / the positives being scored plus the negatives.
     denominator: Denominator = "all_others"
+    # Whether the anchor's own similarity s_ii = 1/tau enters its denominator.
+    # The paper's eq. sums j = 1..G (self included); the authors' code removes
+    # the diagonal (default False, matching the code).
+    denominator_includes_anchor: bool = False
     # r_CL = max(constant - lambda * L_i, clip_min) for anchors. None picks the
     # paper default per loss type (0.2 InfoNCE/SupCon, 1.0 SoftNN).
     reward_lambda: float | None = None

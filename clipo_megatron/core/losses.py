@@ -6,7 +6,9 @@ For one prompt with rollouts y_1..y_G, embeddings e_i and binary rewards r_i
 
     s_ij = e_i . e_j / tau                        (e L2-normalised if cosine)
     P(i) = other rollouts of the group with the same correctness as anchor i
-    A(i) = denominator set (default: every other rollout of the group)
+    A(i) = denominator set (default: every other rollout of the group; options:
+           add the anchor itself as in the paper's eq., or keep only the
+           positive(s) being scored and the negatives)
 
     InfoNCE: L_i = -(s_ip* - logsumexp_{j in A(i)} s_ij),  p* ~ U(P(i))
     SupCon : L_i = -1/|P(i)| sum_{p in P(i)} (s_ip - logsumexp_{j in A(i)} s_ij)
@@ -151,6 +153,11 @@ def group_contrastive_loss(
     same = lab.unsqueeze(2) == lab.unsqueeze(1)  # [N, G, G]
     pos = pair & same  # [N, G, G] positives of row anchor
     neg = pair & ~same  # [N, G, G] negatives of row anchor
+    if cfg.denominator_includes_anchor:  # paper's eq. form: s_ii joins every denominator
+        self_ = eye & valid.unsqueeze(2)  # [N, G, G]
+        pair_den, neg_den = pair | self_, neg | self_
+    else:  # authors' code: the diagonal is removed
+        pair_den, neg_den = pair, neg
 
     n_correct = (lab & valid).sum(-1)  # [N]
     n_wrong = (~lab & valid).sum(-1)  # [N]
@@ -172,20 +179,20 @@ def group_contrastive_loss(
         onehot = torch.zeros_like(pos)
         onehot.scatter_(2, pos_slot.clamp_min(0).unsqueeze(-1), True)
         onehot &= anchor.unsqueeze(-1)  # [N, G, G]
-        den = pair if cfg.denominator == "all_others" else (onehot | neg)
+        den = pair_den if cfg.denominator == "all_others" else (onehot | neg_den)
         s_pos = (sim * onehot).sum(-1)  # [N, G]
         loss_ng = -(s_pos - _masked_logsumexp(sim, den))
     elif cfg.loss_type == "supcon":
         n_pos = pos.sum(-1).clamp_min(1)  # [N, G]
         if cfg.denominator == "all_others":
-            lse = _masked_logsumexp(sim, pair).unsqueeze(-1)  # [N, G, 1]
+            lse = _masked_logsumexp(sim, pair_den).unsqueeze(-1)  # [N, G, 1]
         else:  # each positive p against {p} u negatives
-            lse_neg = _masked_logsumexp(sim, neg).unsqueeze(-1)
-            has_neg = neg.any(-1, keepdim=True)
+            lse_neg = _masked_logsumexp(sim, neg_den).unsqueeze(-1)
+            has_neg = neg_den.any(-1, keepdim=True)
             lse = torch.where(has_neg, torch.logaddexp(sim, lse_neg), sim)  # [N, G, G]
         loss_ng = -((sim - lse) * pos).sum(-1) / n_pos
     else:  # softnn: positives and negatives make up every other rollout either way
-        loss_ng = -(_masked_logsumexp(sim, pos) - _masked_logsumexp(sim, pair))
+        loss_ng = -(_masked_logsumexp(sim, pos) - _masked_logsumexp(sim, pair_den))
 
     loss_ng = torch.where(anchor, loss_ng, torch.zeros_like(loss_ng))  # [N, G]
     per_sample = layout.from_padded(loss_ng)  # [B]

@@ -45,7 +45,9 @@ def naive_losses(emb, correct, gids, cfg, step=0, sample_ids=None):
                 continue
             anchors[i] = True
             s = {j: torch.dot(e[i], e[j]) / cfg.temperature for j in rows if j != i}
-            others = [j for j in rows if j != i]
+            self_ = [i] if cfg.denominator_includes_anchor else []
+            s[i] = torch.dot(e[i], e[i]) / cfg.temperature
+            others = [j for j in rows if j != i] + self_
 
             def lse(js, s=s):
                 return torch.logsumexp(torch.stack([s[j] for j in js]), 0)
@@ -54,12 +56,12 @@ def naive_losses(emb, correct, gids, cfg, step=0, sample_ids=None):
                 ordered = sorted(pos, key=lambda j: int(sample_ids[j]))
                 u = float(counter_uniform(cfg.seed, step, torch.tensor(g), sample_ids[i : i + 1].long())[0])
                 p = ordered[min(int(math.floor(u * len(ordered))), len(ordered) - 1)]
-                den = others if cfg.denominator == "all_others" else [p] + neg
+                den = others if cfg.denominator == "all_others" else [p] + neg + self_
                 losses[i] = -(s[p] - lse(den))
             elif cfg.loss_type == "supcon":
                 terms = []
                 for p in pos:
-                    den = others if cfg.denominator == "all_others" else [p] + neg
+                    den = others if cfg.denominator == "all_others" else [p] + neg + self_
                     terms.append(s[p] - lse(den))
                 losses[i] = -torch.stack(terms).mean()
             else:
@@ -102,6 +104,9 @@ CONFIGS = [
     dict(loss_type="infonce", denominator="positive_and_negatives"),
     dict(loss_type="supcon", denominator="positive_and_negatives"),
     dict(loss_type="infonce", anchors="all"),
+    dict(loss_type="infonce", denominator_includes_anchor=True),
+    dict(loss_type="supcon", denominator="positive_and_negatives", denominator_includes_anchor=True),
+    dict(loss_type="softnn", denominator_includes_anchor=True),
     dict(loss_type="supcon", anchors="incorrect"),
     dict(loss_type="infonce", similarity="dot", temperature=0.5),
     dict(loss_type="softnn", temperature=0.02, reward_constant=0.1),
@@ -157,6 +162,11 @@ def test_hand_computed_two_positives_one_negative():
     res2 = group_contrastive_loss(emb, torch.tensor([1, 1, 0]), torch.tensor([4, 4, 4]),
                                   CLIPOConfig(temperature=0.5, denominator="positive_and_negatives"))
     torch.testing.assert_close(res2.per_sample_loss, res.per_sample_loss)
+    # Paper's eq. form, anchor in its own denominator (s_00 = 2):
+    # L0 = -(2 - log(e^2 + e^2 + e^0)) = log(2 + e^-2) = 0.761549...
+    res3 = group_contrastive_loss(emb, torch.tensor([1, 1, 0]), torch.tensor([4, 4, 4]),
+                                  CLIPOConfig(temperature=0.5, denominator_includes_anchor=True))
+    torch.testing.assert_close(float(res3.per_sample_loss[0]), math.log(2 + math.exp(-2)))
 
 
 def test_infonce_floor_log_k_minus_1_and_variant():
