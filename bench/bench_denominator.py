@@ -1,0 +1,60 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""What the InfoNCE denominator choice does to the contrastive reward.
+
+With the authors' denominator (every other rollout of the group, other
+positives included) the InfoNCE loss of an anchor is >= log(k - 1) for k
+correct rollouts, so with lambda = 0.2 and the -0.5 clamp a group with
+k >= 14 of 16 correct gets the full penalty whatever the embeddings
+(0.2 * log 13 = 0.513). The `positive_and_negatives` variant keeps only the
+sampled positive and the negatives, so the reward reflects the geometry.
+
+For each k (correct rollouts in a group of 16) this prints the mean anchor
+reward under both denominators for two embedding geometries: "clustered"
+(correct rollouts near one direction, wrong ones elsewhere: what CLIPO
+wants) and "random" (no structure). 64 groups per cell, seed 0.
+
+    python bench/bench_denominator.py
+"""
+
+from __future__ import annotations
+
+import torch
+
+from clipo_megatron.core import CLIPOConfig, contrastive_rewards, group_contrastive_loss
+
+
+def batch(k: int, geometry: str, groups: int = 64, g: int = 16, d: int = 64, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed + k)
+    correct = torch.zeros(groups, g, dtype=torch.long)
+    correct[:, :k] = 1
+    emb = torch.randn(groups, g, d, generator=gen)
+    if geometry == "clustered":
+        centre = torch.randn(groups, 1, d, generator=gen) * 3
+        emb = emb * 0.3 + centre * correct.unsqueeze(-1)
+    gids = torch.arange(groups).repeat_interleave(g)
+    return emb.reshape(-1, d), correct.reshape(-1), gids
+
+
+def mean_anchor_reward(k: int, geometry: str, denominator: str) -> tuple[float, float]:
+    cfg = CLIPOConfig(denominator=denominator)
+    emb, correct, gids = batch(k, geometry)
+    res = group_contrastive_loss(emb, correct, gids, cfg)
+    r = contrastive_rewards(res, cfg)[res.anchor_mask]
+    return float(r.mean()), float((r <= cfg.reward_clip_min + 1e-9).float().mean())
+
+
+def main() -> None:
+    print("mean r_CL of correct anchors (fraction at the -0.5 clamp), groups of 16, tau 0.05, lambda 0.2\n")
+    print("| k correct | clustered, all_others | clustered, pos+neg | random, all_others | random, pos+neg |")
+    print("|---|---|---|---|---|")
+    for k in (2, 4, 8, 12, 14, 15):
+        cells = []
+        for geometry in ("clustered", "random"):
+            for den in ("all_others", "positive_and_negatives"):
+                m, frac = mean_anchor_reward(k, geometry, den)
+                cells.append(f"{m:+.3f} ({frac:.0%})")
+        print(f"| {k} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
