@@ -1,0 +1,17 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Megatron-Core pieces of CLIPO (imports megatron.core; never the runner or NeMo-RL).
+
+- `cpu_spec.get_cpu_gpt_layer_spec()` and `cpu_shims.enable_cpu_shims()`: run a
+  real GPTModel on CPU (tests, the single-machine run). GPU paths are untouched.
+- `model_builder.GPTArch`, `transformer_config`, `build_gpt_model`: Llama-family
+  GPTModel from a small architecture description.
+- `head.ContrastiveHead` (+ `get_contrastive_head_spec`, `build_contrastive_head`,
+  `attach_head`): the projection D -> d, replicated or TP column-parallel.
+- `capture.forward_with_capture(model, pool_fn, ...)`: pooled response hidden
+  states from the logprob forward (output_processor >= 0.18, hook otherwise).
+- `parallel_pooling`: SP / CP / packed-THD partial sums + all-reduce.
+- `gather`: grad-carrying DP gather, head-grad all-reduce, PP broadcast.
+- `head_trainer.HeadTrainer`: AdamW, warm-up, fixed head, the CLIPO step,
+  state_dict with RNG.
+- `parallel.ParallelGroups`: the one place that reads megatron's parallel_state.
+"""

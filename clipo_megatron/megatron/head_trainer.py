@@ -1,0 +1,90 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The contrastive head's own optimisation and one CLIPO step on the last stage.
+
+Per RL step (DESIGN.md): head forward on pooled hidden states (constants),
+gather over DP so groups are complete, group contrastive loss, rewards from
+the loss *before* the head update, then one full-batch AdamW step (skipped
+for a fixed head). Warm-up: for the first `warmup_steps` RL steps only the
+head learns; `policy_should_update(step)` tells the trainer.
+
+`state_dict()` holds head, optimizer and the torch RNG state, so a resumed
+run continues bit-for-bit (the authors' code re-initialises the optimizer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from clipo_megatron.core.config import CLIPOConfig
+from clipo_megatron.core.losses import group_contrastive_loss
+from clipo_megatron.core.metrics import contrastive_metrics
+from clipo_megatron.core.rewards import contrastive_rewards
+from clipo_megatron.megatron.gather import all_reduce_grads, gather_rows
+
+
+@dataclass
+class ClipoStepOutput:
+    rewards: torch.Tensor  # [B_local] contrastive rewards of this rank's rollouts (detached)
+    embeddings: torch.Tensor  # [B_local, d(/tp)] head outputs before the update (detached)
+    metrics: dict[str, float]
+
+
+class HeadTrainer:
+    """AdamW over the head, warm-up bookkeeping, and the CLIPO step."""
+
+    def __init__(self, head: torch.nn.Module, cfg: CLIPOConfig, *, dp_group=None):
+        self.head = head
+        self.cfg = cfg
+        self.dp_group = dp_group
+        self.optimizer = torch.optim.AdamW(head.parameters(), lr=cfg.head_lr, weight_decay=cfg.head_weight_decay)
+        self.steps_done = 0
+
+    def policy_should_update(self, step: int) -> bool:
+        """False during warm-up: rollouts, logprobs and head updates run, the policy does not."""
+        return step >= self.cfg.warmup_steps
+
+    def step(self, pooled: torch.Tensor, correct: torch.Tensor, group_ids: torch.Tensor,
+             sample_ids: torch.Tensor, *, step: int) -> ClipoStepOutput:
+        """One CLIPO step for this rank's rollouts.
+
+        pooled [B_local, D] mean response hidden states; correct [B_local] binary
+        rewards; group_ids / sample_ids [B_local] global ids (same on all ranks).
+        """
+        update = not self.cfg.fixed_head
+        self.head.train(update)
+        with torch.set_grad_enabled(update):
+            z = self.head(pooled.detach())  # [B_local, d(/tp)]
+            z_all, mine = gather_rows(z, dp_group=self.dp_group)
+            c_all, _ = gather_rows(correct, dp_group=self.dp_group)
+            g_all, _ = gather_rows(group_ids, dp_group=self.dp_group)
+            s_all, _ = gather_rows(sample_ids, dp_group=self.dp_group)
+            local = torch.zeros(z_all.shape[0], dtype=torch.bool)
+            local[mine] = True
+            res = group_contrastive_loss(z_all, c_all, g_all, self.cfg, step=step, sample_ids=s_all,
+                                         local_mask=local, sum_reduce=getattr(self.head, "sum_reduce", None))
+        r_all = contrastive_rewards(res, self.cfg)  # computed from the loss before the update
+        metrics = contrastive_metrics(res, r_all)
+        if update:
+            self.optimizer.zero_grad(set_to_none=True)
+            res.loss.backward()
+            all_reduce_grads(self.head, dp_group=self.dp_group)
+            self.optimizer.step()
+            self.steps_done += 1
+        metrics["clipo/head_updated"] = float(update)
+        return ClipoStepOutput(rewards=r_all[mine].detach(), embeddings=z.detach(), metrics=metrics)
+
+    def state_dict(self) -> dict:
+        return {
+            "head": self.head.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+            "steps_done": self.steps_done,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.head.load_state_dict(state["head"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        self.steps_done = int(state["steps_done"])
