@@ -67,6 +67,8 @@ def transformer_config(arch: GPTArch, *, tensor_parallel: int = 1, pipeline_para
         masked_softmax_fusion=False,
         gradient_accumulation_fusion=False,
     )
+    if pipeline_parallel > 1:
+        kw["pipeline_dtype"] = params_dtype
     kw.update(overrides)
     return TransformerConfig(**kw)
 
