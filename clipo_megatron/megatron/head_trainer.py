@@ -28,6 +28,7 @@ from clipo_megatron.megatron.gather import all_reduce_grads, gather_rows
 class ClipoStepOutput:
     rewards: torch.Tensor  # [B_local] contrastive rewards of this rank's rollouts (detached)
     embeddings: torch.Tensor  # [B_local, d(/tp)] head outputs before the update (detached)
+    positive_ids: torch.Tensor  # [B_local] sample id of each anchor's InfoNCE positive, -1 if none
     metrics: dict[str, float]
 
 
@@ -73,7 +74,10 @@ class HeadTrainer:
             self.optimizer.step()
             self.steps_done += 1
         metrics["clipo/head_updated"] = float(update)
-        return ClipoStepOutput(rewards=r_all[mine].detach(), embeddings=z.detach(), metrics=metrics)
+        pidx = res.positive_index[mine]
+        positive_ids = torch.where(pidx >= 0, s_all[pidx.clamp_min(0)], torch.full_like(pidx, -1))
+        return ClipoStepOutput(rewards=r_all[mine].detach(), embeddings=z.detach(),
+                               positive_ids=positive_ids, metrics=metrics)
 
     def state_dict(self) -> dict:
         return {

@@ -116,7 +116,8 @@ def _phase_tp(rank, world, w_full):
     tr = HeadTrainer(head, CFG)
     res = tr.step(pooled, correct, gids, sids, step=0)
     return {"pooled": pooled, "emb_shard": res.embeddings, "rewards": res.rewards,
-            "grad_shard": head.proj.weight.grad.clone(), "loss": res.metrics["clipo/loss"]}
+            "grad_shard": head.proj.weight.grad.clone(), "loss": res.metrics["clipo/loss"],
+            "positive_ids": res.positive_ids}
 
 
 def _phase_dp(rank, world, w_full):
@@ -130,7 +131,8 @@ def _phase_dp(rank, world, w_full):
     tr = HeadTrainer(head, CFG, dp_group=ps.get_data_parallel_group())
     res = tr.step(pooled, correct[rows], gids[rows], sids[rows], step=0)
     return {"rows": rows, "pooled": pooled, "rewards": res.rewards, "grad": head.proj.weight.grad.clone(),
-            "weight_after": head.proj.weight.detach().clone(), "loss": res.metrics["clipo/loss"]}
+            "weight_after": head.proj.weight.detach().clone(), "loss": res.metrics["clipo/loss"],
+            "positive_ids": res.positive_ids}
 
 
 def _phase_pp(rank, world, w_full, full_state):
@@ -198,7 +200,8 @@ def results_and_reference(mcore_single_process):
     ref_emb = head(pooled).detach()
     res = HeadTrainer(head, CFG).step(pooled, correct, gids, sids, step=0)
     ref = {"pooled": pooled, "emb": ref_emb, "rewards": res.rewards, "grad": head.proj.weight.grad.clone(),
-           "weight_after": head.proj.weight.detach().clone(), "loss": res.metrics["clipo/loss"]}
+           "weight_after": head.proj.weight.detach().clone(), "loss": res.metrics["clipo/loss"],
+           "positive_ids": res.positive_ids}
     full_state = copy.deepcopy(model.state_dict())
     return run_distributed(_worker, 2, w_full, full_state), ref
 
@@ -254,3 +257,12 @@ def test_pp2_matches_single_process(results_and_reference):
     torch.testing.assert_close(results[1]["pp"]["grad"], ref["grad"], **TOL)
     for rank in (0, 1):  # the first stage receives the last stage's rewards
         torch.testing.assert_close(results[rank]["pp"]["rewards"], ref["rewards"], **TOL)
+
+
+def test_same_positive_on_every_rank_for_every_anchor(results_and_reference):
+    results, ref = results_and_reference
+    assert int((ref["positive_ids"] >= 0).sum()) > 0
+    for rank in (0, 1):  # TP ranks compute every anchor: identical draws
+        assert torch.equal(results[rank]["tp"]["positive_ids"], ref["positive_ids"])
+        dp = results[rank]["dp"]  # DP ranks compute their own anchors against gathered groups
+        assert torch.equal(dp["positive_ids"], ref["positive_ids"][dp["rows"]])

@@ -127,3 +127,18 @@ def test_bad_head_configs():
     cfg = transformer_config(ARCH)
     with pytest.raises(ValueError, match="head_type"):
         build_contrastive_head(cfg, input_size=64, embed_dim=16, head_type="conv")
+
+
+def test_capture_keeps_only_pooled_sums(model):
+    # The capture must not keep the [S, B, D] hidden states alive: after the
+    # forward, the only tensor it holds is the [B, D] sums.
+    from clipo_megatron.megatron.capture import PooledCapture
+
+    ids, mask, *_ = batch()
+    pos = torch.arange(SEQ).expand_as(ids)
+    cap = PooledCapture(pool_fn_for(mask))
+    with torch.no_grad(), cap.hook(model):
+        model(ids, pos, causal_mask(SEQ))
+    held = [v for v in vars(cap).values() if isinstance(v, torch.Tensor)]
+    assert [tuple(t.shape) for t in held] == [(ids.shape[0], ARCH.hidden_size)]
+    assert not model.decoder.final_layernorm._forward_hooks  # hook removed after the block
