@@ -1,0 +1,37 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Offline training task: reasoning-gym arithmetic with the paper's \\boxed{} instruction.
+
+reasoning-gym generates problems and answers from a seed, so the CPU default
+needs no download. A one-shot example in the prompt teaches a 135M model the
+answer format; the paper's instruction suffix follows the question.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+ONE_SHOT = "Example: Calculate 4 + 3.\nAnswer: 4 + 3 = 7. The final answer is \\boxed{7}.\n\nNow solve:\n"
+
+
+@dataclass(frozen=True)
+class Problem:
+    index: int
+    prompt: str  # user message (question + instruction)
+    answer: str
+
+
+def arithmetic_problems(size: int, seed: int, *, dataset: str = "basic_arithmetic", one_shot: bool = True,
+                        **gen_kwargs) -> list[Problem]:
+    """`size` problems from a reasoning-gym generator (default: 2 single-digit terms)."""
+    try:
+        import reasoning_gym
+    except ImportError as e:  # pragma: no cover
+        raise ImportError("the CPU demo task needs reasoning-gym: pip install reasoning-gym") from e
+    if size < 1:
+        raise ValueError(f"size={size} must be >= 1")
+    if dataset == "basic_arithmetic":
+        gen_kwargs = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, **gen_kwargs}
+    ds = reasoning_gym.create_dataset(dataset, seed=seed, size=size, **gen_kwargs)
+    prefix = ONE_SHOT if one_shot else ""
+    return [Problem(i, f"{prefix}{x['question']}\n{INSTRUCTION}", str(x["answer"])) for i, x in enumerate(ds)]
