@@ -1,0 +1,303 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""`clipo-megatron train`: GRPO + CLIPO on one machine, from the library's pieces.
+
+One RL step:
+  generate (HF generator, current weights) -> verify (math-verify) ->
+  logprob pass on the Megatron policy, which also pools the response hidden
+  states (one forward, `forward_with_capture`) -> head step (CLIPO loss,
+  rewards from the pre-update loss) -> r' = r + r_CL -> group advantages ->
+  policy update (clipped PG, token-mean) -> weight sync to the generator.
+Checkpoints hold everything a resumed run needs to continue bit-for-bit.
+
+    clipo-megatron train --config examples/configs/cpu_demo.yaml [--algo grpo] [key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from clipo_megatron.core.advantages import group_advantages
+from clipo_megatron.core.pooling import masked_sum_and_count, mean_from_sums
+from clipo_megatron.core.policy_loss import clipped_pg_loss
+from clipo_megatron.runner.config import RunConfig, load_config, to_dict
+
+STAGES = ("generate", "verify", "logprob_embed", "head", "train", "sync")
+
+
+def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int):
+    """Right-padded token ids [B, S] and response mask [B, S] (True at response tokens)."""
+    lens = [len(p) + len(r) for p, r in zip(prompt_ids, response_ids)]
+    s = max(lens)
+    ids = torch.full((len(lens), s), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(lens), s, dtype=torch.bool)
+    for i, (p, r) in enumerate(zip(prompt_ids, response_ids)):
+        ids[i, : len(p) + len(r)] = torch.tensor(p + r)
+        mask[i, len(p) : len(p) + len(r)] = True
+    return ids, mask
+
+
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """[B, S] log p(ids[:, t] | ids[:, <t]); position 0 (never a response token) gets 0."""
+    lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.cat([torch.zeros_like(lp[:, :1]), lp], 1)
+
+
+def _causal(s: int) -> torch.Tensor:
+    return torch.triu(torch.ones(s, s, dtype=torch.bool), 1).view(1, 1, s, s)
+
+
+def logprob_and_pool(model, ids, mask, micro_batch: int):
+    """The fused logprob pass: token logprobs [B, S] and mean response hidden states [B, D]."""
+    from clipo_megatron.megatron.capture import forward_with_capture
+
+    lps, pooled = [], []
+    s = ids.shape[1]
+    pos = torch.arange(s).expand(min(micro_batch, ids.shape[0]), s)
+    model.eval()
+    with torch.no_grad():
+        for i in range(0, ids.shape[0], micro_batch):
+            x, m = ids[i : i + micro_batch], mask[i : i + micro_batch]
+            logits, sums = forward_with_capture(
+                model, lambda h, m=m: masked_sum_and_count(h, m, layout="sbd")[0], x, pos[: x.shape[0]], _causal(s)
+            )
+            lps.append(token_logprobs(logits, x))
+            pooled.append(mean_from_sums(sums, m.sum(1).float()))
+    return torch.cat(lps), torch.cat(pooled)
+
+
+def policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunConfig) -> dict[str, float]:
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    s = ids.shape[1]
+    ntok = float(mask[:, 1:].sum())
+    total, stats = 0.0, {}
+    for i in range(0, ids.shape[0], cfg.train.micro_batch):
+        x, m = ids[i : i + cfg.train.micro_batch], mask[i : i + cfg.train.micro_batch]
+        pos = torch.arange(s).expand(x.shape[0], s)
+        lp = token_logprobs(model(x, pos, _causal(s)), x)
+        loss, stats = clipped_pg_loss(lp, old_lp[i : i + x.shape[0]], adv[i : i + x.shape[0]], m,
+                                      eps_low=cfg.train.eps_low, eps_high=cfg.train.eps_high)
+        loss = loss * float(m.sum()) / max(ntok, 1.0)  # token-mean over the whole batch
+        loss.backward()
+        total += float(loss.detach())
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+    optimizer.step()
+    return {"pg/loss": total, "pg/grad_norm": float(grad_norm), **stats}
+
+
+class Run:
+    """Everything one training run holds; `step()` does one RL step."""
+
+    def __init__(self, cfg: RunConfig):
+        from clipo_megatron.data.arithmetic import arithmetic_problems
+        from clipo_megatron.generation.hf_backend import HFGenerator
+        from clipo_megatron.megatron.head import attach_head, build_contrastive_head
+        from clipo_megatron.megatron.head_trainer import HeadTrainer
+        from clipo_megatron.megatron.model_builder import transformer_config
+        from clipo_megatron.runner.policy import build_policy, init_single_process, load_hf_policy
+
+        self.cfg = cfg
+        self.clipo = cfg.validate()
+        init_single_process()
+        hf, self.tok = load_hf_policy(cfg.model.source, tiny_hidden=cfg.model.tiny_hidden,
+                                      tiny_layers=cfg.model.tiny_layers, seed=cfg.seed)
+        self.model, self.arch = build_policy(hf)
+        self.gen = HFGenerator(hf, self.tok, self.arch)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
+                                           weight_decay=cfg.train.weight_decay)
+        torch.manual_seed(cfg.seed + 1)
+        head = build_contrastive_head(transformer_config(self.arch), input_size=self.arch.hidden_size,
+                                      embed_dim=self.clipo.embed_dim, head_type=self.clipo.head_type)
+        attach_head(self.model, head)
+        self.head = HeadTrainer(head, self.clipo)
+        self.problems = arithmetic_problems(cfg.data.train_size, cfg.data.seed, dataset=cfg.data.dataset,
+                                            one_shot=cfg.data.one_shot)
+        self.step_idx = 0
+        self.history: list[dict] = []
+        self.embeddings: dict[str, dict] = {}
+
+    # ---- one RL step -------------------------------------------------
+    def step(self) -> dict:
+        from clipo_megatron.verify.boxed import verify_batch
+
+        cfg, t = self.cfg, {}
+        p = cfg.rollout.prompts_per_step
+        start = (self.step_idx * p) % len(self.problems)
+        batch = [self.problems[(start + i) % len(self.problems)] for i in range(p)]
+
+        t0 = time.perf_counter()
+        ro = self.gen.generate([b.prompt for b in batch], cfg.rollout.n, temperature=cfg.rollout.temperature,
+                               top_p=cfg.rollout.top_p, max_tokens=cfg.rollout.max_tokens,
+                               seed=cfg.seed * 1_000_003 + self.step_idx)
+        t["generate"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        rewards = torch.tensor(verify_batch(ro.texts, [batch[i].answer for i in ro.prompt_index]))
+        t["verify"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        ids, mask = pack(ro.prompt_ids, ro.response_ids, self.tok.pad_token_id)
+        old_lp, pooled = logprob_and_pool(self.model, ids, mask, cfg.train.micro_batch)
+        t["logprob_embed"] = time.perf_counter() - t0
+
+        group_ids = torch.tensor([batch[i].index for i in ro.prompt_index])
+        sample_ids = torch.arange(len(ro.texts)) + self.step_idx * len(ro.texts)
+        t0 = time.perf_counter()
+        out = self.head.step(pooled, rewards, group_ids, sample_ids, step=self.step_idx)
+        r_cl = out.rewards if self.clipo.enabled else torch.zeros_like(rewards)
+        t["head"] = time.perf_counter() - t0
+
+        adv = group_advantages(rewards + r_cl, group_ids)
+        t0 = time.perf_counter()
+        metrics = {}
+        if self.head.policy_should_update(self.step_idx):
+            metrics.update(policy_update(self.model, self.optimizer, ids, mask, old_lp, adv, cfg))
+        t["train"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        self.gen.sync_from_megatron(self.model.state_dict())
+        t["sync"] = time.perf_counter() - t0
+
+        metrics.update({k: v for k, v in out.metrics.items()})
+        metrics.update({
+            "step": self.step_idx, "reward/mean": float(rewards.mean()), "reward/clipo_mean": float(r_cl.mean()),
+            "reward/shaped_mean": float((rewards + r_cl).mean()),
+            "response/mean_tokens": float(mask.sum(1).float().mean()),
+            **{f"time/{k}": v for k, v in t.items()},
+        })
+        emb = {"emb": out.embeddings, "correct": rewards.clone(), "group": group_ids}
+        self.embeddings.setdefault("start", emb)
+        self.embeddings["end"] = emb
+        self.history.append(metrics)
+        self.step_idx += 1
+        return metrics
+
+    # ---- checkpoint / resume ----------------------------------------
+    def state_dict(self) -> dict:
+        return {"step": self.step_idx, "policy": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "head": self.head.state_dict(), "history": self.history, "embeddings": self.embeddings,
+                "torch_rng": torch.get_rng_state(), "config": to_dict(self.cfg)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.head.load_state_dict(state["head"])
+        self.step_idx, self.history, self.embeddings = state["step"], state["history"], state["embeddings"]
+        torch.set_rng_state(state["torch_rng"])
+        self.gen.sync_from_megatron(self.model.state_dict())
+
+
+def save_checkpoint(run: Run, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(run.state_dict(), tmp)
+    os.replace(tmp, path)  # atomic: a kill mid-save never leaves a broken checkpoint
+
+
+def evaluate(run: Run, seed_offset: int = 10_000) -> dict:
+    """pass@1 over n samples at the eval temperature on a held-out generator seed."""
+    from clipo_megatron.data.arithmetic import arithmetic_problems
+    from clipo_megatron.verify.boxed import verify_batch
+
+    e = run.cfg.eval
+    probs = arithmetic_problems(e.size, run.cfg.data.seed + seed_offset, dataset=run.cfg.data.dataset,
+                                one_shot=run.cfg.data.one_shot)
+    t0 = time.perf_counter()
+    ro = run.gen.generate([p.prompt for p in probs], e.n, temperature=e.temperature, top_p=e.top_p,
+                          max_tokens=e.max_tokens, seed=run.cfg.seed + 7)
+    ok = torch.tensor(verify_batch(ro.texts, [probs[i].answer for i in ro.prompt_index])).view(e.size, e.n)
+    dt = time.perf_counter() - t0
+    return {"pass@1": float(ok.mean()), "problems": e.size, "n": e.n, "seconds": dt,
+            "samples_per_s": e.size * e.n / dt}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="clipo-megatron train", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", help="YAML recipe (e.g. examples/configs/cpu_demo.yaml)")
+    ap.add_argument("--algo", choices=["clipo", "grpo"], help="shortcut for algo=...")
+    ap.add_argument("overrides", nargs="*", help="OmegaConf dotted overrides, key=value")
+    args = ap.parse_args(argv)
+    overrides = list(args.overrides) + ([f"algo={args.algo}"] if args.algo else [])
+    cfg = load_config(args.config, overrides)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    from tqdm import tqdm
+
+    out = Path(cfg.output.dir)
+    ckpt = out / "checkpoints" / "latest.pt"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+    run = Run(cfg)
+    results: dict = {}
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        run.load_state_dict(state)
+        results = json.loads((out / "eval_before.json").read_text()) if (out / "eval_before.json").exists() else {}
+        print(f"[clipo-megatron] resumed from {ckpt} at step {run.step_idx}")
+    elif cfg.eval.before_training and cfg.eval.size > 0:
+        results = evaluate(run)
+        (out / "eval_before.json").write_text(json.dumps(results, indent=2))
+        print(f"[clipo-megatron] before training: pass@1 {results['pass@1']:.3f} "
+              f"({results['samples_per_s']:.1f} samples/s)")
+    writer = None
+    if cfg.output.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(out / "tensorboard"), purge_step=run.step_idx)
+    bar = tqdm(total=cfg.train.steps, initial=run.step_idx, desc=f"{cfg.algo}", dynamic_ncols=True)
+    with (out / "metrics.jsonl").open("a") as log:
+        while run.step_idx < cfg.train.steps:
+            m = run.step()
+            log.write(json.dumps(m) + "\n")
+            log.flush()
+            if writer:
+                for k, v in m.items():
+                    if k != "step":
+                        writer.add_scalar(k, v, m["step"])
+            bar.set_postfix(reward=f"{m['reward/mean']:.2f}", cl_loss=f"{m.get('clipo/loss', 0):.2f}",
+                            valid=f"{m.get('clipo/valid_group_frac', 0):.2f}")
+            bar.update(1)
+            if run.step_idx % cfg.output.checkpoint_every == 0 or run.step_idx == cfg.train.steps:
+                save_checkpoint(run, ckpt)
+    bar.close()
+    if writer:
+        writer.close()
+    final = evaluate(run) if cfg.eval.size > 0 else {}
+    write_results(out, cfg, run, results, final)
+    if cfg.output.plots:
+        from clipo_megatron.runner.plots import plot_curves, plot_tsne
+
+        plot_curves(run.history, out / "curves.png", title=cfg.algo)
+        plot_tsne(run.embeddings, out / "tsne.png")
+    print((out / "results.md").read_text())
+    return 0
+
+
+def write_results(out: Path, cfg: RunConfig, run: Run, before: dict, after: dict) -> None:
+    h = run.history
+    k = max(1, len(h) // 4)
+    first = sum(x["reward/mean"] for x in h[:k]) / k
+    last = sum(x["reward/mean"] for x in h[-k:]) / k
+    steps_t = {s: sum(x[f"time/{s}"] for x in h) / len(h) for s in STAGES}
+    res = {"algo": cfg.algo, "steps": len(h), "train_reward_first_quarter": first, "train_reward_last_quarter": last,
+           "eval_before": before, "eval_after": after, "mean_step_seconds": steps_t}
+    (out / "results.json").write_text(json.dumps(res, indent=2))
+    lines = [f"# {cfg.algo} on {cfg.data.dataset} ({cfg.model.source}), {len(h)} steps", "",
+             "| metric | value |", "|---|---|",
+             f"| train reward, first quarter of steps | {first:.3f} |",
+             f"| train reward, last quarter of steps | {last:.3f} |"]
+    if before:
+        lines.append(f"| held-out pass@1 before (n={before['n']}, T={cfg.eval.temperature}) | {before['pass@1']:.3f} |")
+    if after:
+        lines.append(f"| held-out pass@1 after (n={after['n']}, T={cfg.eval.temperature}) | {after['pass@1']:.3f} |")
+        lines.append(f"| eval throughput (samples/s) | {after['samples_per_s']:.1f} |")
+    lines.append("| mean step time (s): " + " / ".join(STAGES) + " | "
+                 + " / ".join(f"{steps_t[s]:.1f}" for s in STAGES) + " |")
+    (out / "results.md").write_text("\n".join(lines) + "\n")
