@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
-ONE_SHOT = "Example: Calculate 4 + 3.\nAnswer: 4 + 3 = 7. The final answer is \\boxed{7}.\n\nNow solve:\n"
+SYSTEM = "You are a helpful assistant."
+# One worked example as a previous chat turn teaches a 135M model the answer format.
+ONE_SHOT = [("Calculate 4 + 3.", "4 + 3 = 7. The final answer is \\boxed{7}.")]
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,16 @@ class Problem:
     index: int
     prompt: str  # user message (question + instruction)
     answer: str
+    few_shot: bool = True
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        """Chat messages: system, the worked example turns, then the question."""
+        msgs = [{"role": "system", "content": SYSTEM}]
+        if self.few_shot:
+            for q, a in ONE_SHOT:
+                msgs += [{"role": "user", "content": f"{q}\n{INSTRUCTION}"}, {"role": "assistant", "content": a}]
+        return msgs + [{"role": "user", "content": self.prompt}]
 
 
 def arithmetic_problems(size: int, seed: int, *, dataset: str = "basic_arithmetic", one_shot: bool = True,
@@ -31,7 +43,9 @@ def arithmetic_problems(size: int, seed: int, *, dataset: str = "basic_arithmeti
     if size < 1:
         raise ValueError(f"size={size} must be >= 1")
     if dataset == "basic_arithmetic":
-        gen_kwargs = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, **gen_kwargs}
+        # Two single-digit terms, + and -, no parentheses or negation: a 135M model
+        # gets a fair share right, so groups are mixed and CLIPO has signal.
+        gen_kwargs = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ("+", "-"),
+                      "allow_parentheses": False, "allow_negation": False, **gen_kwargs}
     ds = reasoning_gym.create_dataset(dataset, seed=seed, size=size, **gen_kwargs)
-    prefix = ONE_SHOT if one_shot else ""
-    return [Problem(i, f"{prefix}{x['question']}\n{INSTRUCTION}", str(x["answer"])) for i, x in enumerate(ds)]
+    return [Problem(i, f"{x['question']}\n{INSTRUCTION}", str(x["answer"]), one_shot) for i, x in enumerate(ds)]

@@ -30,12 +30,13 @@ class HFGenerator:
         self.tok = tokenizer
         self.arch = arch
 
-    def chat_prompt(self, user: str) -> str:
-        return self.tok.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
-                                            add_generation_prompt=True)
+    def chat_prompt(self, prompt: str | list[dict[str, str]]) -> str:
+        """A user string or a full message list, formatted with the model's chat template."""
+        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], n: int, *, temperature: float, top_p: float, max_tokens: int,
+    def generate(self, prompts: list[str | list[dict[str, str]]], n: int, *, temperature: float, top_p: float, max_tokens: int,
                  seed: int) -> Rollouts:
         """n samples per prompt; `seed` makes the whole batch reproducible."""
         torch.manual_seed(seed)

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from clipo_megatron.core.advantages import group_advantages
-from clipo_megatron.core.pooling import masked_sum_and_count, mean_from_sums
 from clipo_megatron.core.policy_loss import clipped_pg_loss
+from clipo_megatron.core.pooling import masked_sum_and_count, mean_from_sums
 from clipo_megatron.runner.config import RunConfig, load_config, to_dict
 
 STAGES = ("generate", "verify", "logprob_embed", "head", "train", "sync")
@@ -132,7 +132,7 @@ class Run:
         batch = [self.problems[(start + i) % len(self.problems)] for i in range(p)]
 
         t0 = time.perf_counter()
-        ro = self.gen.generate([b.prompt for b in batch], cfg.rollout.n, temperature=cfg.rollout.temperature,
+        ro = self.gen.generate([b.messages for b in batch], cfg.rollout.n, temperature=cfg.rollout.temperature,
                                top_p=cfg.rollout.top_p, max_tokens=cfg.rollout.max_tokens,
                                seed=cfg.seed * 1_000_003 + self.step_idx)
         t["generate"] = time.perf_counter() - t0
@@ -209,7 +209,7 @@ def evaluate(run: Run, seed_offset: int = 10_000) -> dict:
     probs = arithmetic_problems(e.size, run.cfg.data.seed + seed_offset, dataset=run.cfg.data.dataset,
                                 one_shot=run.cfg.data.one_shot)
     t0 = time.perf_counter()
-    ro = run.gen.generate([p.prompt for p in probs], e.n, temperature=e.temperature, top_p=e.top_p,
+    ro = run.gen.generate([p.messages for p in probs], e.n, temperature=e.temperature, top_p=e.top_p,
                           max_tokens=e.max_tokens, seed=run.cfg.seed + 7)
     ok = torch.tensor(verify_batch(ro.texts, [probs[i].answer for i in ro.prompt_index])).view(e.size, e.n)
     dt = time.perf_counter() - t0
