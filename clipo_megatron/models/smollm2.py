@@ -25,15 +25,23 @@ def smollm2_gguf_path() -> Path:
     return files[0]
 
 
-def load_smollm2(dtype=None):
-    """(HF model, tokenizer) for SmolLM2-135M-Instruct, dequantised to float32."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_smollm2_tokenizer():
+    """The SmolLM2 tokenizer alone (left padding for batched generation)."""
+    from transformers import AutoTokenizer
 
     path = smollm2_gguf_path()
     tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype or torch.float32)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
-    return model.eval(), tok
+    return tok
+
+
+def load_smollm2(dtype=None):
+    """(HF model, tokenizer) for SmolLM2-135M-Instruct, dequantised to float32."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = smollm2_gguf_path()
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype or torch.float32)
+    return model.eval(), load_smollm2_tokenizer()

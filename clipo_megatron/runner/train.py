@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -223,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", help="YAML recipe (e.g. examples/configs/cpu_demo.yaml)")
     ap.add_argument("--algo", choices=["clipo", "grpo"], help="shortcut for algo=...")
     ap.add_argument("overrides", nargs="*", help="OmegaConf dotted overrides, key=value")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)
+    # Megatron-Core on CPU warns about missing Apex/TransformerEngine on every layer.
+    warnings.filterwarnings("ignore", module=r"megatron\..*")
     overrides = list(args.overrides) + ([f"algo={args.algo}"] if args.algo else [])
     cfg = load_config(args.config, overrides)
     if cfg.threads:
