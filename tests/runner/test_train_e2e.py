@@ -81,3 +81,17 @@ def test_bad_config_is_a_clear_error(tmp_path):
         main(["rollout.n=1", f"output.dir={tmp_path}"])
     with pytest.raises(ValueError, match="key=value"):
         main(["rollout.n", f"output.dir={tmp_path}"])
+
+
+def test_eval_command_on_a_checkpoint(tmp_path, mcore_single_process):
+    _need_smollm2()
+    from clipo_megatron.eval.run import main as eval_main
+
+    d = tmp_path / "e"
+    assert main(TINY + ["train.steps=1", f"output.dir={d}", "output.plots=false"]) == 0
+    assert eval_main(["--run", str(d), "eval.size=2", "eval.n=3"]) == 0
+    res = json.loads((d / "eval.json").read_text())
+    assert res["step"] == 1 and res["n"] == 3 and res["problems"] == 2
+    assert (d / "eval.md").read_text().count("|") > 10
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        eval_main(["--run", str(tmp_path / "nope")])
