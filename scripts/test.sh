@@ -9,7 +9,7 @@ bash scripts/setup_env.sh --mcore-latest
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 status=0
 echo "== pytest: Python 3.11, megatron-core $(.venv/bin/python -c 'import megatron.core as m; print(m.__version__)' 2>/dev/null)"
-.venv/bin/python -m pytest -q --timeout=900 "$@" || status=$?
+.venv/bin/python -m pytest -q -p no:warnings --timeout=900 "$@" || status=$?
 echo "== pytest: Python 3.12, megatron-core $(.venv312/bin/python -c 'import megatron.core as m; print(m.__version__)' 2>/dev/null) (Megatron tests)"
-.venv312/bin/python -m pytest -q --timeout=900 -m mcore tests/megatron "$@" || status=$?
+.venv312/bin/python -m pytest -q -p no:warnings --timeout=900 -m mcore tests/megatron "$@" || status=$?
 exit $status
