@@ -3,10 +3,13 @@
 
 A_i = (r'_i - b_g) / (std_g r' + eps), per group g given by group id (never
 "every G rows"). b_g is the group mean, or with `leave_one_out` the mean of
-the *other* rollouts (NeMo-RL `use_leave_one_out_baseline`). std is the
-unbiased std of the group (as NeMo-RL's GRPO); `normalize_std=False` gives
-Dr.GRPO-style centring. Groups of one rollout, and groups whose std is 0,
-get A = 0 (NeMo-RL divides only where std > 0; r - mean is 0 there anyway).
+the *other* rollouts (NeMo-RL `use_leave_one_out_baseline`). std follows
+NeMo-RL's `calculate_baseline_and_std_per_prompt` (HEAD 7ea279a): the
+unbiased std of the group, or with leave-one-out the unbiased std of the
+*other* rollouts (0 when fewer than 2 others). Division happens only where
+std > 0 (elsewhere A is the centred reward, which is 0 for the plain group
+std); `normalize_std=False` gives Dr.GRPO-style centring. Rollouts alone in
+their group get A = 0.
 CLIPO adds its contrastive reward to r before this normalisation (paper
 Sec. 3, r'_i = r_i + r_i^CL).
 
@@ -44,9 +47,18 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, normaliz
         base = mean
     adv = r - base  # [N, G]
     if normalize_std:
-        var = (((r - mean) ** 2) * valid).sum(1, keepdim=True) / (n - 1).clamp_min(1)  # [N, 1]
+        if leave_one_out:
+            # std of the other n-1 rollouts: sum of squared deviations from their mean / (n - 2)
+            # (two-pass form over [N, G, G] blocks, no E[x^2] - E[x]^2 cancellation)
+            g_max = r.shape[1]
+            others = valid.unsqueeze(1) & ~torch.eye(g_max, dtype=torch.bool).unsqueeze(0)  # [N, G(i), G(j)]
+            dev = (r.unsqueeze(1) - base.unsqueeze(2)) ** 2  # [N, G(i), G(j)]
+            m2 = (dev * others).sum(2)  # [N, G]
+            var = torch.where(n > 2, m2 / (n - 2).clamp_min(1), torch.zeros_like(m2))
+        else:
+            var = (((r - mean) ** 2) * valid).sum(1, keepdim=True) / (n - 1).clamp_min(1)  # [N, 1]
         std = var.sqrt()
-        adv = torch.where(std > 0, adv / (std + eps), torch.zeros_like(adv))
+        adv = torch.where(std > 0, adv / (std + eps), adv)
     adv = torch.where(n > 1, adv, torch.zeros_like(adv))
     out_dtype = rewards.dtype if rewards.dtype.is_floating_point else torch.float32
     return lay.from_padded(adv).to(out_dtype)

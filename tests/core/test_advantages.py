@@ -12,13 +12,38 @@ from clipo_megatron.core.advantages import dynamic_sampling_filter, group_advant
 
 
 def test_leave_one_out_hand_computed():
-    # group 0: r = [1, 0, 0]; LOO baselines [0, 0.5, 0.5] -> centred [1, -0.5, -0.5];
-    # unbiased std sqrt(1/3) = 0.577350 -> A = [1.732048, -0.866024, -0.866024] (eps 1e-6)
+    # NeMo-RL convention: r = [1, 0, 0]; LOO baselines [0, 0.5, 0.5] -> centred [1, -0.5, -0.5];
+    # std of the others: row 0 -> {0, 0} std 0 -> left undivided (A = 1);
+    # rows 1, 2 -> {1, 0}: unbiased std sqrt(0.5) = 0.707107 -> A = -0.5 / 0.707108 = -0.707106
     r = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
     a = group_advantages(r, torch.tensor([0, 0, 0]), leave_one_out=True)
-    sd = math.sqrt(1 / 3) + 1e-6
-    torch.testing.assert_close(a, torch.tensor([1 / sd, -0.5 / sd, -0.5 / sd], dtype=torch.float64),
+    sd = math.sqrt(0.5) + 1e-6
+    torch.testing.assert_close(a, torch.tensor([1.0, -0.5 / sd, -0.5 / sd], dtype=torch.float64),
                                rtol=1e-12, atol=1e-12)
+    # two rollouts: others are single -> std 0 -> A = r - other = [1, -1]
+    a2 = group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([3, 3]), leave_one_out=True)
+    torch.testing.assert_close(a2, torch.tensor([1.0, -1.0]), rtol=0, atol=0)
+
+
+def test_matches_nemo_rl_formula_loop():
+    # NeMo-RL's per-prompt loop (calculate_baseline_and_std_per_prompt + GRPOAdvantageEstimator),
+    # re-derived here as a plain loop in float64
+    gen = torch.Generator().manual_seed(5)
+    r = torch.rand(50, generator=gen, dtype=torch.float64).round(decimals=1)
+    g = torch.randint(0, 9, (50,), generator=gen)
+    for loo in (False, True):
+        a = group_advantages(r, g, leave_one_out=loo)
+        for gid in g.unique():
+            rows = (g == gid).nonzero().flatten().tolist()
+            for i in rows:
+                pool = [float(r[j]) for j in rows if not (loo and j == i)]
+                if len(rows) == 1:
+                    exp = 0.0
+                else:
+                    b = sum(pool) / len(pool)
+                    sd = math.sqrt(sum((x - b) ** 2 for x in pool) / (len(pool) - 1)) if len(pool) > 1 else 0.0
+                    exp = (float(r[i]) - b) / (sd + 1e-6) if sd > 0 else float(r[i]) - b
+                assert abs(float(a[i]) - exp) < 1e-9, (loo, i)
 
 
 def test_zero_std_group_gets_zero_and_order_invariance():
