@@ -12,7 +12,8 @@ log rho_t = logp_t - old_logp_t (old detached).
 - gmpo:             geometric mean of clipped token ratios, clip in log space
                     (eps 0.4): with sg = sign(A),
                     l_i = -A_i * exp(mean_t sg * min(sg * log rho_t, sg * clip(log rho_t, -eps_low, eps_high)));
-                    one term per sequence (seq-mean).
+                    one term per sequence, spread over its tokens; the paper (App. GMPO)
+                    aggregates with token-mean (longer sequences weigh more).
 Optional KL to a reference policy (k3 estimator, per token):
     kl_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1,  added as kl_coef * kl_t.
 
@@ -36,7 +37,7 @@ OBJECTIVE_DEFAULTS: dict[str, tuple[float, float, str]] = {
     "grpo": (0.2, 0.2, "token-mean"),
     "dapo": (0.2, 0.28, "token-mean"),
     "gspo": (3e-4, 4e-4, "seq-mean-token-mean"),
-    "gmpo": (0.4, 0.4, "seq-mean-token-mean"),
+    "gmpo": (0.4, 0.4, "token-mean"),
 }
 
 
@@ -85,9 +86,6 @@ def policy_objective_loss(
     aggregation = d_agg if aggregation is None else aggregation
     if aggregation not in ("token-mean", "seq-mean-token-mean"):
         raise ValueError(f"aggregation must be 'token-mean' or 'seq-mean-token-mean', got {aggregation!r}")
-    if objective == "gmpo" and aggregation != "seq-mean-token-mean":
-        raise ValueError("gmpo is a per-sequence objective (geometric mean over its tokens); "
-                         "use aggregation='seq-mean-token-mean'")
     if eps_low < 0 or eps_high < 0:
         raise ValueError(f"clip ranges must be >= 0, got eps_low={eps_low}, eps_high={eps_high}")
     if kl_coef and ref_logprobs is None:
@@ -115,7 +113,7 @@ def policy_objective_loss(
         lr_clip = torch.clamp(log_ratio, -eps_low, eps_high)  # [B, T]
         lr_min = sgn * torch.minimum(sgn * log_ratio, sgn * lr_clip)  # [B, T]
         seq_ratio = torch.exp((lr_min * m).sum(1) / ntok_seq)  # [B]
-        # spread the per-sequence term evenly on its tokens so seq-mean-token-mean gives -A_i * ratio_i
+        # the per-sequence term on each of its tokens: seq-mean-token-mean gives mean_i(-A_i * ratio_i)
         per_tok = (-advantages.to(logprobs.dtype) * seq_ratio).unsqueeze(1).expand_as(m)  # [B, T]
         ratio = torch.exp(log_ratio)
         clipped = (log_ratio < -eps_low) | (log_ratio > eps_high)

@@ -53,7 +53,7 @@ def _naive(lp, old, adv, mask, ref, objective, el, eh, agg, kl):
     ("grpo", 0.2, 0.2, "token-mean"), ("dapo", 0.2, 0.28, "token-mean"),
     ("grpo", 0.2, 0.2, "seq-mean-token-mean"), ("gspo", 3e-4, 4e-4, "seq-mean-token-mean"),
     ("gspo", 0.05, 0.05, "seq-mean-token-mean"), ("gmpo", 0.4, 0.4, "seq-mean-token-mean"),
-    ("gmpo", 0.1, 0.1, "seq-mean-token-mean")])
+    ("gmpo", 0.1, 0.1, "seq-mean-token-mean"), ("gmpo", 0.4, 0.4, "token-mean")])
 @pytest.mark.parametrize("kl", [0.0, 0.05])
 def test_objectives_vs_naive_loop(objective, el, eh, agg, kl):
     lp, old, adv, mask, ref = _batch()
@@ -73,7 +73,7 @@ def test_defaults_per_objective_hand_computed():
     # GSPO: s = exp(0.2) = 1.221403 -> clipped to 1 + 4e-4 -> loss -1.0004
     loss, met = policy_objective_loss(lp, old, adv, mask, objective="gspo")
     assert abs(float(loss) + 1.0004) < 1e-9 and met["pg/clip_frac"] == 1.0
-    # GMPO (eps 0.4, A > 0): min(0.5, 0.4) = 0.4, min(-0.1, -0.1) -> exp(0.15) = 1.161834 -> -1.161834
+    # GMPO (eps 0.4, A > 0, token-mean as in the paper): min(0.5, 0.4) = 0.4, -0.1 -> exp(0.15) = 1.161834
     loss, _ = policy_objective_loss(lp, old, adv, mask, objective="gmpo")
     assert abs(float(loss) + math.exp(0.15)) < 1e-9
 
@@ -103,5 +103,5 @@ def test_errors():
         policy_objective_loss(lp, lp, torch.zeros(2), lp, objective="ppo2")
     with pytest.raises(ValueError, match="needs ref_logprobs"):
         policy_objective_loss(lp, lp, torch.zeros(2), lp, kl_coef=0.1)
-    with pytest.raises(ValueError, match="per-sequence"):
-        policy_objective_loss(lp, lp, torch.zeros(2), lp, objective="gmpo", aggregation="token-mean")
+    with pytest.raises(ValueError, match="aggregation must be"):
+        policy_objective_loss(lp, lp, torch.zeros(2), lp, aggregation="sum")
