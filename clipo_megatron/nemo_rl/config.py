@@ -1,0 +1,239 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The `clipo:` block of a NeMo-RL master config, recipe loading, cross-field validation.
+
+A NeMo-RL GRPO recipe gains one block:
+
+    clipo:
+      enabled: true
+      objective: grpo              # grpo | dapo | gspo | gmpo (policy objective, paper App.)
+      correct_reward_threshold: 0.5
+      head_tensor_parallel: false  # column-parallel head over TP (embed_dim % tp == 0)
+      method: {...}                # clipo_megatron.core.CLIPOConfig keys (loss_type, temperature, ...)
+
+Recipes are YAML with NeMo-RL's conventions: `defaults:` names a parent
+recipe (path relative to the file, a string or a list; `nemo_rl:<path>` is a
+recipe of the NeMo-RL checkout, merged when NeMo-RL is found and skipped
+otherwise), children override
+parents, OmegaConf interpolation (`${policy.model_name}`, `${mul:a,b}`), and
+dotted command-line overrides (`grpo.max_num_steps=10`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from clipo_megatron.core.config import CLIPOConfig
+
+Objective = Literal["grpo", "dapo", "gspo", "gmpo"]
+OBJECTIVES = ("grpo", "dapo", "gspo", "gmpo")
+
+
+@dataclass
+class ClipoNemoRLConfig:
+    """Integration knobs; the method itself lives in `method` (a `CLIPOConfig`)."""
+
+    # Master switch. False runs the same recipe as the plain objective (the paper's baselines).
+    enabled: bool = True
+    # Policy objective: grpo / dapo / gspo go through NeMo-RL's ClippedPGLossFn,
+    # gmpo through this package's GMPOLossFn (not in NeMo-RL).
+    objective: Objective = "grpo"
+    # A rollout is "correct" (a CLIPO positive) when its verifiable reward >= this.
+    correct_reward_threshold: float = 0.5
+    # Shard the head's output dim over TP (column parallel); else replicate it.
+    head_tensor_parallel: bool = False
+    # Hidden-state capture: "hook" (final-norm forward hook, every megatron-core),
+    # "output_processor" (megatron-core >= 0.18), "auto".
+    capture: Literal["auto", "hook", "output_processor"] = "auto"
+    # Sub-directory of a NeMo-RL checkpoint (step_N/) holding the head state.
+    head_checkpoint_dir: str = "clipo_head"
+    method: CLIPOConfig = field(default_factory=CLIPOConfig)
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"clipo.objective={self.objective!r} is not one of {OBJECTIVES}")
+        if self.capture not in ("auto", "hook", "output_processor"):
+            raise ValueError(f"clipo.capture={self.capture!r} must be 'auto', 'hook' or 'output_processor'")
+        if not self.head_checkpoint_dir or "/" in self.head_checkpoint_dir:
+            raise ValueError(f"clipo.head_checkpoint_dir={self.head_checkpoint_dir!r} must be a plain directory name")
+
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any] | None) -> ClipoNemoRLConfig:
+        cfg = dict(cfg or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise ValueError(f"unknown clipo.* keys {unknown}; valid keys: {sorted(known)} "
+                             f"(method knobs go under clipo.method)")
+        method = cfg.pop("method", None)
+        if isinstance(method, CLIPOConfig):
+            m = method
+        else:
+            m = CLIPOConfig.from_dict(method)
+        return cls(method=m, **cfg)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------- recipes
+
+
+def _register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    # NeMo-RL registers the same `mul` / `max` resolvers in its load_config.
+    register = getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver  # omegaconf >= 2.4
+    if not OmegaConf.has_resolver("mul"):
+        register("mul", lambda a, b: a * b)
+    if not OmegaConf.has_resolver("max"):
+        register("max", lambda a, b: max(a, b))
+
+
+def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()):
+    from omegaconf import OmegaConf
+
+    path = path.resolve()
+    if path in seen:
+        raise ValueError(f"recipe `defaults:` cycle: {' -> '.join(str(p) for p in (*seen, path))}")
+    if not path.exists():
+        raise ValueError(f"recipe {path} does not exist (named by {seen[-1] if seen else 'the caller'})")
+    node = OmegaConf.load(path)
+    parents = node.pop("defaults", None)
+    if parents is None:
+        return node
+    if isinstance(parents, str):
+        parents = [parents]
+    merged = OmegaConf.create({})
+    for parent in parents:
+        parent = str(parent)
+        if parent.startswith(NEMO_RL_PREFIX):
+            root = nemo_rl_root()
+            if root is None:  # CI / no NeMo-RL: our recipes set every key they interpolate
+                continue
+            parent_path = root / parent[len(NEMO_RL_PREFIX):]
+        else:
+            parent_path = path.parent / parent
+        merged = OmegaConf.merge(merged, _load_with_defaults(parent_path, (*seen, path)))
+    return OmegaConf.merge(merged, node)
+
+
+NEMO_RL_PREFIX = "nemo_rl:"
+
+
+def nemo_rl_root() -> Path | None:
+    """NeMo-RL's checkout (for `defaults: nemo_rl:examples/configs/...`): $NEMO_RL_ROOT, else the installed package's."""
+    import importlib.util
+    import os
+
+    env = os.environ.get("NEMO_RL_ROOT")
+    if env:
+        return Path(env)
+    spec = importlib.util.find_spec("nemo_rl")
+    if spec is None or not spec.origin:
+        return None
+    root = Path(spec.origin).parent.parent
+    return root if (root / "examples" / "configs").is_dir() else None
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None, *, resolve: bool = True) -> dict[str, Any]:
+    """Load a recipe with its `defaults:` chain and dotted overrides; return a plain dict.
+
+    A dotted override of a key absent from the recipe is an error (a typo
+    would otherwise be silently ignored); prefix it with `+` to add a key.
+    """
+    from omegaconf import OmegaConf
+
+    _register_resolvers()
+    cfg = _load_with_defaults(Path(path))
+    for ov in overrides or []:
+        if "=" not in ov:
+            raise ValueError(f"override {ov!r} must look like key.path=value")
+        key, _ = ov.split("=", 1)
+        add = key.startswith("+")
+        key = key.lstrip("+")
+        if not add and OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
+            raise ValueError(f"override {ov!r}: key {key!r} is not in the recipe; write +{ov} to add it")
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([ov.lstrip("+")]))
+    return OmegaConf.to_container(cfg, resolve=resolve)  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _get(cfg: dict, dotted: str, default: Any = None) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
+    """Check the cross-field rules between `clipo:` and NeMo-RL's blocks; return the typed block.
+
+    Raises ValueError naming the clashing keys and the fix.
+    """
+    clipo = ClipoNemoRLConfig.from_dict(cfg.get("clipo"))
+    m = clipo.method
+    if not _get(cfg, "policy.megatron_cfg.enabled", False):
+        raise ValueError("policy.megatron_cfg.enabled is false: this integration runs on NeMo-RL's Megatron "
+                         "backend; set policy.megatron_cfg.enabled=true and policy.dtensor_cfg.enabled=false")
+    if _get(cfg, "policy.dtensor_cfg.enabled", False):
+        raise ValueError("policy.dtensor_cfg.enabled and policy.megatron_cfg.enabled are both true; "
+                         "set policy.dtensor_cfg.enabled=false")
+    tp = int(_get(cfg, "policy.megatron_cfg.tensor_model_parallel_size", 1))
+    pp = int(_get(cfg, "policy.megatron_cfg.pipeline_model_parallel_size", 1))
+    cp = int(_get(cfg, "policy.megatron_cfg.context_parallel_size", 1))
+    if cp > 1 and not _get(cfg, "policy.sequence_packing.enabled", False):
+        raise ValueError(f"policy.megatron_cfg.context_parallel_size={cp} needs policy.sequence_packing.enabled=true "
+                         "(NeMo-RL shards CP only on packed sequences)")
+    if pp > 1 and _get(cfg, "policy.dynamic_batching.enabled", False):
+        raise ValueError(f"policy.megatron_cfg.pipeline_model_parallel_size={pp} is incompatible with "
+                         "policy.dynamic_batching.enabled=true in NeMo-RL; use policy.sequence_packing instead")
+    if clipo.head_tensor_parallel and m.embed_dim % tp:
+        raise ValueError(f"clipo.method.embed_dim={m.embed_dim} is not divisible by tensor_model_parallel_size={tp}; "
+                         "pick a multiple of TP or set clipo.head_tensor_parallel=false (replicated head)")
+    n_gen = int(_get(cfg, "grpo.num_generations_per_prompt", 0))
+    n_prompts = int(_get(cfg, "grpo.num_prompts_per_step", 0))
+    if clipo.enabled and n_gen < 3:
+        raise ValueError(f"grpo.num_generations_per_prompt={n_gen}: a CLIPO group needs >= 2 correct and >= 1 "
+                         "incorrect rollouts, so use >= 3 generations per prompt (paper: 16)")
+    if m.max_group_size is not None and m.max_group_size < n_gen:
+        raise ValueError(f"clipo.method.max_group_size={m.max_group_size} < grpo.num_generations_per_prompt={n_gen}; "
+                         "raise it or leave it null")
+    gbs = _get(cfg, "policy.train_global_batch_size")
+    if gbs is not None and n_prompts and (n_prompts * n_gen) % int(gbs):
+        raise ValueError(f"grpo.num_prompts_per_step * num_generations_per_prompt = {n_prompts * n_gen} is not a "
+                         f"multiple of policy.train_global_batch_size={gbs}")
+    max_steps = _get(cfg, "grpo.max_num_steps")
+    if clipo.enabled and max_steps is not None and m.warmup_steps >= int(max_steps):
+        raise ValueError(f"clipo.method.warmup_steps={m.warmup_steps} >= grpo.max_num_steps={max_steps}: the policy "
+                         "would never be updated; lower the warm-up or raise max_num_steps")
+    est = _get(cfg, "grpo.adv_estimator.name", "grpo")
+    if clipo.enabled and est != "grpo":
+        raise ValueError(f"grpo.adv_estimator.name={est!r}: CLIPO adds its reward before GRPO's group "
+                         "normalisation and wraps the 'grpo' estimator only; set grpo.adv_estimator.name=grpo")
+
+    obj = clipo.objective
+    seq_ratio = bool(_get(cfg, "loss_fn.sequence_level_importance_ratios", False))
+    tok_loss = bool(_get(cfg, "loss_fn.token_level_loss", True))
+    if obj == "gspo" and (not seq_ratio or tok_loss):
+        raise ValueError("clipo.objective=gspo needs loss_fn.sequence_level_importance_ratios=true and "
+                         "loss_fn.token_level_loss=false (NeMo-RL's GSPO mode)")
+    if obj != "gspo" and seq_ratio:
+        raise ValueError(f"loss_fn.sequence_level_importance_ratios=true is GSPO's ratio but clipo.objective={obj!r}; "
+                         "set clipo.objective=gspo or the ratio flag to false")
+    if obj == "dapo":
+        if not _get(cfg, "grpo.use_dynamic_sampling", False):
+            raise ValueError("clipo.objective=dapo needs grpo.use_dynamic_sampling=true (DAPO's dynamic sampling)")
+        lo, hi = float(_get(cfg, "loss_fn.ratio_clip_min", 0.2)), float(_get(cfg, "loss_fn.ratio_clip_max", 0.2))
+        if hi <= lo:
+            raise ValueError(f"clipo.objective=dapo uses an asymmetric clip (paper 0.2 / 0.28) but "
+                             f"loss_fn.ratio_clip_min={lo} >= ratio_clip_max={hi}")
+    if obj == "gmpo" and not tok_loss:
+        raise ValueError("clipo.objective=gmpo aggregates token-mean (paper App. GMPO); set loss_fn.token_level_loss=true")
+    return clipo

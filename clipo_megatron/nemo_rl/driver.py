@@ -1,0 +1,84 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The CLIPO GRPO driver: NeMo-RL's `setup` + `grpo_train` with three seams filled.
+
+1. `setup(..., policy_factory=ClipoPolicy)`   -> worker extension, head, warm-up, head checkpoints;
+2. the advantage estimator                    -> `ClipoAdvantageEstimator` around NeMo-RL's GRPO one;
+3. the loss                                   -> NeMo-RL's ClippedPGLossFn (grpo/dapo/gspo) or GMPOLossFn.
+
+Seam 2: NeMo-RL (7ea279a) builds the estimator inside `grpo_train` with the
+module-level `_create_advantage_estimator(master_config)`, looked up at call
+time. `clipo_advantage_estimator_installed` rebinds that name for the
+duration of the run (and restores it), wrapping whatever NeMo-RL builds.
+No NeMo-RL file is edited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
+from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunState
+
+
+@contextlib.contextmanager
+def clipo_advantage_estimator_installed(grpo_module: Any, policy: Any, cfg: ClipoNemoRLConfig, state: ClipoRunState,
+                                        metrics_sink: Callable[[dict, int], None] | None = None):
+    """Rebind `grpo_module._create_advantage_estimator` to wrap its result with CLIPO."""
+    original = getattr(grpo_module, "_create_advantage_estimator", None)
+    if original is None:
+        raise RuntimeError("nemo_rl.algorithms.grpo._create_advantage_estimator not found: this NeMo-RL differs "
+                           "from the commit this integration targets (docs/nemo_rl.md)")
+
+    def create(master_config):
+        return ClipoAdvantageEstimator(original(master_config), policy.clipo_head_step, cfg, state,
+                                       metrics_sink=metrics_sink)
+
+    grpo_module._create_advantage_estimator = create
+    try:
+        yield
+    finally:
+        grpo_module._create_advantage_estimator = original
+
+
+def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU cluster
+    """Run CLIPO GRPO from a resolved master-config dict (see examples/run_grpo_clipo.py)."""
+    from clipo_megatron.nemo_rl import require_nemo_rl
+
+    require_nemo_rl()
+    clipo = validate_master_config(config)
+    from nemo_rl.algorithms import grpo
+    from nemo_rl.algorithms.utils import get_tokenizer
+    from nemo_rl.data.utils import setup_response_data
+    from nemo_rl.distributed.virtual_cluster import init_ray
+    from nemo_rl.models.generation import configure_generation_config
+    from nemo_rl.utils.logger import get_next_experiment_dir
+
+    from clipo_megatron.nemo_rl.data import register_with_nemo_rl
+    from clipo_megatron.nemo_rl.losses import build_policy_loss
+    from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
+
+    clipo_block = config.pop("clipo")
+    master = grpo.MasterConfig(**config)
+    master.logger["log_dir"] = get_next_experiment_dir(master.logger["log_dir"])
+    init_ray()
+    register_with_nemo_rl()
+    tokenizer = get_tokenizer(master.policy["tokenizer"])
+    master.policy["generation"] = configure_generation_config(master.policy["generation"], tokenizer)
+    dataset, val_dataset, task_to_env, val_task_to_env = setup_response_data(tokenizer, master.data, master.env)
+
+    state = ClipoRunState(warmup_steps=clipo.method.warmup_steps)
+    policy_cls = make_clipo_policy_class(clipo, state)
+    (policy, policy_generation, _gym, _clusters, dataloader, val_dataloader, loss_fn, logger, checkpointer,
+     grpo_state, master, *_rest) = grpo.setup(master, tokenizer, dataset, val_dataset, policy_factory=policy_cls)
+    if clipo.objective == "gmpo":
+        loss_fn = build_policy_loss("gmpo", dict(config["loss_fn"]))
+    config["clipo"] = clipo_block
+
+    def sink(metrics: dict, step: int) -> None:
+        logger.log_metrics(metrics, step, prefix="train")
+
+    with clipo_advantage_estimator_installed(grpo, policy, clipo, state, sink if clipo.enabled else None):
+        grpo.grpo_train(policy, policy_generation, dataloader, val_dataloader, tokenizer, loss_fn, task_to_env,
+                        val_task_to_env, logger, checkpointer, grpo_state, master)

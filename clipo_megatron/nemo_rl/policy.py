@@ -1,0 +1,101 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Driver-side policy: NeMo-RL's `Policy` with the CLIPO worker extension (via `setup(policy_factory=...)`).
+
+`make_clipo_policy_class(cfg, state)` returns a `Policy` subclass that
+- builds its workers from `ClipoMegatronPolicyWorker` (`worker_extension_cls_fqn`)
+  and registers that class for the mcore venv (`ACTOR_ENVIRONMENT_REGISTRY`);
+- `get_logprobs`: attaches `clipo_sample_idx = arange(B)` to a *copy* of the
+  data (so `get_reference_policy_logprobs`, which grpo_train calls with the
+  same dict, pools nothing); NeMo-RL's sharding / sorting / `reorder_data`
+  handle the extra column like any other;
+- `clipo_head_step(correct, group_ids, step)`: runs the head step on every
+  worker and scatters the per-shard rewards back to batch order;
+- `train`: a no-op during CLIPO warm-up (rollouts, logprobs and head updates
+  still run, the policy is not updated; paper App. "critic warmup");
+- `save_checkpoint`: also writes the head under `<step dir>/clipo_head/`; on
+  construction with `weights_path` (resume) the head and step are restored.
+
+The NeMo-RL-free pieces (`collect_head_step`, `warmup_train_result`) are tested on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+from clipo_megatron.nemo_rl.rewards import ClipoRunState, HeadStepResult, assemble_rows
+from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
+
+WORKER_FQN = "clipo_megatron.nemo_rl.worker_extension.ClipoMegatronPolicyWorker"
+
+
+def collect_head_step(results: list[dict[str, Any]], batch_size: int) -> HeadStepResult:
+    """Per-worker {sample_idx, rewards, metrics} -> [B] rewards in batch order + the metrics."""
+    rewards = assemble_rows([(r["sample_idx"], r["rewards"]) for r in results], batch_size,
+                            name="contrastive rewards")
+    metrics = next((r["metrics"] for r in results if r["metrics"]), {})
+    return HeadStepResult(rewards=rewards, metrics=dict(metrics))
+
+
+def step_dir_of(weights_path: str) -> str:
+    """grpo_train saves weights to <step dir>/policy/weights."""
+    return os.path.dirname(os.path.dirname(os.path.normpath(weights_path)))
+
+
+def warmup_train_result() -> dict[str, Any]:
+    """What `Policy.train` returns when the policy is held during warm-up (keys grpo_train reads)."""
+    return {"loss": torch.zeros(1), "grad_norm": torch.zeros(1), "all_mb_metrics": {"clipo_warmup": [1.0]}}
+
+
+def make_clipo_policy_class(cfg: ClipoNemoRLConfig, state: ClipoRunState):
+    from clipo_megatron.nemo_rl import require_nemo_rl
+
+    require_nemo_rl()
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY, MCORE_EXECUTABLE
+    from nemo_rl.models.policy.lm_policy import Policy
+
+    ACTOR_ENVIRONMENT_REGISTRY.setdefault(WORKER_FQN, MCORE_EXECUTABLE)
+
+    class ClipoPolicy(Policy):
+        def __init__(self, *args: Any, **kwargs: Any):
+            if cfg.enabled:
+                kwargs.setdefault("worker_extension_cls_fqn", WORKER_FQN)
+            super().__init__(*args, **kwargs)
+            self.clipo_cfg = cfg
+            self.clipo_state = state
+            if not cfg.enabled:
+                return
+            self.run_all_workers_single_data("clipo_setup", cfg.to_dict())
+            weights_path = kwargs.get("weights_path")
+            if weights_path:
+                extras = self.run_all_workers_single_data("clipo_load_head", step_dir_of(str(weights_path)))
+                saved = next((e for e in extras if e), None)
+                if saved:
+                    state.load_state_dict(saved)
+
+        def get_logprobs(self, data, timer=None):
+            if not cfg.enabled:
+                return super().get_logprobs(data, timer=timer)
+            tagged = BatchedDataDict(dict(data))
+            tagged[SAMPLE_IDX_KEY] = torch.arange(data.size)
+            return super().get_logprobs(tagged, timer=timer)
+
+        def clipo_head_step(self, correct: torch.Tensor, group_ids: torch.Tensor, step: int) -> HeadStepResult:
+            results = self.run_all_workers_single_data("clipo_head_step", correct, group_ids, step)
+            return collect_head_step(results, int(correct.numel()))
+
+        def train(self, data, loss_fn, *args: Any, **kwargs: Any):
+            if cfg.enabled and not state.policy_should_update():
+                return warmup_train_result()
+            return super().train(data, loss_fn, *args, **kwargs)
+
+        def save_checkpoint(self, weights_path: str, *args: Any, **kwargs: Any) -> None:
+            super().save_checkpoint(weights_path, *args, **kwargs)
+            if cfg.enabled:
+                self.run_all_workers_single_data("clipo_save_head", step_dir_of(weights_path), state.state_dict())
+
+    return ClipoPolicy

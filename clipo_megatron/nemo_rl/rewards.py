@@ -1,0 +1,166 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Driver side of the GRPO step: contrastive rewards into the advantage estimator.
+
+NeMo-RL's `grpo_train` (HEAD 7ea279a) calls, per step,
+`adv_estimator.compute_advantage(prompt_ids=[B, S_prompt], rewards=[B], mask=[B, S], ...)`
+after the logprob passes. `ClipoAdvantageEstimator` wraps the configured
+GRPO estimator there:
+
+    group_ids = unique rows of prompt_ids            (group identity from the prompt)
+    correct   = verifiable reward >= threshold       (CLIPO positives)
+    r_CL      = head_step(correct, group_ids, step)  (workers: head on pooled states, update)
+    r'        = r + r_CL                             (paper Sec. 3, before normalisation)
+    A         = base.compute_advantage(prompt_ids, r', mask)
+
+Rows are in `train_data` order. With dynamic sampling (DAPO) NeMo-RL filters
+the batch *before* the logprob pass, so the rows here are already the kept
+ones. The worker results come back per DP shard, in any order, keyed by the
+global row index the policy attached to the logprob data
+(`clipo_sample_idx`); `assemble_rows` puts them back and checks coverage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from clipo_megatron.core.advantages import group_advantages
+from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+
+
+def group_ids_from_prompts(prompt_ids: torch.Tensor) -> torch.Tensor:
+    """[B, S] (padded prompt tokens) or [B] -> [B] long group ids, equal iff the prompt rows are equal.
+
+    Same identity NeMo-RL's `calculate_baseline_and_std_per_prompt` uses
+    (`torch.unique(prompts, dim=0)`); ids are the rank of the row among the
+    unique rows, so they are deterministic and identical on every process.
+    """
+    if prompt_ids.dim() == 1:
+        prompt_ids = prompt_ids.unsqueeze(1)
+    if prompt_ids.dim() != 2:
+        raise ValueError(f"prompt_ids must be [B, S] or [B], got {tuple(prompt_ids.shape)}")
+    _, inverse = torch.unique(prompt_ids.cpu(), dim=0, return_inverse=True)
+    return inverse.long()
+
+
+def correct_from_rewards(rewards: torch.Tensor, threshold: float) -> torch.Tensor:
+    """[B] bool positives: verifiable reward >= threshold."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be [B], got {tuple(rewards.shape)}")
+    return rewards.detach().cpu().float() >= threshold
+
+
+def assemble_rows(parts: list[tuple[torch.Tensor, torch.Tensor]], batch_size: int, *, name: str = "rewards"
+                  ) -> torch.Tensor:
+    """Scatter per-worker (row index [b], values [b]) into a [B] tensor.
+
+    Workers replicated over TP / CP (and the last PP stage of every DP rank)
+    report the same rows; duplicates must agree exactly. Every row must be
+    covered once at least.
+    """
+    out = torch.full((batch_size,), float("nan"), dtype=torch.float64)
+    seen = torch.zeros(batch_size, dtype=torch.bool)
+    for idx, val in parts:
+        idx = idx.long().cpu()
+        val = val.detach().double().cpu()
+        if idx.numel() != val.numel():
+            raise ValueError(f"{name}: a worker sent {idx.numel()} row ids and {val.numel()} values")
+        if idx.numel() == 0:
+            continue
+        if int(idx.min()) < 0 or int(idx.max()) >= batch_size:
+            raise ValueError(f"{name}: row ids outside [0, {batch_size}) — was the batch changed between the "
+                             "logprob pass and the advantage step?")
+        dup = seen[idx]
+        if bool(dup.any()) and not torch.equal(out[idx[dup]], val[dup]):
+            raise ValueError(f"{name}: replicas disagree on rows {idx[dup][out[idx[dup]] != val[dup]].tolist()[:8]}")
+        out[idx] = val
+        seen[idx] = True
+    if not bool(seen.all()):
+        missing = (~seen).nonzero().flatten().tolist()
+        raise ValueError(f"{name}: rows {missing[:8]}{'...' if len(missing) > 8 else ''} missing from the workers' "
+                         "results (no hidden states captured for them in the logprob pass)")
+    return out.float()
+
+
+@dataclass
+class HeadStepResult:
+    rewards: torch.Tensor  # [B] contrastive rewards r_CL, train_data order
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+HeadStep = Callable[[torch.Tensor, torch.Tensor, int], HeadStepResult]  # (correct [B], group_ids [B], step)
+
+
+class GroupNormalizedEstimator:
+    """NeMo-RL's GRPOAdvantageEstimator semantics on `clipo_megatron.core` (used without NeMo-RL).
+
+    Returns [B, S] advantages (the per-sample value expanded over the mask's
+    shape, as NeMo-RL does; the loss applies the mask).
+    """
+
+    def __init__(self, *, normalize_rewards: bool = True, use_leave_one_out_baseline: bool = True):
+        self.normalize_rewards = normalize_rewards
+        self.use_leave_one_out_baseline = use_leave_one_out_baseline
+
+    def compute_advantage(self, prompt_ids, rewards, mask, **_: Any) -> torch.Tensor:
+        adv = group_advantages(rewards.double(), group_ids_from_prompts(prompt_ids),
+                               normalize_std=self.normalize_rewards, leave_one_out=self.use_leave_one_out_baseline)
+        return adv.float().unsqueeze(-1).expand(mask.shape)
+
+
+@dataclass
+class ClipoRunState:
+    """Shared between the estimator (driver) and the policy wrapper: the CLIPO step and warm-up."""
+
+    warmup_steps: int = 0
+    step: int = 0  # CLIPO steps completed (advantage computations)
+    last_metrics: dict[str, float] = field(default_factory=dict)
+
+    def policy_should_update(self) -> bool:
+        """Called by the policy's train() *after* this step's advantages (step already incremented)."""
+        return self.step > self.warmup_steps
+
+    def state_dict(self) -> dict[str, int]:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.step = int(state["step"])
+
+
+class ClipoAdvantageEstimator:
+    """Wraps an advantage estimator: r' = r + r_CL before its group normalisation."""
+
+    def __init__(self, base, head_step: HeadStep, cfg: ClipoNemoRLConfig, state: ClipoRunState, *,
+                 metrics_sink: Callable[[dict[str, float], int], None] | None = None):
+        self.base = base
+        self.head_step = head_step
+        self.cfg = cfg
+        self.state = state
+        self.metrics_sink = metrics_sink
+
+    def compute_advantage(self, prompt_ids, rewards, mask, **kwargs: Any) -> torch.Tensor:
+        if not self.cfg.enabled:
+            return self.base.compute_advantage(prompt_ids=prompt_ids, rewards=rewards, mask=mask, **kwargs)
+        verifiable = rewards
+        rb = kwargs.get("repeated_batch")
+        if rb is not None and "unshaped_total_reward" in rb and len(rb["unshaped_total_reward"]) == len(rewards):
+            verifiable = torch.as_tensor(rb["unshaped_total_reward"])  # positives from the raw task reward
+        group_ids = group_ids_from_prompts(prompt_ids)  # [B]
+        correct = correct_from_rewards(verifiable, self.cfg.correct_reward_threshold)  # [B]
+        out = self.head_step(correct, group_ids, self.state.step)
+        if out.rewards.shape != rewards.shape:
+            raise ValueError(f"contrastive rewards {tuple(out.rewards.shape)} do not match rewards "
+                             f"{tuple(rewards.shape)}")
+        shaped = rewards + out.rewards.to(rewards.dtype).to(rewards.device)  # [B] r'
+        metrics = dict(out.metrics)
+        metrics["clipo/reward_verifiable_mean"] = float(verifiable.float().mean())
+        metrics["clipo/reward_shaped_mean"] = float(shaped.float().mean())
+        metrics["clipo/policy_updated"] = float(self.state.step >= self.cfg.method.warmup_steps)
+        self.state.last_metrics = metrics
+        if self.metrics_sink is not None:
+            self.metrics_sink(metrics, self.state.step + 1)
+        self.state.step += 1
+        return self.base.compute_advantage(prompt_ids=prompt_ids, rewards=shaped, mask=mask, **kwargs)
