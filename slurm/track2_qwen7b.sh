@@ -1,0 +1,35 @@
+#!/bin/bash
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+# CLIPO GRPO, Track II: Qwen2.5-7B-Instruct on MATH 7.5k (batch 128 x 16, 4096 response tokens, d=2048).
+#
+#   CONTAINER=/path/nemo-rl.sqsh sbatch --account=ACC --partition=PART slurm/track2_qwen7b.sh
+#   VENV=/path/venv sbatch slurm/track2_qwen7b.sh                        # NeMo-RL + clipo_megatron installed
+#   DRY_RUN=1 CONTAINER=img bash slurm/track2_qwen7b.sh                  # print the commands, run nothing
+#   OVERRIDES="grpo.max_num_steps=100 clipo.method.temperature=0.02" sbatch slurm/track2_qwen7b.sh
+#   RECIPE=examples/configs/track2_qwen7b_dapo.yaml sbatch slurm/track2_qwen7b.sh   # another objective
+#
+# Submit from the clipo_megatron checkout (or set CLIPO_ROOT); no NeMo-RL checkout is needed.
+# See slurm/common.sh for every variable and docs/nemo_rl.md.
+#SBATCH --job-name=clipo-track2_qwen7b
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --exclusive
+#SBATCH --time=24:00:00
+#SBATCH --output=slurm-%j-clipo-track2_qwen7b.out
+
+set -euo pipefail
+if [[ -z "${CLIPO_ROOT:-}" ]]; then
+  for cand in "${SLURM_SUBMIT_DIR:-}" "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; do
+    if [[ -n "$cand" && -f "$cand/slurm/common.sh" ]]; then CLIPO_ROOT="$cand"; break; fi
+  done
+fi
+if [[ -z "${CLIPO_ROOT:-}" || ! -f "$CLIPO_ROOT/slurm/common.sh" ]]; then
+  echo "cannot find the clipo_megatron checkout: submit from it or set CLIPO_ROOT=/path/to/clipo_megatron" >&2
+  exit 2
+fi
+export CLIPO_ROOT
+RECIPE="${RECIPE:-examples/configs/track2_qwen7b.yaml}"
+export DRY_RUN_NODES="${DRY_RUN_NODES:-2}"
+# shellcheck source=common.sh
+source "$CLIPO_ROOT/slurm/common.sh"
