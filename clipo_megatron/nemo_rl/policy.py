@@ -55,7 +55,10 @@ def make_clipo_policy_class(cfg: ClipoNemoRLConfig, state: ClipoRunState):
 
     require_nemo_rl()
     from nemo_rl.distributed.batched_data_dict import BatchedDataDict
-    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY, MCORE_EXECUTABLE
+    from nemo_rl.distributed.ray_actor_environment_registry import (
+        ACTOR_ENVIRONMENT_REGISTRY,
+        MCORE_EXECUTABLE,
+    )
     from nemo_rl.models.policy.lm_policy import Policy
 
     ACTOR_ENVIRONMENT_REGISTRY.setdefault(WORKER_FQN, MCORE_EXECUTABLE)

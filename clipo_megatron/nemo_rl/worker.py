@@ -228,3 +228,53 @@ class ClipoWorkerState:
         state = torch.load(path, map_location="cpu", weights_only=False)
         self.trainer.load_state_dict(state["trainer"])
         return state.get("extra", {})
+
+
+@contextlib.contextmanager
+def teed_microbatches(module: Any, pooler: MicrobatchPooler, *, name: str = "get_microbatch_iterator"):
+    """Rebind `module.<name>` (a function returning (iterator, *meta)) so its iterator goes through `pooler.tee`."""
+    original = getattr(module, name, None)
+    if original is None:
+        raise RuntimeError(f"{getattr(module, '__name__', module)}.{name} not found; this integration targets "
+                           "NeMo-RL 7ea279a (docs/nemo_rl.md)")
+
+    def wrapped(*args, **kwargs):
+        it, *rest = original(*args, **kwargs)
+        return (pooler.tee(it), *rest)
+
+    setattr(module, name, wrapped)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+class ClipoWorkerMixin:
+    """The CLIPO methods of the policy worker, over any worker whose `get_logprobs(data=...)` reads its
+    microbatches from `_clipo_iterator_module.get_microbatch_iterator` and runs `self.model`.
+
+    Needs `self._clipo` (ClipoWorkerState or None off the last stage) and `self._clipo_groups`
+    (megatron.parallel.ParallelGroups), set by the concrete worker's `clipo_setup`.
+    """
+
+    _clipo: ClipoWorkerState | None = None
+    _clipo_groups: Any = None
+    _clipo_iterator_module: Any = None
+
+    def get_logprobs(self, *, data, micro_batch_size=None, **kwargs):
+        if self._clipo_groups is None or SAMPLE_IDX_KEY not in data:  # reference pass / CLIPO off
+            return super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)  # type: ignore[misc]
+        g = self._clipo_groups
+        pooler = MicrobatchPooler(tp_group=g.tp, cp_group=g.cp, sequence_parallel=g.sequence_parallel)
+        norm = find_final_norm(self.model) if self._clipo is not None else None  # type: ignore[attr-defined]
+        with teed_microbatches(self._clipo_iterator_module, pooler), pooler.hooked(norm):
+            out = super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)  # type: ignore[misc]
+        if self._clipo is not None:
+            self._clipo.record(*pooler.result())
+        return out
+
+    def clipo_head_step(self, correct: torch.Tensor, group_ids: torch.Tensor, step: int) -> dict[str, Any]:
+        if self._clipo is None:  # not the last pipeline stage: nothing pooled here
+            return {"sample_idx": torch.zeros(0, dtype=torch.long), "rewards": torch.zeros(0), "metrics": {}}
+        dev = self._clipo.pooled.device if self._clipo.pooled is not None else torch.device("cpu")
+        return self._clipo.head_step(correct.to(dev), group_ids.to(dev), step)

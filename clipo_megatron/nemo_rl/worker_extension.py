@@ -12,17 +12,17 @@ Adds to `MegatronPolicyWorkerImpl` (NeMo-RL @ 7ea279a):
 - `clipo_head_step(correct, group_ids, step)`: the head step on those rows;
 - `clipo_save_head(step_dir)` / `clipo_load_head(step_dir)`.
 
-How the pooling rides the stock forward: `get_logprobs` reads its microbatches
-from `get_microbatch_iterator`, a name in this worker module's namespace;
-for the duration of one call we wrap it so every processed microbatch passes
-through `MicrobatchPooler.tee`, and hook the final norm of the last stage.
-Nothing of NeMo-RL is edited; the wrapped name is restored on exit, and a
-missing name (a NeMo-RL that moved it) raises with the commit we target.
+How the pooling rides the stock forward (`worker.ClipoWorkerMixin`): NeMo-RL's
+`get_logprobs` reads its microbatches from `get_microbatch_iterator`, a name
+in the worker module's namespace; for the duration of one call it is wrapped
+so every processed microbatch passes through `MicrobatchPooler.tee`, and the
+final norm of the last stage is hooked. Nothing of NeMo-RL is edited; the
+name is restored on exit, and a missing name (a NeMo-RL that moved it)
+raises naming the commit we target.
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import ray
@@ -31,33 +31,14 @@ from nemo_rl.models.policy.utils import get_runtime_env_for_policy_worker
 from nemo_rl.models.policy.workers import megatron_policy_worker as _mpw
 from nemo_rl.models.policy.workers.megatron_policy_worker import MegatronPolicyWorkerImpl
 
-from clipo_megatron.nemo_rl import NEMO_RL_COMMIT
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
-from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, ClipoWorkerState, MicrobatchPooler, find_final_norm
+from clipo_megatron.nemo_rl.worker import ClipoWorkerMixin, ClipoWorkerState
 
 
-@contextlib.contextmanager
-def _teed_microbatches(pooler: MicrobatchPooler):
-    original = getattr(_mpw, "get_microbatch_iterator", None)
-    if original is None:
-        raise RuntimeError("nemo_rl.models.policy.workers.megatron_policy_worker.get_microbatch_iterator not found; "
-                           f"this integration targets NeMo-RL {NEMO_RL_COMMIT[:7]} (docs/nemo_rl.md)")
-
-    def wrapped(*args, **kwargs):
-        it, *rest = original(*args, **kwargs)
-        return (pooler.tee(it), *rest)
-
-    _mpw.get_microbatch_iterator = wrapped
-    try:
-        yield
-    finally:
-        _mpw.get_microbatch_iterator = original
-
-
-class ClipoMegatronPolicyWorkerImpl(MegatronPolicyWorkerImpl):
+class ClipoMegatronPolicyWorkerImpl(ClipoWorkerMixin, MegatronPolicyWorkerImpl):
     """MegatronPolicyWorkerImpl + CLIPO (capture in the logprob pass, head step, head checkpoints)."""
 
-    _clipo: ClipoWorkerState | None = None
+    _clipo_iterator_module = _mpw
 
     def clipo_setup(self, clipo_cfg: dict[str, Any]) -> bool:
         """Build the head on the last pipeline stage (called once by the policy after init)."""
@@ -81,22 +62,6 @@ class ClipoMegatronPolicyWorkerImpl(MegatronPolicyWorkerImpl):
         head = head.to(torch.cuda.current_device() if torch.cuda.is_available() else "cpu")
         self._clipo = ClipoWorkerState(cfg, head, dp_group=self._clipo_groups.dp)
         return True
-
-    def get_logprobs(self, *, data, micro_batch_size=None, **kwargs):
-        if self._clipo is None or SAMPLE_IDX_KEY not in data:
-            return super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)
-        g = self._clipo_groups
-        pooler = MicrobatchPooler(tp_group=g.tp, cp_group=g.cp, sequence_parallel=g.sequence_parallel)
-        with _teed_microbatches(pooler), pooler.hooked(find_final_norm(self.model)):
-            out = super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)
-        self._clipo.record(*pooler.result())
-        return out
-
-    def clipo_head_step(self, correct: torch.Tensor, group_ids: torch.Tensor, step: int) -> dict[str, Any]:
-        if self._clipo is None:  # not the last pipeline stage
-            return {"sample_idx": torch.zeros(0, dtype=torch.long), "rewards": torch.zeros(0), "metrics": {}}
-        dev = self._clipo.pooled.device if self._clipo.pooled is not None else "cpu"
-        return self._clipo.head_step(correct.to(dev), group_ids.to(dev), step)
 
     def clipo_save_head(self, step_dir: str, extra: dict | None = None) -> None:
         from megatron.core import parallel_state as ps
