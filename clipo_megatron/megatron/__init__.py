@@ -13,5 +13,9 @@
 - `gather`: grad-carrying DP gather, head-grad all-reduce, PP broadcast.
 - `head_trainer.HeadTrainer`: AdamW, warm-up, fixed head, the CLIPO step,
   state_dict with RNG.
+- `clipo_step.clipo_step(trainer, response_sums, response_counts, correct,
+  group_ids, sample_ids, step=, pp_group=, warmup_steps=)`: the whole step on
+  every pipeline stage (mean after the SP/CP reduce, head step on the last
+  stage, rewards broadcast to all stages, warm-up flag).
 - `parallel.ParallelGroups`: the one place that reads megatron's parallel_state.
 """
