@@ -67,8 +67,8 @@ def test_grpo_switch_disables_contrastive_reward(tmp_path, mcore_single_process)
 def test_smollm2_step_has_real_rewards_and_contrastive_loss(tmp_path, mcore_single_process):
     _need_smollm2()
     d = tmp_path / "s"
-    args = ["rollout.prompts_per_step=4", "rollout.n=6", "rollout.max_tokens=20", "train.steps=1",
-            "eval.size=0", "output.plots=false", f"output.dir={d}", "data.seed=3"]
+    # The demo's own first step (6 prompts x 8 rollouts, seed 0): measured 1/3 correct, 3 of 6 groups valid.
+    args = ["train.steps=1", "eval.size=0", "output.plots=false", f"output.dir={d}"]
     assert main(["--config", "examples/configs/cpu_demo.yaml", *args]) == 0
     m = _history(d)[0]
     assert 0.0 < m["reward/mean"] < 1.0  # SmolLM2 solves some, not all
