@@ -36,7 +36,9 @@ def _full_hidden(model, ids, pos):
     return logits, store["h"]  # [B, S, V], [S, B, D]
 
 
-@pytest.mark.parametrize("mode", ["hook", "output_processor"])
+@pytest.mark.parametrize(
+    "mode", ["hook", pytest.param("output_processor", marks=pytest.mark.mcore_output_processor)]
+)
 def test_capture_pools_response_tokens_in_the_logprob_forward(model, mode):
     if mode == "output_processor" and not supports_output_processor(model):
         pytest.skip("megatron-core < 0.18 has no GPTModel output_processor (hook path is tested)")
