@@ -199,7 +199,7 @@ class ClipoWorkerState:
         """correct / group_ids: [B] for the whole batch (every worker gets all of it)."""
         if self.pooled is None:
             raise RuntimeError("head_step before any logprob pass captured hidden states")
-        if int(self.rows.max(initial=-1)) >= correct.numel():
+        if self.rows.numel() and int(self.rows.max()) >= correct.numel():
             raise ValueError(f"pooled row ids reach {int(self.rows.max())} but the batch has {correct.numel()} rows")
         rows = self.rows
         out = self.trainer.step(self.pooled, correct[rows].float(), group_ids[rows].long(), rows, step=step)
