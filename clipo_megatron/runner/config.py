@@ -22,6 +22,7 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     dataset: str = "basic_arithmetic"  # a reasoning-gym generator
+    path: str = ""  # a local jsonl (GSM8K / MATH style) instead of reasoning-gym; see runner/problems.py
     train_size: int = 1024
     seed: int = 0
     one_shot: bool = True
@@ -55,6 +56,7 @@ class EvalConfig:
     top_p: float = 0.95
     max_tokens: int = 48
     before_training: bool = True
+    path: str = ""  # held-out local jsonl (e.g. a GSM8K test split); empty: reasoning-gym, another seed
 
 
 @dataclass

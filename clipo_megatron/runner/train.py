@@ -96,12 +96,12 @@ class Run:
     """Everything one training run holds; `step()` does one RL step."""
 
     def __init__(self, cfg: RunConfig):
-        from clipo_megatron.data.arithmetic import arithmetic_problems
         from clipo_megatron.generation.hf_backend import HFGenerator
         from clipo_megatron.megatron.head import attach_head, build_contrastive_head
         from clipo_megatron.megatron.head_trainer import HeadTrainer
         from clipo_megatron.megatron.model_builder import transformer_config
         from clipo_megatron.runner.policy import build_policy, init_single_process, load_hf_policy
+        from clipo_megatron.runner.problems import load_problems
 
         self.cfg = cfg
         self.clipo = cfg.validate()
@@ -117,8 +117,7 @@ class Run:
                                       embed_dim=self.clipo.embed_dim, head_type=self.clipo.head_type)
         attach_head(self.model, head)
         self.head = HeadTrainer(head, self.clipo)
-        self.problems = arithmetic_problems(cfg.data.train_size, cfg.data.seed, dataset=cfg.data.dataset,
-                                            one_shot=cfg.data.one_shot)
+        self.problems = load_problems(cfg.data, cfg.data.train_size, path=cfg.data.path)
         self.step_idx = 0
         self.history: list[dict] = []
         self.embeddings: dict[str, dict] = {}
@@ -203,19 +202,18 @@ def save_checkpoint(run: Run, path: Path) -> None:
 
 def evaluate(run: Run, seed_offset: int = 10_000) -> dict:
     """pass@1 over n samples at the eval temperature on a held-out generator seed."""
-    from clipo_megatron.data.arithmetic import arithmetic_problems
+    from clipo_megatron.runner.problems import load_problems
     from clipo_megatron.verify.boxed import verify_batch
 
     e = run.cfg.eval
-    probs = arithmetic_problems(e.size, run.cfg.data.seed + seed_offset, dataset=run.cfg.data.dataset,
-                                one_shot=run.cfg.data.one_shot)
+    probs = load_problems(run.cfg.data, e.size, seed_offset=seed_offset, path=e.path)
     t0 = time.perf_counter()
     ro = run.gen.generate([p.messages for p in probs], e.n, temperature=e.temperature, top_p=e.top_p,
                           max_tokens=e.max_tokens, seed=run.cfg.seed + 7)
-    ok = torch.tensor(verify_batch(ro.texts, [probs[i].answer for i in ro.prompt_index])).view(e.size, e.n)
+    ok = torch.tensor(verify_batch(ro.texts, [probs[i].answer for i in ro.prompt_index])).view(len(probs), e.n)
     dt = time.perf_counter() - t0
-    return {"pass@1": float(ok.mean()), "problems": e.size, "n": e.n, "seconds": dt,
-            "samples_per_s": e.size * e.n / dt}
+    return {"pass@1": float(ok.mean()), "problems": len(probs), "n": e.n, "seconds": dt,
+            "samples_per_s": len(probs) * e.n / dt}
 
 
 def main(argv: list[str] | None = None) -> int:

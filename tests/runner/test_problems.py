@@ -1,0 +1,34 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Local jsonl problems (GSM8K / MATH layouts) for users who bring their own data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clipo_megatron.runner.problems import clean_answer, jsonl_problems
+
+pytestmark = [pytest.mark.runner]
+
+
+def test_gsm8k_and_math_answers():
+    assert clean_answer("3 + 4 = 7 apples\n#### 1,007") == "1007"
+    assert clean_answer("so $x = \\boxed{\\frac{1}{2}}$ and \\boxed{\\sqrt{3}}") == "\\sqrt{3}"
+    assert clean_answer(" 12 ") == "12"
+
+
+def test_jsonl_rows_and_errors(tmp_path):
+    f = tmp_path / "gsm.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in [
+        {"question": "1+1?", "answer": "#### 2"}, {"problem": "2+2?", "solution": "\\boxed{4}"}]) + "\n")
+    ps = jsonl_problems(f, 0)
+    assert [p.answer for p in ps] == ["2", "4"]
+    assert ps[0].prompt.startswith("1+1?\n") and "\\boxed{}" in ps[0].prompt
+    assert len(jsonl_problems(f, 1)) == 1
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"q": "x"}) + "\n")
+    with pytest.raises(ValueError, match="row 0: needs one of"):
+        jsonl_problems(bad, 0)
+    with pytest.raises(FileNotFoundError, match="local jsonl"):
+        jsonl_problems(tmp_path / "missing.jsonl", 1)
