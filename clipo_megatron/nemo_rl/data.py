@@ -67,7 +67,7 @@ def _ground_truth(x: Any) -> str:
     """verl `reward_model` dicts carry `ground_truth`; a full solution (MATH 7.5k) is reduced to its last box."""
     from clipo_megatron.verify.boxed import last_boxed
 
-    gt = x.get("ground_truth", "") if isinstance(x, dict) else _text(x)
+    gt = x["ground_truth"] if isinstance(x, dict) and "ground_truth" in x else _text(x)
     boxed = last_boxed(str(gt)) if "\\boxed" in str(gt) else None
     return boxed if boxed is not None else str(gt)
 
