@@ -1,0 +1,73 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Cross-checks against the real NeMo-RL classes (CPU). Skipped without NeMo-RL.
+
+Run: install NeMo-RL from its repository at the commit in docs/nemo_rl.md (a CPU venv with its light
+dependencies is enough for these: `pip install --no-deps <nemo-rl checkout>` + pydantic, ray, hydra-core,
+omegaconf, transformers, wandb, mlflow, swanlab, tensorboard), then `pytest -m nemo_rl tests/nemo_rl`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from clipo_megatron.core.policy_loss import policy_objective_loss
+from clipo_megatron.nemo_rl.losses import policy_loss_config
+from clipo_megatron.nemo_rl.rewards import GroupNormalizedEstimator
+
+pytestmark = pytest.mark.nemo_rl
+nemo_rl = pytest.importorskip("nemo_rl", reason="NeMo-RL not installed: see docs/nemo_rl.md (Install)")
+
+
+def _data(seed=0, b=6, s=9):
+    gen = torch.Generator().manual_seed(seed)
+    lp = -torch.rand(b, s, generator=gen)
+    prev = lp + (torch.rand(b, s, generator=gen) - 0.5) * 0.6
+    ref = lp + (torch.rand(b, s, generator=gen) - 0.5) * 0.3
+    adv = torch.randn(b, generator=gen)
+    tm = torch.zeros(b, s)
+    for i in range(b):
+        tm[i, 2 + i % 3: s - i % 2] = 1
+    data = {"token_mask": tm, "sample_mask": torch.ones(b), "prev_logprobs": prev, "generation_logprobs": prev,
+            "reference_policy_logprobs": ref, "advantages": adv.unsqueeze(1).expand(b, s).clone(),
+            "input_ids": torch.zeros(b, s, dtype=torch.long)}
+    return lp, data, adv
+
+
+@pytest.mark.parametrize("objective", ["grpo", "dapo", "gspo"])
+def test_clipped_pg_matches_core_objective(objective):
+    from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossConfig, ClippedPGLossFn
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+    cfg = policy_loss_config(objective)
+    fn = ClippedPGLossFn(ClippedPGLossConfig(**cfg))
+    lp, data, adv = _data()
+    mask = data["token_mask"][:, 1:]
+    loss, _ = fn(lp[:, 1:], BatchedDataDict(data), global_valid_seqs=torch.tensor(6.0),
+                 global_valid_toks=mask.sum())
+    ours, _ = policy_objective_loss(lp[:, 1:], data["prev_logprobs"][:, 1:], adv, mask, objective=objective,
+                                    ref_logprobs=data["reference_policy_logprobs"][:, 1:],
+                                    kl_coef=cfg["reference_policy_kl_penalty"])
+    assert abs(float(loss) - float(ours)) < 1e-5, (float(loss), float(ours))
+
+
+@pytest.mark.parametrize("loo", [False, True])
+def test_group_estimator_matches_nemo_rl(loo):
+    from nemo_rl.algorithms.advantage_estimator import AdvEstimatorConfig, GRPOAdvantageEstimator
+
+    gen = torch.Generator().manual_seed(2)
+    prompts = torch.randint(0, 4, (40, 1), generator=gen).expand(40, 3).clone()
+    rewards = torch.randint(0, 2, (40,), generator=gen).float() + torch.rand(40, generator=gen) * 0.3
+    mask = torch.ones(40, 5)
+    theirs = GRPOAdvantageEstimator(AdvEstimatorConfig(use_leave_one_out_baseline=loo), None).compute_advantage(
+        prompt_ids=prompts, rewards=rewards.clone(), mask=mask)
+    ours = GroupNormalizedEstimator(use_leave_one_out_baseline=loo).compute_advantage(prompts, rewards, mask)
+    torch.testing.assert_close(ours, theirs.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_enums_are_nemo_rls():
+    from nemo_rl.algorithms.loss.interfaces import LossType
+
+    from clipo_megatron.nemo_rl.losses import GMPOLossFn
+
+    assert isinstance(GMPOLossFn().loss_type, LossType)
