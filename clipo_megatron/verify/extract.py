@@ -1,0 +1,57 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Answer extraction from model responses (paper App. "Verifiable Reward Models").
+
+The paper grades the content of the *last* `\\boxed{}` of a response. Braces
+are balanced so nested ones survive (`\\boxed{\\frac{1}{2}}`); an unclosed
+box, or none, means no answer. `\\fbox{}` counts as a box, as in the
+authors' verl scorer. `normalize_text` strips the LaTeX wrappers that carry
+no value (`\\text{}`, `$`, a trailing period) for plain string comparison.
+"""
+
+from __future__ import annotations
+
+import re
+
+_BOX_OPENERS = ("\\boxed{", "\\fbox{")
+_WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+
+
+def _balanced(text: str, start: int) -> str | None:
+    """Content of the brace group whose `{` is at text[start - 1]; None when unclosed."""
+    depth = 1
+    for j in range(start, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:j]
+    return None
+
+
+def all_boxed(text: str) -> list[str]:
+    """Contents of every closed `\\boxed{...}` / `\\fbox{...}`, in order of appearance."""
+    out: list[tuple[int, str]] = []
+    for opener in _BOX_OPENERS:
+        i = text.find(opener)
+        while i >= 0:
+            content = _balanced(text, i + len(opener))
+            if content is not None:
+                out.append((i, content))
+            i = text.find(opener, i + 1)
+    return [c for _, c in sorted(out)]
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last closed box (the graded answer); None when there is none."""
+    boxes = all_boxed(text)
+    return boxes[-1] if boxes else None
+
+
+def normalize_text(answer: str) -> str:
+    """`\\text{ Yes. }` -> `yes`: unwrap text macros, drop `$`, spaces at the ends, a final period, case."""
+    prev = None
+    while prev != answer:  # unwrap nested wrappers from the inside out
+        prev, answer = answer, _WRAPPERS.sub(r"\1", answer)
+    answer = answer.replace("$", "").strip().rstrip(".").strip()
+    return answer.lower()
