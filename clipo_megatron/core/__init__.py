@@ -1,6 +1,11 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """CLIPO method core: pure torch, no Megatron or NeMo-RL import."""
 
+from clipo_megatron.core.advantages import (
+    DynamicSamplingResult,
+    dynamic_sampling_filter,
+    group_advantages,
+)
 from clipo_megatron.core.config import CLIPOConfig
 from clipo_megatron.core.groups import GroupLayout
 from clipo_megatron.core.losses import (
@@ -10,6 +15,7 @@ from clipo_megatron.core.losses import (
     l2_normalize,
 )
 from clipo_megatron.core.metrics import contrastive_metrics
+from clipo_megatron.core.policy_loss import clipped_pg_loss, policy_objective_loss
 from clipo_megatron.core.pooling import (
     masked_mean,
     masked_sum_and_count,
@@ -23,6 +29,11 @@ from clipo_megatron.core.sampling import counter_uniform, sample_positive_slots
 
 __all__ = [
     "CLIPOConfig",
+    "DynamicSamplingResult",
+    "clipped_pg_loss",
+    "dynamic_sampling_filter",
+    "group_advantages",
+    "policy_objective_loss",
     "ContrastiveResult",
     "GroupLayout",
     "check_binary",
