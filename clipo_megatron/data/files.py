@@ -1,0 +1,119 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Local files (parquet or jsonl): the authors' verl layout, or flat question/answer rows.
+
+verl layout (the authors' published files, `../shared/data/README.md`):
+`prompt` = [{"role": "user", "content": question + instruction}],
+`reward_model` = {"ground_truth": ...}, `data_source`, `extra_info.index`.
+Flat rows: a question under `question|problem|Question|input`, an answer
+under `answer|Answer|solution|answerKey|target`, and for multiple choice the
+options under `choices|options` (a list, or {"label": [...], "text": [...]}).
+GSM8K answers ("... #### 1,234") keep the number after "####"; a solution
+keeps its last `\\boxed{}`; an integer answer to a multiple-choice row is
+an option index (MMLU on the hub).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from clipo_megatron.data.records import Record
+from clipo_megatron.data.registry import DatasetSpec
+from clipo_megatron.data.templates import build_prompt, format_choices
+
+_Q = ("question", "problem", "Question", "input", "query")
+_A = ("answer", "Answer", "solution", "answerKey", "target", "final_answer")
+_C = ("choices", "options")
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a .parquet / .jsonl / .json(l) file as dicts."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"data file {p} does not exist")
+    if p.suffix == ".parquet":
+        import pandas as pd
+
+        return pd.read_parquet(p).to_dict("records")
+    if p.suffix in (".jsonl", ".json"):
+        text = p.read_text()
+        if p.suffix == ".json" and text.lstrip().startswith("["):
+            return json.loads(text)
+        rows = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{p} line {n} is not JSON: {e}") from e
+        return rows
+    raise ValueError(f"{p}: unsupported file type {p.suffix!r}; use .parquet or .jsonl")
+
+
+def clean_answer(answer: Any) -> str:
+    """GSM8K '... #### 1,234' -> '1234'; a solution with \\boxed{} -> its last box; else the text."""
+    from clipo_megatron.verify.extract import last_boxed
+
+    a = str(answer)
+    if "####" in a:
+        return a.split("####")[-1].strip().replace(",", "")
+    if "\\boxed" in a or "\\fbox" in a:
+        boxed = last_boxed(a)
+        if boxed is not None:
+            return boxed.strip()
+    return a.strip()
+
+
+def _content(prompt: Any) -> str:
+    """The user text of a verl `prompt` (a list/array of messages) or a plain string."""
+    if isinstance(prompt, str):
+        return prompt
+    msgs = list(prompt)
+    users = [m for m in msgs if isinstance(m, dict) and m.get("role") == "user"]
+    if not users:
+        raise ValueError(f"verl prompt has no user message: {msgs!r:.200}")
+    return str(users[-1]["content"])
+
+
+def _choices(c: Any) -> list[str]:
+    if isinstance(c, dict):  # {"label": [...], "text": [...]} (CommonsenseQA)
+        return [str(t) for t in list(c["text"])]
+    return [str(t) for t in list(c)]
+
+
+def _mc_answer(a: Any) -> str:
+    if isinstance(a, int) or (isinstance(a, str) and a.strip().isdigit()):  # an option index
+        return chr(65 + int(a))
+    return str(a).strip().strip("()").upper()
+
+
+def row_to_record(row: dict[str, Any], i: int, spec: DatasetSpec, source: str) -> Record:
+    """One row (verl or flat) -> Record with the paper's prompt; ValueError naming the missing field."""
+    if "prompt" in row and "reward_model" in row:  # verl layout
+        rm = row["reward_model"]
+        gt = rm["ground_truth"] if isinstance(rm, dict) else rm
+        info = row.get("extra_info") or {}
+        index = int(info.get("index", i)) if isinstance(info, dict) else i
+        return Record(build_prompt(_content(row["prompt"]), spec.name), clean_answer(gt), spec.kind,
+                      str(row.get("data_source") or source), index, spec.name)
+    q = next((row[k] for k in _Q if k in row), None)
+    a = next((row[k] for k in _A if k in row), None)
+    if q is None or a is None:
+        raise ValueError(f"{source} row {i}: needs a question ({'|'.join(_Q)}) and an answer ({'|'.join(_A)}) "
+                         f"or the verl columns prompt/reward_model; has {sorted(row)}")
+    c = next((row[k] for k in _C if k in row), None)
+    if spec.kind == "mc":
+        if c is not None:
+            q = format_choices(str(q), _choices(c))
+        gt = _mc_answer(a)
+    else:
+        gt = clean_answer(a)
+    return Record(build_prompt(str(q), spec.name), gt, spec.kind, source, i, spec.name)
+
+
+def load_file(path: str | Path, spec: DatasetSpec) -> list[Record]:
+    rows = read_rows(path)
+    if not rows:
+        raise ValueError(f"{path} has no rows")
+    return [row_to_record(r, i, spec, str(path)) for i, r in enumerate(rows)]
