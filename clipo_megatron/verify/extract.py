@@ -3,7 +3,8 @@
 
 The paper grades the content of the *last* `\\boxed{}` of a response. Braces
 are balanced so nested ones survive (`\\boxed{\\frac{1}{2}}`); an unclosed
-box, or none, means no answer. `\\fbox{}` counts as a box, as in the
+box, or none, means no answer; `\\boxed 9` (one token, no braces: valid TeX,
+seen in MATH solutions) counts. `\\fbox{}` counts as a box, as in the
 authors' verl scorer. `normalize_text` strips the LaTeX wrappers that carry
 no value (`\\text{}`, `$`, a trailing period) for plain string comparison.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 
 _BOX_OPENERS = ("\\boxed{", "\\fbox{")
+_BARE_BOX = re.compile(r"\\boxed +([^\s${}]+)")  # `\boxed 9` (TeX allows one token without braces)
 _WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 
 
@@ -30,7 +32,7 @@ def _balanced(text: str, start: int) -> str | None:
 
 
 def all_boxed(text: str) -> list[str]:
-    """Contents of every closed `\\boxed{...}` / `\\fbox{...}`, in order of appearance."""
+    """Contents of every closed `\\boxed{...}` / `\\fbox{...}` / `\\boxed x`, in order of appearance."""
     out: list[tuple[int, str]] = []
     for opener in _BOX_OPENERS:
         i = text.find(opener)
@@ -39,6 +41,7 @@ def all_boxed(text: str) -> list[str]:
             if content is not None:
                 out.append((i, content))
             i = text.find(opener, i + 1)
+    out += [(m.start(), m.group(1).rstrip(".,")) for m in _BARE_BOX.finditer(text)]
     return [c for _, c in sorted(out)]
 
 

@@ -20,6 +20,8 @@ from clipo_megatron.verify.extract import all_boxed, last_boxed, normalize_text
         ("\\boxed{1} then \\boxed{2", "1"),  # an unclosed last box does not hide a closed earlier one
         ("\\boxed{}", ""),
         ("\\boxed{\\text{Yes}}", "\\text{Yes}"),
+        ("so $x = \\boxed 9$.", "9"),  # TeX's brace-less single token (two MATH train solutions)
+        ("\\boxed 2. Or \\boxed{3}", "3"),
     ],
 )
 def test_last_boxed(text, expected):
