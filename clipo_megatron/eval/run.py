@@ -1,71 +1,192 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""`clipo-megatron eval`: pass@1 over n samples on the held-out split of a run's task.
+"""`clipo-megatron eval`: the paper's benchmark suites on a checkpoint, and run comparisons.
 
-    clipo-megatron eval --run runs/cpu_demo [eval.n=8 eval.size=64 ...]
-    clipo-megatron eval --config examples/configs/cpu_demo.yaml   # the base model, no checkpoint
+    clipo-megatron eval --suite track1 --model DIR --data-dir DATA --out runs/eval/mine
+    clipo-megatron eval --datasets gsm8k,mmlu --model smollm2 --data-dir DATA --limit 20 --max-tokens 256
+    clipo-megatron eval --datasets gsm_symbolic --source gsm_symbolic=gym --limit 50 --model smollm2
+    clipo-megatron eval compare runs/eval/base runs/eval/mine [--names base,mine] --out runs/eval/cmp
+    clipo-megatron eval --run runs/cpu_demo            # a training run's held-out task (eval/heldout.py)
 
-Loads the run's config and its latest checkpoint (policy weights), samples
-n answers per held-out problem at the eval temperature (0.6, top-p 0.95 by
-default, the paper's), verifies them with math-verify and writes
-eval.json / eval.md into the run directory (or --out).
+--model: `smollm2`, an HF model directory, or a `clipo-megatron train` output dir (Megatron checkpoint).
+--backend: auto (vLLM when installed and the model is an HF dir, else HF transformers), hf, vllm.
+Suite defaults are the paper's (temperature 0.6, top-p 0.95; Track I n=1 and 2048 tokens, Track II
+n=16 and 4096 tokens); flags override them. Datasets come from --data-dir (the authors' parquet
+layout, or $CLIPO_DATA_DIR), or per dataset from --source NAME=PATH|hf|hf:repo[:config][@split]|gym.
+Writes OUT/results.json, results.md, scores.png and samples/<dataset>.jsonl (one line per sample:
+prompt, response, extracted answer, verdict). Re-running the same command resumes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import warnings
+import sys
+import time
 from pathlib import Path
 
-import torch
-from omegaconf import OmegaConf
+from clipo_megatron.eval.suites import get_suite, suite_for
+
+
+def _parse_sources(items: list[str]) -> dict[str, str]:
+    from clipo_megatron.data.registry import canonical_name
+
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise ValueError(f"--source {it!r}: expected NAME=SOURCE (a path, hf, hf:repo[:config][@split] or gym)")
+        name, src = it.split("=", 1)
+        out[canonical_name(name)] = src
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="clipo-megatron eval", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument("--suite", help="track1 | track2")
+    what.add_argument("--datasets", help="comma-separated dataset names (e.g. gsm8k,mmlu)")
+    ap.add_argument("--model", help="smollm2 | HF model dir | clipo-megatron train output dir")
+    ap.add_argument("--backend", default="auto", choices=["auto", "hf", "vllm"])
+    ap.add_argument("--data-dir", help="dir in the authors' layout (test/gsm8k.parquet, ...); default $CLIPO_DATA_DIR")
+    ap.add_argument("--source", action="append", default=[], help="NAME=PATH|hf|hf:repo[:config][@split]|gym")
+    ap.add_argument("--limit", type=int, help="questions per dataset: a fixed seeded subset (default: all)")
+    ap.add_argument("--subset-seed", type=int, default=0)
+    ap.add_argument("--n", type=int, help="samples per question (suite default: 1 Track I, 16 Track II)")
+    ap.add_argument("--temperature", type=float)
+    ap.add_argument("--top-p", type=float)
+    ap.add_argument("--max-tokens", type=int)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--chunk", type=int, default=16, help="questions per generate call (memory / resume granularity)")
+    ap.add_argument("--threads", type=int, help="torch CPU threads")
+    ap.add_argument("--verify-workers", type=int, default=2)
+    ap.add_argument("--verify-timeout", type=float, default=10.0, help="seconds per answer")
+    ap.add_argument("--out", help="output dir (default runs/eval/<model>-<suite>)")
+    ap.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def _settings(args, datasets: list[str]):
+    from clipo_megatron.eval.engine import EvalSettings
+
+    suite = get_suite(args.suite) if args.suite else suite_for(datasets)
+    d = {"n": 1, "max_tokens": 2048, "temperature": 0.6, "top_p": 0.95}
+    if suite is not None:
+        d = {"n": suite.n, "max_tokens": suite.max_tokens, "temperature": suite.temperature, "top_p": suite.top_p}
+    for key, val in (("n", args.n), ("max_tokens", args.max_tokens), ("temperature", args.temperature),
+                     ("top_p", args.top_p)):
+        if val is not None:
+            d[key] = val
+    if d["n"] < 1 or d["max_tokens"] < 1:
+        raise ValueError(f"n={d['n']} and max_tokens={d['max_tokens']} must be >= 1")
+    return EvalSettings(seed=args.seed, chunk=args.chunk, limit=args.limit, subset_seed=args.subset_seed,
+                        model=args.model, **d)
+
+
+def _check_resume(out: Path, settings) -> None:
+    """An out dir with samples from other settings would mix two evals: refuse, say how to fix."""
+    p = out / "run.json"
+    key = settings.resume_key()
+    if p.exists():
+        old = json.loads(p.read_text())
+        diff = {k: (old.get(k), v) for k, v in key.items() if old.get(k) != v}
+        if diff:
+            raise ValueError(f"{out} holds an eval with other settings {diff} (old, new): pass another --out, "
+                             f"or delete {out} to start over")
+    out.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(key, indent=2))
+
+
+def run_suite(args) -> int:
+    from clipo_megatron.data.loader import load_dataset
+    from clipo_megatron.data.registry import canonical_name
+    from clipo_megatron.eval.engine import evaluate
+    from clipo_megatron.eval.generator import build_generator
+    from clipo_megatron.eval.report import bar_chart, markdown_table
+    from clipo_megatron.verify.pool import VerifierPool
+
+    if not args.model:
+        raise ValueError("--model is required: smollm2, an HF model directory or a clipo-megatron train output dir")
+    names = list(get_suite(args.suite).datasets) if args.suite else [canonical_name(x) for x in
+                                                                     args.datasets.split(",") if x.strip()]
+    sources = _parse_sources(args.source)
+    settings = _settings(args, names)
+    # Load every dataset first: a missing one fails now, with how to get it, not after an hour of generation.
+    data = {n: load_dataset(n, sources.get(n), data_dir=args.data_dir, limit=args.limit,
+                            subset_seed=args.subset_seed, gen_seed=args.seed) for n in names}
+    tag = args.suite or "-".join(names)
+    out = Path(args.out or f"runs/eval/{Path(args.model).name}-{tag}")
+    _check_resume(out, settings)
+    t0 = time.perf_counter()
+    gen = build_generator(args.model, args.backend, seed=args.seed, threads=args.threads)
+    load_s = time.perf_counter() - t0
+    with VerifierPool(args.verify_workers, timeout=args.verify_timeout) as pool:
+        res = evaluate(gen, data, settings, out, pool=pool, progress=not args.no_progress)
+    res.update({"model": args.model, "suite": args.suite, "datasets_source": {n: sources.get(n, args.data_dir)
+                                                                                for n in names}})
+    res["throughput"]["model_load_s"] = load_s
+    (out / "results.json").write_text(json.dumps(res, indent=2))
+    row = {**res["scores"], **res["averages"]}
+    table = markdown_table({"columns": list(row), "scores": {args.model: row}, "deltas": {}, "baseline": args.model})
+    lines = [table, "| dataset | questions | samples | correct | no \\boxed answer | timeouts |", "|---|---|---|---|---|---|"]
+    lines += [f"| {n} | {d['questions']} | {d['samples']} | {d['correct']} | {d['no_answer']} | {d['timeouts']} |"
+              for n, d in res["datasets"].items()]
+    tp = res["throughput"]
+    lines.append(f"\nn={settings.n}, T={settings.temperature}, top-p={settings.top_p}, max_tokens={settings.max_tokens}"
+                 f", seed={settings.seed}, limit={settings.limit}; {tp['new_samples']} new samples in "
+                 f"{tp['seconds']:.1f} s ({tp['samples_per_s']:.2f} samples/s), model load {load_s:.1f} s")
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    bar_chart({args.model: row}, out / "scores.png")
+    print("\n".join(lines))
+    print(f"throughput: {tp['samples_per_s']:.2f} samples/s ({tp['new_samples']} new samples in {tp['seconds']:.1f} s: "
+          f"generate {tp['generate_s']:.1f} s, verify {tp['verify_s']:.1f} s)")
+    print(f"wrote {out}/results.json, results.md, scores.png, samples/")
+    return 0
+
+
+def run_compare(argv: list[str]) -> int:
+    from clipo_megatron.eval.aggregate import compare
+    from clipo_megatron.eval.report import bar_chart, markdown_table
+
+    ap = argparse.ArgumentParser(prog="clipo-megatron eval compare",
+                                 description="side-by-side scores of two or more eval outputs, with deltas vs the first")
+    ap.add_argument("runs", nargs="+", help="eval output dirs (results.json) or results.json files")
+    ap.add_argument("--names", help="comma-separated run names (default: dir names)")
+    ap.add_argument("--out", default="runs/eval/compare")
+    args = ap.parse_args(argv)
+    paths = [Path(r) / "results.json" if Path(r).is_dir() else Path(r) for r in args.runs]
+    for p in paths:
+        if not p.is_file():
+            raise FileNotFoundError(f"{p} does not exist: pass `clipo-megatron eval` output dirs")
+    names = args.names.split(",") if args.names else [p.parent.name for p in paths]
+    if len(names) != len(paths) or len(set(names)) != len(names):
+        raise ValueError(f"--names {names} must give {len(paths)} distinct names")
+    runs = {}
+    for name, p in zip(names, paths):
+        r = json.loads(p.read_text())
+        runs[name] = {**r["scores"], **r["averages"]}
+    cmp = compare(runs)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    md = markdown_table(cmp)
+    (out / "compare.json").write_text(json.dumps(cmp, indent=2))
+    (out / "compare.md").write_text(md)
+    bar_chart(runs, out / "compare.png")
+    print(md)
+    print(f"wrote {out}/compare.json, compare.md, compare.png")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="clipo-megatron eval", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--run", help="a training output directory (config.json + checkpoints/latest.pt)")
-    src.add_argument("--config", help="a YAML recipe: evaluate its base model")
-    ap.add_argument("--out", help="where to write eval.json / eval.md (default: the run dir / cwd)")
-    ap.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.n=8")
-    args = ap.parse_intermixed_args(argv)
-    warnings.filterwarnings("ignore", module=r"megatron\..*")
-    from clipo_megatron.runner.config import load_config
-    from clipo_megatron.runner.train import Run, evaluate
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "compare":
+        return run_compare(argv[1:])
+    if ("--run" in argv or "--config" in argv) and not {"--suite", "--datasets"} & set(argv):
+        from clipo_megatron.eval.heldout import main as heldout_main
 
-    ckpt = None
-    if args.run:
-        run_dir = Path(args.run)
-        if not (run_dir / "config.json").exists():
-            raise FileNotFoundError(f"{run_dir} has no config.json: is it a `clipo-megatron train` output dir?")
-        tmp = OmegaConf.create(json.loads((run_dir / "config.json").read_text()))
-        cfg_path = run_dir / "eval_config.yaml"
-        OmegaConf.save(tmp, cfg_path)
-        cfg = load_config(str(cfg_path), args.overrides)
-        ckpt = run_dir / "checkpoints" / "latest.pt"
-        if not ckpt.exists():
-            raise FileNotFoundError(f"no checkpoint at {ckpt}")
-        out = Path(args.out or run_dir)
-    else:
-        cfg = load_config(args.config, args.overrides)
-        out = Path(args.out or ".")
-    run = Run(cfg)
-    step = 0
-    if ckpt is not None:
-        state = torch.load(ckpt, weights_only=False)
-        run.model.load_state_dict(state["policy"])
-        run.gen.sync_from_megatron(run.model.state_dict())
-        step = state["step"]
-    res = evaluate(run)
-    res.update({"checkpoint": str(ckpt) if ckpt else "base model", "step": step,
-                "temperature": cfg.eval.temperature, "top_p": cfg.eval.top_p})
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "eval.json").write_text(json.dumps(res, indent=2))
-    md = ["| checkpoint | step | problems | n | T | pass@1 | samples/s |", "|---|---|---|---|---|---|---|",
-          f"| {res['checkpoint']} | {step} | {res['problems']} | {res['n']} | {res['temperature']} | "
-          f"{res['pass@1']:.3f} | {res['samples_per_s']:.1f} |"]
-    (out / "eval.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
-    print(f"throughput: {res['samples_per_s']:.2f} samples/s")
-    return 0
+        return heldout_main(argv)
+    args = _parser().parse_args(argv)
+    if not (args.suite or args.datasets):
+        _parser().print_help()
+        print("\nclipo-megatron eval: pass --suite track1|track2 or --datasets a,b", file=sys.stderr)
+        return 2
+    return run_suite(args)
