@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh --mcore-latest
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 status=0
+echo "== ruff check"
+.venv/bin/ruff check . || status=$?
 echo "== pytest: Python 3.11, megatron-core $(.venv/bin/python -c 'import megatron.core as m; print(m.__version__)' 2>/dev/null)"
 .venv/bin/python -m pytest -q -p no:warnings --timeout=900 "$@" || status=$?
 echo "== pytest: Python 3.12, megatron-core $(.venv312/bin/python -c 'import megatron.core as m; print(m.__version__)' 2>/dev/null) (Megatron tests)"
