@@ -49,9 +49,10 @@ def test_fake_cluster_run_quotes_survive(tmp_path):
     # Not DRY_RUN: a fake srun / scontrol log their arguments; every `bash -c` payload must parse.
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    log = tmp_path / "srun.log"
-    (bindir / "srun").write_text(f'#!/bin/bash\nprintf "%s\\0" "$@" >> {log}\nprintf "\\n\\0" >> {log}\n'
-                                 'echo 10.0.0.1\n')
+    logdir = tmp_path / "srun-calls"  # one file per call: concurrent background sruns cannot interleave
+    logdir.mkdir()
+    (bindir / "srun").write_text(f'#!/bin/bash\nf=$(mktemp -p {logdir})\nprintf "%s\\0" "$@" > "$f.tmp"\n'
+                                 'mv "$f.tmp" "$f.call"\necho 10.0.0.1\n')
     (bindir / "scontrol").write_text("#!/bin/bash\necho n0; echo n1; echo n2\n")
     for f in bindir.iterdir():
         f.chmod(0o755)
@@ -61,10 +62,11 @@ def test_fake_cluster_run_quotes_survive(tmp_path):
     out = subprocess.run(["bash", str(ROOT / "slurm/track2_qwen7b.sh")], env=env, capture_output=True, text=True,
                          timeout=60, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    for _ in range(50):  # the Ray head / worker sruns run in the background: let them log
-        calls = [c.strip("\0").split("\0") for c in log.read_text().split("\n\0") if c.strip("\0")]
+    deadline = time.monotonic() + 60  # the Ray head / worker sruns run in the background: on a loaded CI box
+    while True:                       # they can take seconds to start, so wait for all of them
+        calls = [f.read_text().strip("\0").split("\0") for f in sorted(logdir.glob("*.call"))]
         payloads = [c[c.index("-c") + 1] for c in calls if "-c" in c]
-        if len(payloads) >= 6:
+        if len(payloads) >= 6 or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     assert len(payloads) == 1 + 1 + 2 + 1 + 1  # validate, head, 2 workers, wait, driver
