@@ -2,7 +2,7 @@
 """Step-time breakdown and generation throughput of the single-machine CLIPO run.
 
 Runs a few RL steps of the embedded default (SmolLM2-135M-Instruct, Megatron
-policy, HF generator) and prints, per stage, the median time per step:
+policy, vLLM generator when installed, else HF; `rollout.backend=hf|vllm` picks) and prints, per stage, the median time per step:
 generate / verify / logprob+embed / head / train / sync, plus generated
 tokens per second and rollouts per second.
 
@@ -39,7 +39,7 @@ def main() -> None:
     rollouts = cfg.rollout.prompts_per_step * cfg.rollout.n
     print(f"\nSmolLM2-135M ({cfg.model.source}), {cfg.rollout.prompts_per_step} prompts x {cfg.rollout.n} rollouts, "
           f"max {cfg.rollout.max_tokens} new tokens, torch threads {torch.get_num_threads()}, "
-          f"{a.steps} steps (median), set-up {setup:.1f} s\n")
+          f"{a.steps} steps (median), set-up {setup:.1f} s, generator {type(run.gen).__name__}\n")
     print("| stage | median s / step | share |")
     print("|---|---|---|")
     med = {s: statistics.median(h[f"time/{s}"] for h in hist) for s in STAGES}

