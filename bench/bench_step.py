@@ -2,7 +2,8 @@
 """Step-time breakdown and generation throughput of the single-machine CLIPO run.
 
 Runs a few RL steps of the embedded default (SmolLM2-135M-Instruct, Megatron
-policy, vLLM generator when installed, else HF; `rollout.backend=hf|vllm` picks) and prints, per stage, the median time per step:
+policy, vLLM generator when installed, else HF; `rollout.backend=hf|vllm`
+picks) and prints, per stage, the median time per step:
 generate / verify / logprob+embed / head / train / sync, plus generated
 tokens per second and rollouts per second.
 
