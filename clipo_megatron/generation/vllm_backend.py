@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import logging
 import os
 from pathlib import Path
 
@@ -54,6 +55,7 @@ def export_hf_dir(hf_model, tokenizer, out_dir: str | Path) -> Path:
 
 def _configure_env() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine: in-place weight sync, our RNG
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # the engine's INFO lines would bury the progress bar
     if not torch.cuda.is_available():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{max(os.cpu_count() or 1, 1) - 1}")
@@ -67,6 +69,9 @@ class VLLMGenerator:
         _configure_env()
         from vllm import LLM
 
+        # Every in-place reload says the rotary embedding got no weights: it has none to get.
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
+            lambda r: "RotaryEmbedding" not in r.getMessage())
         self.tok = tokenizer
         self.arch = arch
         self._weight_shapes: dict[str, tuple[int, ...]] | None = None  # fixed by the first load
