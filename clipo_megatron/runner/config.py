@@ -70,6 +70,14 @@ class OutputConfig:
 
 
 @dataclass
+class ParallelConfig:
+    """Megatron-Core model parallelism of the policy (launch tp * pp processes with torchrun)."""
+
+    tp: int = 1  # tensor parallel: must divide the model's heads, query groups, FFN and vocab sizes
+    pp: int = 1  # pipeline parallel: the single-machine runner supports pp = 1 only
+
+
+@dataclass
 class RunConfig:
     algo: str = "clipo"  # "clipo" or "grpo" (the same job without the contrastive reward)
     seed: int = 0
@@ -80,6 +88,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
     clipo: dict[str, Any] = field(default_factory=lambda: {"embed_dim": 128})
 
     def validate(self) -> CLIPOConfig:
@@ -101,6 +110,10 @@ class RunConfig:
         need(self.output.checkpoint_every >= 1, "output.checkpoint_every must be >= 1")
         need(self.data.train_size >= self.rollout.prompts_per_step,
              f"data.train_size={self.data.train_size} < rollout.prompts_per_step={self.rollout.prompts_per_step}")
+        need(self.parallel.tp >= 1, f"parallel.tp={self.parallel.tp} must be >= 1")
+        need(self.parallel.pp == 1, f"parallel.pp={self.parallel.pp}: the single-machine runner runs pipeline "
+             f"parallel size 1 only (the Megatron pieces are tested at PP=2 in tests/megatron; the NeMo-RL path "
+             f"runs PP through NeMo-RL)")
         cfg = CLIPOConfig.from_dict({**dict(self.clipo), "enabled": self.algo == "clipo"})
         return cfg
 

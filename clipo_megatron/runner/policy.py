@@ -8,28 +8,22 @@ generator is an HF model of the same weights, re-synced after each update.
 from __future__ import annotations
 
 import os
-import tempfile
 
 import torch
 
 from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config
-from clipo_megatron.models.hf_convert import arch_from_hf_config, load_megatron_from_hf
+from clipo_megatron.models.hf_convert import (
+    arch_from_hf_config,
+    hf_to_megatron,
+    load_megatron_from_hf,
+)
 
 
 def init_single_process() -> None:
     """A world-1 gloo group + megatron parallel_state (TP = PP = 1) + CPU shims."""
-    import torch.distributed as dist
-    from megatron.core import parallel_state as ps
+    from clipo_megatron.runner.parallel import init_distributed
 
-    from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
-
-    if not dist.is_initialized():
-        init = tempfile.mktemp(prefix="clipo_run_")
-        dist.init_process_group("gloo", init_method=f"file://{init}", rank=0, world_size=1)
-    if not torch.cuda.is_available():
-        enable_cpu_shims()
-    if not ps.model_parallel_is_initialized():
-        ps.initialize_model_parallel(1, 1)
+    init_distributed(1, 1)
 
 
 def load_hf_policy(source: str, *, tiny_hidden: int = 64, tiny_layers: int = 2, seed: int = 0):
@@ -52,9 +46,29 @@ def load_hf_policy(source: str, *, tiny_hidden: int = 64, tiny_layers: int = 2, 
     return transformers.LlamaForCausalLM(cfg).float().eval(), tok
 
 
-def build_policy(hf_model):
-    """A GPTModel holding the HF model's weights, and its architecture."""
+def build_policy(hf_model, tp: int = 1):
+    """A GPTModel holding the HF model's weights (this rank's TP shard of them), and its architecture."""
     arch = arch_from_hf_config(hf_model.config)
-    model = build_gpt_model(arch, transformer_config(arch))
-    load_megatron_from_hf(model, hf_model, arch)
+    if tp == 1:
+        model = build_gpt_model(arch, transformer_config(arch))
+        load_megatron_from_hf(model, hf_model, arch)
+        return model, arch
+    from megatron.core import parallel_state as ps
+
+    from clipo_megatron.megatron.tp_state import check_divisible, shard_state_dict
+
+    check_divisible(arch, tp)
+    model = build_gpt_model(arch, transformer_config(arch, tensor_parallel=tp))
+    full = hf_to_megatron(hf_model.state_dict(), arch)
+    load_local_state(model, shard_state_dict(full, ps.get_tensor_model_parallel_rank(), tp))
     return model, arch
+
+
+def load_local_state(model, local: dict) -> None:
+    """Strict load of this rank's tensors (`_extra_state` entries are kept as built)."""
+    own = model.state_dict()
+    want = {k for k in own if not k.endswith("_extra_state")}
+    if set(local) != want:
+        raise ValueError(f"policy state mismatch: missing {sorted(want - set(local))[:5]}, "
+                         f"unexpected {sorted(set(local) - want)[:5]}")
+    model.load_state_dict({**{k: v for k, v in own.items() if k not in local}, **local}, strict=True)

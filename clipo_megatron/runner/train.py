@@ -10,11 +10,13 @@ One RL step:
 Checkpoints hold everything a resumed run needs to continue bit-for-bit.
 
     clipo-megatron train --config examples/configs/cpu_demo.yaml [--algo grpo] [key=value ...]
+    torchrun --nproc-per-node 3 -m clipo_megatron.cli train --config ... parallel.tp=3   # tensor parallel
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -53,7 +55,7 @@ def _causal(s: int) -> torch.Tensor:
     return torch.triu(torch.ones(s, s, dtype=torch.bool), 1).view(1, 1, s, s)
 
 
-def logprob_and_pool(model, ids, mask, micro_batch: int):
+def logprob_and_pool(model, ids, mask, micro_batch: int, logprob_fn=token_logprobs):
     """The fused logprob pass: token logprobs [B, S] and mean response hidden states [B, D]."""
     from clipo_megatron.megatron.capture import forward_with_capture
 
@@ -67,12 +69,13 @@ def logprob_and_pool(model, ids, mask, micro_batch: int):
             logits, sums = forward_with_capture(
                 model, lambda h, m=m: masked_sum_and_count(h, m, layout="sbd")[0], x, pos[: x.shape[0]], _causal(s)
             )
-            lps.append(token_logprobs(logits, x))
+            lps.append(logprob_fn(logits, x))
             pooled.append(mean_from_sums(sums, m.sum(1).float()))
     return torch.cat(lps), torch.cat(pooled)
 
 
-def policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunConfig) -> dict[str, float]:
+def policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunConfig, logprob_fn=token_logprobs,
+                  clip_fn=torch.nn.utils.clip_grad_norm_) -> dict[str, float]:
     model.train()
     optimizer.zero_grad(set_to_none=True)
     s = ids.shape[1]
@@ -81,13 +84,13 @@ def policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunConfig) -> d
     for i in range(0, ids.shape[0], cfg.train.micro_batch):
         x, m = ids[i : i + cfg.train.micro_batch], mask[i : i + cfg.train.micro_batch]
         pos = torch.arange(s).expand(x.shape[0], s)
-        lp = token_logprobs(model(x, pos, _causal(s)), x)
+        lp = logprob_fn(model(x, pos, _causal(s)), x)
         loss, stats = clipped_pg_loss(lp, old_lp[i : i + x.shape[0]], adv[i : i + x.shape[0]], m,
                                       eps_low=cfg.train.eps_low, eps_high=cfg.train.eps_high)
         loss = loss * float(m.sum()) / max(ntok, 1.0)  # token-mean over the whole batch
         loss.backward()
         total += float(loss.detach())
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+    grad_norm = clip_fn(model.parameters(), cfg.train.grad_clip)
     optimizer.step()
     return {"pg/loss": total, "pg/grad_norm": float(grad_norm), **stats}
 
@@ -98,25 +101,43 @@ def max_model_len(cfg: RunConfig) -> int:
 
 
 class Run:
-    """Everything one training run holds; `step()` does one RL step."""
+    """Everything one training run holds; `step()` does one RL step.
+
+    With `parallel.tp > 1` (under torchrun) every rank holds a TP shard of the
+    policy; rank 0 alone generates and verifies (`self.gen` is None elsewhere).
+    `state_dict()` is collective and returns the full (TP = 1) layout.
+    """
 
     def __init__(self, cfg: RunConfig):
         from clipo_megatron.generation.factory import build_rollout_generator
         from clipo_megatron.megatron.head import attach_head, build_contrastive_head
         from clipo_megatron.megatron.head_trainer import HeadTrainer
         from clipo_megatron.megatron.model_builder import transformer_config
-        from clipo_megatron.runner.policy import build_policy, init_single_process, load_hf_policy
+        from clipo_megatron.runner import parallel
+        from clipo_megatron.runner.policy import build_policy, load_hf_policy
         from clipo_megatron.runner.problems import load_problems
 
         self.cfg = cfg
         self.clipo = cfg.validate()
-        init_single_process()
+        self.tp = cfg.parallel.tp
+        parallel.init_distributed(self.tp, cfg.parallel.pp)
+        self.tp_group = parallel.tp_group() if self.tp > 1 else None
+        self.logprob_fn = parallel.vocab_parallel_token_logprobs if self.tp > 1 else token_logprobs
         hf, self.tok = load_hf_policy(cfg.model.source, tiny_hidden=cfg.model.tiny_hidden,
                                       tiny_layers=cfg.model.tiny_layers, seed=cfg.seed)
-        self.model, self.arch = build_policy(hf)
-        self.gen = build_rollout_generator(
-            cfg.rollout.backend, hf, self.tok, self.arch, export_dir=Path(cfg.output.dir) / "generator_hf",
-            seed=cfg.seed, max_model_len=max_model_len(cfg))
+        self.model, self.arch = build_policy(hf, self.tp)
+        backend = cfg.rollout.backend
+        if self.tp > 1 and backend != "hf":
+            # The in-process vLLM engine would share torch.distributed's default group with the TP ranks.
+            if backend == "vllm":
+                raise ValueError("rollout.backend=vllm with parallel.tp > 1: the in-process vLLM engine cannot "
+                                 "share the TP ranks' process group; use rollout.backend=hf (or auto)")
+            backend = "hf"
+        self.gen = None
+        if parallel.is_rank0():
+            self.gen = build_rollout_generator(
+                backend, hf, self.tok, self.arch, export_dir=Path(cfg.output.dir) / "generator_hf",
+                seed=cfg.seed, max_model_len=max_model_len(cfg))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
                                            weight_decay=cfg.train.weight_decay)
         torch.manual_seed(cfg.seed + 1)
@@ -138,19 +159,25 @@ class Run:
         start = (self.step_idx * p) % len(self.problems)
         batch = [self.problems[(start + i) % len(self.problems)] for i in range(p)]
 
+        from clipo_megatron.runner.parallel import broadcast_from_rank0
+
         t0 = time.perf_counter()
-        ro = self.gen.generate([b.messages for b in batch], cfg.rollout.n, temperature=cfg.rollout.temperature,
-                               top_p=cfg.rollout.top_p, max_tokens=cfg.rollout.max_tokens,
-                               seed=cfg.seed * 1_000_003 + self.step_idx)
+        ro = rewards = None
+        if self.gen is not None:
+            ro = self.gen.generate([b.messages for b in batch], cfg.rollout.n, temperature=cfg.rollout.temperature,
+                                   top_p=cfg.rollout.top_p, max_tokens=cfg.rollout.max_tokens,
+                                   seed=cfg.seed * 1_000_003 + self.step_idx)
         t["generate"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        rewards = torch.tensor(verify_batch(ro.texts, [batch[i].answer for i in ro.prompt_index]))
+        if self.gen is not None:
+            rewards = torch.tensor(verify_batch(ro.texts, [batch[i].answer for i in ro.prompt_index]))
+        ro, rewards = broadcast_from_rank0((ro, rewards))  # TP ranks train on rank 0's rollouts
         t["verify"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         ids, mask = pack(ro.prompt_ids, ro.response_ids, self.tok.pad_token_id)
-        old_lp, pooled = logprob_and_pool(self.model, ids, mask, cfg.train.micro_batch)
+        old_lp, pooled = logprob_and_pool(self.model, ids, mask, cfg.train.micro_batch, self.logprob_fn)
         t["logprob_embed"] = time.perf_counter() - t0
 
         group_ids = torch.tensor([batch[i].index for i in ro.prompt_index])
@@ -164,11 +191,12 @@ class Run:
         t0 = time.perf_counter()
         metrics = {}
         if self.head.policy_should_update(self.step_idx):
-            metrics.update(policy_update(self.model, self.optimizer, ids, mask, old_lp, adv, cfg))
+            metrics.update(policy_update(self.model, self.optimizer, ids, mask, old_lp, adv, cfg, self.logprob_fn,
+                                         self._clip_fn()))
         t["train"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        self.gen.sync_from_megatron(self.model.state_dict())
+        self._sync_generator()
         t["sync"] = time.perf_counter() - t0
 
         metrics.update({k: v for k, v in out.metrics.items()})
@@ -185,26 +213,86 @@ class Run:
         self.step_idx += 1
         return metrics
 
+    # ---- tensor parallel plumbing -----------------------------------
+    def _clip_fn(self):
+        if self.tp == 1:
+            return torch.nn.utils.clip_grad_norm_
+        from clipo_megatron.runner.parallel import clip_grad_norm_tp
+
+        return lambda params, max_norm: clip_grad_norm_tp(params, max_norm, self.tp_group)
+
+    def full_policy_state(self) -> dict:
+        """The policy in the TP = 1 layout without `_extra_state` (collective when TP > 1)."""
+        if self.tp == 1:
+            return {k: v for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")}
+        from clipo_megatron.megatron.tp_state import gather_state_dict
+
+        return gather_state_dict(self.model.state_dict(), self.tp_group)
+
+    def _sync_generator(self) -> None:
+        full = self.full_policy_state()
+        if self.gen is not None:
+            self.gen.sync_from_megatron(full)
+
+    def _param_names(self) -> list[str]:
+        return [n for n, _ in self.model.named_parameters()]  # the optimizer's param order
+
+    def _full_optimizer_state(self) -> dict:
+        sd = self.optimizer.state_dict()
+        if self.tp == 1:
+            return sd
+        from clipo_megatron.megatron.tp_state import gather_tensor
+
+        names = self._param_names()
+        state = {i: {k: gather_tensor(names[i], v, self.tp_group) if torch.is_tensor(v) and v.dim() else v
+                     for k, v in st.items()} for i, st in sd["state"].items()}
+        return {"state": state, "param_groups": sd["param_groups"]}
+
+    def _local_optimizer_state(self, full: dict) -> dict:
+        if self.tp == 1:
+            return full
+        from megatron.core import parallel_state as ps
+
+        from clipo_megatron.megatron.tp_state import shard
+
+        names, rank = self._param_names(), ps.get_tensor_model_parallel_rank()
+        state = {i: {k: shard(names[int(i)], v, rank, self.tp) if torch.is_tensor(v) and v.dim() else v
+                     for k, v in st.items()} for i, st in full["state"].items()}
+        return {"state": state, "param_groups": full["param_groups"]}
+
     # ---- checkpoint / resume ----------------------------------------
     def state_dict(self) -> dict:
-        return {"step": self.step_idx, "policy": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        """Everything to resume, in the TP = 1 layout (so any TP size resumes it); collective when TP > 1."""
+        return {"step": self.step_idx, "policy": self.full_policy_state(), "optimizer": self._full_optimizer_state(),
                 "head": self.head.state_dict(), "history": self.history, "embeddings": self.embeddings,
                 "torch_rng": torch.get_rng_state(), "config": to_dict(self.cfg)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        from megatron.core import parallel_state as ps
+
+        from clipo_megatron.megatron.tp_state import shard_state_dict
+        from clipo_megatron.runner.policy import load_local_state
+
+        full = {k: v for k, v in state["policy"].items() if not k.endswith("_extra_state")}
+        load_local_state(self.model, shard_state_dict(full, ps.get_tensor_model_parallel_rank(), self.tp))
+        self.optimizer.load_state_dict(self._local_optimizer_state(state["optimizer"]))
         self.head.load_state_dict(state["head"])
         self.step_idx, self.history, self.embeddings = state["step"], state["history"], state["embeddings"]
         torch.set_rng_state(state["torch_rng"])
-        self.gen.sync_from_megatron(self.model.state_dict())
+        self._sync_generator()
 
 
 def save_checkpoint(run: Run, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(run.state_dict(), tmp)
-    os.replace(tmp, path)  # atomic: a kill mid-save never leaves a broken checkpoint
+    """Collective under TP (the state is gathered); rank 0 writes."""
+    from clipo_megatron.runner.parallel import barrier, is_rank0
+
+    state = run.state_dict()
+    if is_rank0():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)  # atomic: a kill mid-save never leaves a broken checkpoint
+    barrier()
 
 
 def evaluate(run: Run, seed_offset: int = 10_000) -> dict:
@@ -234,37 +322,45 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module=r"megatron\..*")
     overrides = list(args.overrides) + ([f"algo={args.algo}"] if args.algo else [])
     cfg = load_config(args.config, overrides)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun: share the cores between the ranks
+    if cfg.threads or world > 1:
+        torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // world))
     from tqdm import tqdm
+
+    from clipo_megatron.runner.parallel import is_rank0
 
     out = Path(cfg.output.dir)
     ckpt = out / "checkpoints" / "latest.pt"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     run = Run(cfg)
+    rank0 = is_rank0()  # only rank 0 writes, prints and evaluates (it alone holds the generator)
+    if rank0:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     results: dict = {}
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         run.load_state_dict(state)
         results = json.loads((out / "eval_before.json").read_text()) if (out / "eval_before.json").exists() else {}
-        print(f"[clipo-megatron] resumed from {ckpt} at step {run.step_idx}")
-    elif cfg.eval.before_training and cfg.eval.size > 0:
+        if rank0:
+            print(f"[clipo-megatron] resumed from {ckpt} at step {run.step_idx}")
+    elif cfg.eval.before_training and cfg.eval.size > 0 and rank0:
         results = evaluate(run)
         (out / "eval_before.json").write_text(json.dumps(results, indent=2))
         print(f"[clipo-megatron] before training: pass@1 {results['pass@1']:.3f} "
               f"({results['samples_per_s']:.1f} samples/s)")
     writer = None
-    if cfg.output.tensorboard:
+    if cfg.output.tensorboard and rank0:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(str(out / "tensorboard"), purge_step=run.step_idx)
-    bar = tqdm(total=cfg.train.steps, initial=run.step_idx, desc=f"{cfg.algo}", dynamic_ncols=True)
-    with (out / "metrics.jsonl").open("a") as log:
+    bar = tqdm(total=cfg.train.steps, initial=run.step_idx, desc=f"{cfg.algo}", dynamic_ncols=True,
+               disable=not rank0)
+    with (out / "metrics.jsonl").open("a") if rank0 else contextlib.nullcontext() as log:
         while run.step_idx < cfg.train.steps:
             m = run.step()
-            log.write(json.dumps(m) + "\n")
-            log.flush()
+            if rank0:
+                log.write(json.dumps(m) + "\n")
+                log.flush()
             if writer:
                 for k, v in m.items():
                     if k != "step":
@@ -277,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     bar.close()
     if writer:
         writer.close()
+    if not rank0:
+        return 0
     final = evaluate(run) if cfg.eval.size > 0 else {}
     write_results(out, cfg, run, results, final)
     if cfg.output.plots:

@@ -1,0 +1,96 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Tensor parallelism for the single-machine runner: process groups, vocab-parallel logprobs, grad norm.
+
+    torchrun --nproc-per-node 3 -m clipo_megatron.cli train --config examples/configs/cpu_demo.yaml parallel.tp=3
+
+Every rank holds a TP shard of the Megatron policy and runs the logprob pass and
+the update; global rank 0 alone generates and verifies, and broadcasts the
+rollouts and rewards. The CLIPO head is replicated (it is d x D, tiny; every
+rank computes the same head step on the same pooled states), so contrastive
+rewards and advantages are bit-identical on all ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+
+def init_distributed(tp: int = 1, pp: int = 1) -> None:
+    """gloo process group (torchrun's env:// when launched by it, else a world of 1) + parallel_state."""
+    from megatron.core import parallel_state as ps
+
+    from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
+
+    if not dist.is_initialized():
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
+            dist.init_process_group("gloo", init_method="env://")
+        else:
+            init = tempfile.mktemp(prefix="clipo_run_")
+            dist.init_process_group("gloo", init_method=f"file://{init}", rank=0, world_size=1)
+    world = dist.get_world_size()
+    if tp * pp != world:
+        raise ValueError(f"parallel.tp * parallel.pp = {tp * pp} but {world} processes were launched "
+                         f"(torchrun --nproc-per-node {tp * pp})")
+    if not torch.cuda.is_available():
+        enable_cpu_shims()
+    if ps.model_parallel_is_initialized():
+        if ps.get_tensor_model_parallel_world_size() != tp:
+            raise ValueError(f"parallel_state already initialised with TP={ps.get_tensor_model_parallel_world_size()},"
+                             f" the run asks for parallel.tp={tp}")
+    else:
+        ps.initialize_model_parallel(tp, pp)
+
+
+def tp_group():
+    from megatron.core import parallel_state as ps
+
+    return ps.get_tensor_model_parallel_group()
+
+
+def is_rank0() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def broadcast_from_rank0(obj):
+    """Rank 0's `obj` on every rank (pickled; rollouts and rewards are small)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return obj
+    box = [obj if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def vocab_parallel_token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """[B, S] log p(ids[:, t] | ids[:, <t]) from vocab-sharded logits [B, S, V/tp]; position 0 gets 0.
+
+    Megatron-Core's vocab-parallel cross entropy (max and sum-exp all-reduced over
+    the TP group, differentiable) returns -log p of the target.
+    """
+    from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+    nll = vocab_parallel_cross_entropy(logits[:, :-1].float().clone(), ids[:, 1:])
+    return torch.cat([torch.zeros_like(nll[:, :1]), -nll], 1)
+
+
+def clip_grad_norm_tp(params, max_norm: float, group) -> torch.Tensor:
+    """Global grad-norm clipping over TP shards: sharded grads summed over ranks, replicated ones counted once."""
+    params = [p for p in params if p.grad is not None]
+    sharded = sum((p.grad.double() ** 2).sum() for p in params if getattr(p, "tensor_model_parallel", False))
+    replicated = sum((p.grad.double() ** 2).sum() for p in params if not getattr(p, "tensor_model_parallel", False))
+    sq = torch.as_tensor(sharded, dtype=torch.float64)
+    dist.all_reduce(sq, group=group)
+    total = (sq + torch.as_tensor(replicated, dtype=torch.float64)).sqrt().float()
+    coef = max_norm / (total + 1e-6)
+    if coef < 1:
+        for p in params:
+            p.grad.mul_(coef)
+    return total
+
+
+def barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
