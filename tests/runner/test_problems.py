@@ -32,3 +32,16 @@ def test_jsonl_rows_and_errors(tmp_path):
         jsonl_problems(bad, 0)
     with pytest.raises(FileNotFoundError, match="local jsonl"):
         jsonl_problems(tmp_path / "missing.jsonl", 1)
+
+
+def test_parallel_config_errors(mcore_single_process):
+    pytest.importorskip("megatron.core")
+    from clipo_megatron.runner.config import load_config
+    from clipo_megatron.runner.parallel import init_distributed
+
+    with pytest.raises(ValueError, match="parallel.pp=2: the single-machine runner runs pipeline parallel size 1"):
+        load_config(None, ["parallel.pp=2"])
+    with pytest.raises(ValueError, match="parallel.tp=0 must be >= 1"):
+        load_config(None, ["parallel.tp=0"])
+    with pytest.raises(ValueError, match=r"parallel.tp \* parallel.pp = 2 but 1 processes were launched"):
+        init_distributed(2, 1)
