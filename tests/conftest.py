@@ -22,3 +22,13 @@ def mcore_single_process():
         ps.initialize_model_parallel(1, 1)
     yield
     os.environ.pop("CLIPO_UNUSED", None)
+
+
+def pytest_collection_modifyitems(config, items):
+    """vLLM tests run last (stable order otherwise).
+
+    Their in-process engines initialise torch.distributed themselves; Megatron tests that
+    run after two such engines in one process found Megatron-Core's process groups unset.
+    scripts/test.sh runs them in a pytest process of their own as well.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("vllm") is not None)
