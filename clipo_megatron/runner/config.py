@@ -74,7 +74,7 @@ class ParallelConfig:
     """Megatron-Core model parallelism of the policy (launch tp * pp processes with torchrun)."""
 
     tp: int = 1  # tensor parallel: must divide the model's heads, query groups, FFN and vocab sizes
-    pp: int = 1  # pipeline parallel: the single-machine runner supports pp = 1 only
+    pp: int = 1  # pipeline parallel: must divide the model's layers
 
 
 @dataclass
@@ -111,9 +111,7 @@ class RunConfig:
         need(self.data.train_size >= self.rollout.prompts_per_step,
              f"data.train_size={self.data.train_size} < rollout.prompts_per_step={self.rollout.prompts_per_step}")
         need(self.parallel.tp >= 1, f"parallel.tp={self.parallel.tp} must be >= 1")
-        need(self.parallel.pp == 1, f"parallel.pp={self.parallel.pp}: the single-machine runner runs pipeline "
-             f"parallel size 1 only (the Megatron pieces are tested at PP=2 in tests/megatron; the NeMo-RL path "
-             f"runs PP through NeMo-RL)")
+        need(self.parallel.pp >= 1, f"parallel.pp={self.parallel.pp} must be >= 1")
         cfg = CLIPOConfig.from_dict({**dict(self.clipo), "enabled": self.algo == "clipo"})
         return cfg
 

@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Tensor parallelism for the single-machine runner: process groups, vocab-parallel logprobs, grad norm.
+"""Model parallelism for the single-machine runner: process groups, vocab-parallel logprobs, grad norm.
 
     torchrun --nproc-per-node 3 -m clipo_megatron.cli train --config examples/configs/cpu_demo.yaml parallel.tp=3
 
@@ -76,14 +76,23 @@ def vocab_parallel_token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> to
     return torch.cat([torch.zeros_like(nll[:, :1]), -nll], 1)
 
 
-def clip_grad_norm_tp(params, max_norm: float, group) -> torch.Tensor:
-    """Global grad-norm clipping over TP shards: sharded grads summed over ranks, replicated ones counted once."""
+def clip_grad_norm_model_parallel(params, max_norm: float) -> torch.Tensor:
+    """Global grad-norm clipping over TP shards and PP stages (as Megatron-Core's `clip_grad_norm_fp32`).
+
+    Each gradient counts once: TP-replicated ones only on TP rank 0, the last stage's copy of a
+    tied embedding (`shared`) not at all; the squared sums are all-reduced over the model-parallel group.
+    """
+    from megatron.core import parallel_state as ps
+
     params = [p for p in params if p.grad is not None]
-    sharded = sum((p.grad.double() ** 2).sum() for p in params if getattr(p, "tensor_model_parallel", False))
-    replicated = sum((p.grad.double() ** 2).sum() for p in params if not getattr(p, "tensor_model_parallel", False))
-    sq = torch.as_tensor(sharded, dtype=torch.float64)
-    dist.all_reduce(sq, group=group)
-    total = (sq + torch.as_tensor(replicated, dtype=torch.float64)).sqrt().float()
+    tp_rank = ps.get_tensor_model_parallel_rank()
+    counted = [p for p in params if not getattr(p, "shared", False)
+               and (getattr(p, "tensor_model_parallel", False) or tp_rank == 0)]
+    sq = torch.zeros((), dtype=torch.float64)
+    for p in counted:
+        sq += (p.grad.double() ** 2).sum()
+    dist.all_reduce(sq, group=ps.get_model_parallel_group())
+    total = sq.sqrt().float()
     coef = max_norm / (total + 1e-6)
     if coef < 1:
         for p in params:

@@ -46,21 +46,23 @@ def load_hf_policy(source: str, *, tiny_hidden: int = 64, tiny_layers: int = 2, 
     return transformers.LlamaForCausalLM(cfg).float().eval(), tok
 
 
-def build_policy(hf_model, tp: int = 1):
-    """A GPTModel holding the HF model's weights (this rank's TP shard of them), and its architecture."""
+def build_policy(hf_model, tp: int = 1, pp: int = 1):
+    """A GPTModel holding the HF model's weights (this rank's stage and TP shard of them), and its architecture."""
     arch = arch_from_hf_config(hf_model.config)
-    if tp == 1:
+    if tp == 1 and pp == 1:
         model = build_gpt_model(arch, transformer_config(arch))
         load_megatron_from_hf(model, hf_model, arch)
         return model, arch
     from megatron.core import parallel_state as ps
 
-    from clipo_megatron.megatron.tp_state import check_divisible, shard_state_dict
+    from clipo_megatron.megatron.tp_state import check_divisible
+    from clipo_megatron.runner.pipeline import layer_offset, local_from_full
 
     check_divisible(arch, tp)
-    model = build_gpt_model(arch, transformer_config(arch, tensor_parallel=tp))
-    full = hf_to_megatron(hf_model.state_dict(), arch)
-    load_local_state(model, shard_state_dict(full, ps.get_tensor_model_parallel_rank(), tp))
+    layer_offset(arch.num_layers)  # pp must divide the layers
+    model = build_gpt_model(arch, transformer_config(arch, tensor_parallel=tp, pipeline_parallel=pp),
+                            pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage())
+    load_local_state(model, local_from_full(model, hf_to_megatron(hf_model.state_dict(), arch), arch))
     return model, arch
 
 

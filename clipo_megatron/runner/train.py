@@ -95,6 +95,82 @@ def policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunConfig, logp
     return {"pg/loss": total, "pg/grad_norm": float(grad_norm), **stats}
 
 
+def pipeline_logprob_and_pool(model, ids, mask, micro_batch: int, logprob_fn=token_logprobs):
+    """`logprob_and_pool` through Megatron-Core's pipeline schedule (forward only); every stage gets the result."""
+    from megatron.core import parallel_state as ps
+
+    from clipo_megatron.megatron.capture import forward_with_capture
+    from clipo_megatron.runner.pipeline import (
+        broadcast_from_last_stage,
+        run_schedule,
+        uniform_micro_batch,
+    )
+
+    b, s = ids.shape
+    mb = uniform_micro_batch(b, micro_batch)
+    pos = torch.arange(s).expand(mb, s)
+    micro = [{"ids": ids[i:i + mb], "mask": mask[i:i + mb]} for i in range(0, b, mb)]
+
+    def forward_step(it, m):
+        x = next(it)
+        if not ps.is_pipeline_last_stage():
+            return m(x["ids"], pos, _causal(s)), None
+        logits, sums = forward_with_capture(
+            m, lambda h: masked_sum_and_count(h, x["mask"], layout="sbd")[0], x["ids"], pos, _causal(s))
+        pooled = mean_from_sums(sums, x["mask"].sum(1).float())
+        return logits, lambda out: (out.sum() * 0.0, {"lp": logprob_fn(out, x["ids"]), "pooled": pooled})
+
+    model.eval()
+    with torch.no_grad():
+        outs = run_schedule(model, micro, forward_step, forward_only=True, seq_length=s)
+    res = (torch.cat([o["lp"] for o in outs]), torch.cat([o["pooled"] for o in outs])) if outs else None
+    return broadcast_from_last_stage(res)
+
+
+def pipeline_policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunConfig, logprob_fn=token_logprobs,
+                           clip_fn=None) -> dict[str, float]:
+    """`policy_update` through the pipeline schedule (1F1B); metrics from the last stage, on every stage."""
+    from megatron.core import parallel_state as ps
+
+    from clipo_megatron.runner.pipeline import (
+        allreduce_tied_embedding_grads,
+        broadcast_from_last_stage,
+        run_schedule,
+        uniform_micro_batch,
+    )
+
+    b, s = ids.shape
+    mb = uniform_micro_batch(b, cfg.train.micro_batch)
+    pos = torch.arange(s).expand(mb, s)
+    ntok = float(mask[:, 1:].sum())
+    micro = [{"ids": ids[i:i + mb], "mask": mask[i:i + mb], "old_lp": old_lp[i:i + mb], "adv": adv[i:i + mb]}
+             for i in range(0, b, mb)]
+
+    def forward_step(it, m):
+        x = next(it)
+        out = m(x["ids"], pos, _causal(s))
+        if not ps.is_pipeline_last_stage():
+            return out, None
+
+        def loss_fn(logits):
+            loss, stats = clipped_pg_loss(logprob_fn(logits, x["ids"]), x["old_lp"], x["adv"], x["mask"],
+                                          eps_low=cfg.train.eps_low, eps_high=cfg.train.eps_high)
+            loss = loss * float(x["mask"].sum()) / max(ntok, 1.0)  # token-mean over the whole batch
+            # The schedule divides by the number of micro-batches; the token mean already weighs them.
+            return loss * len(micro), {"loss": float(loss.detach()), **stats}
+        return out, loss_fn
+
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    outs = run_schedule(model, micro, forward_step, forward_only=False, seq_length=s)
+    allreduce_tied_embedding_grads(model)
+    grad_norm = clip_fn(model.parameters(), cfg.train.grad_clip)
+    optimizer.step()
+    stats = ({"pg/loss": sum(o["loss"] for o in outs), **{k: v for k, v in outs[-1].items() if k != "loss"}}
+             if outs else None)
+    return {**broadcast_from_last_stage(stats), "pg/grad_norm": float(grad_norm)}
+
+
 def max_model_len(cfg: RunConfig) -> int:
     """Prompt budget + the longest generation the run asks for (train or eval), for the vLLM engine."""
     return 1024 + max(cfg.rollout.max_tokens, cfg.eval.max_tokens)
@@ -119,19 +195,20 @@ class Run:
 
         self.cfg = cfg
         self.clipo = cfg.validate()
-        self.tp = cfg.parallel.tp
-        parallel.init_distributed(self.tp, cfg.parallel.pp)
+        self.tp, self.pp = cfg.parallel.tp, cfg.parallel.pp
+        parallel.init_distributed(self.tp, self.pp)
         self.tp_group = parallel.tp_group() if self.tp > 1 else None
         self.logprob_fn = parallel.vocab_parallel_token_logprobs if self.tp > 1 else token_logprobs
         hf, self.tok = load_hf_policy(cfg.model.source, tiny_hidden=cfg.model.tiny_hidden,
                                       tiny_layers=cfg.model.tiny_layers, seed=cfg.seed)
-        self.model, self.arch = build_policy(hf, self.tp)
+        self.model, self.arch = build_policy(hf, self.tp, self.pp)
         backend = cfg.rollout.backend
-        if self.tp > 1 and backend != "hf":
+        if (self.tp > 1 or self.pp > 1) and backend != "hf":
             # The in-process vLLM engine would share torch.distributed's default group with the TP ranks.
             if backend == "vllm":
-                raise ValueError("rollout.backend=vllm with parallel.tp > 1: the in-process vLLM engine cannot "
-                                 "share the TP ranks' process group; use rollout.backend=hf (or auto)")
+                raise ValueError("rollout.backend=vllm with parallel.tp or parallel.pp > 1: the in-process vLLM "
+                                 "engine cannot share the model-parallel ranks' process group; use "
+                                 "rollout.backend=hf (or auto)")
             backend = "hf"
         self.gen = None
         if parallel.is_rank0():
@@ -143,7 +220,8 @@ class Run:
         torch.manual_seed(cfg.seed + 1)
         head = build_contrastive_head(transformer_config(self.arch), input_size=self.arch.hidden_size,
                                       embed_dim=self.clipo.embed_dim, head_type=self.clipo.head_type)
-        attach_head(self.model, head)
+        if getattr(self.model, "post_process", True):  # the head is replicated; it hangs on the last stage
+            attach_head(self.model, head)
         self.head = HeadTrainer(head, self.clipo)
         self.problems = load_problems(cfg.data, cfg.data.train_size, path=cfg.data.path)
         self.step_idx = 0
@@ -177,7 +255,8 @@ class Run:
 
         t0 = time.perf_counter()
         ids, mask = pack(ro.prompt_ids, ro.response_ids, self.tok.pad_token_id)
-        old_lp, pooled = logprob_and_pool(self.model, ids, mask, cfg.train.micro_batch, self.logprob_fn)
+        lp_pass = pipeline_logprob_and_pool if self.pp > 1 else logprob_and_pool
+        old_lp, pooled = lp_pass(self.model, ids, mask, cfg.train.micro_batch, self.logprob_fn)
         t["logprob_embed"] = time.perf_counter() - t0
 
         group_ids = torch.tensor([batch[i].index for i in ro.prompt_index])
@@ -191,7 +270,8 @@ class Run:
         t0 = time.perf_counter()
         metrics = {}
         if self.head.policy_should_update(self.step_idx):
-            metrics.update(policy_update(self.model, self.optimizer, ids, mask, old_lp, adv, cfg, self.logprob_fn,
+            update = pipeline_policy_update if self.pp > 1 else policy_update
+            metrics.update(update(self.model, self.optimizer, ids, mask, old_lp, adv, cfg, self.logprob_fn,
                                          self._clip_fn()))
         t["train"] = time.perf_counter() - t0
 
@@ -213,21 +293,25 @@ class Run:
         self.step_idx += 1
         return metrics
 
-    # ---- tensor parallel plumbing -----------------------------------
-    def _clip_fn(self):
-        if self.tp == 1:
-            return torch.nn.utils.clip_grad_norm_
-        from clipo_megatron.runner.parallel import clip_grad_norm_tp
+    # ---- model-parallel plumbing ------------------------------------
+    @property
+    def _parallel(self) -> bool:
+        return self.tp > 1 or self.pp > 1
 
-        return lambda params, max_norm: clip_grad_norm_tp(params, max_norm, self.tp_group)
+    def _clip_fn(self):
+        if not self._parallel:
+            return torch.nn.utils.clip_grad_norm_
+        from clipo_megatron.runner.parallel import clip_grad_norm_model_parallel
+
+        return clip_grad_norm_model_parallel
 
     def full_policy_state(self) -> dict:
-        """The policy in the TP = 1 layout without `_extra_state` (collective when TP > 1)."""
-        if self.tp == 1:
+        """The policy in the TP = PP = 1 layout without `_extra_state` (collective when model-parallel)."""
+        if not self._parallel:
             return {k: v for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")}
-        from clipo_megatron.megatron.tp_state import gather_state_dict
+        from clipo_megatron.runner.pipeline import full_from_local
 
-        return gather_state_dict(self.model.state_dict(), self.tp_group)
+        return full_from_local(self.model.state_dict(), self.arch, self.tp_group)
 
     def _sync_generator(self) -> None:
         full = self.full_policy_state()
@@ -238,43 +322,62 @@ class Run:
         return [n for n, _ in self.model.named_parameters()]  # the optimizer's param order
 
     def _full_optimizer_state(self) -> dict:
+        """AdamW state keyed by full parameter name (so any TP / PP layout resumes it); collective."""
         sd = self.optimizer.state_dict()
-        if self.tp == 1:
-            return sd
-        from clipo_megatron.megatron.tp_state import gather_tensor
-
         names = self._param_names()
-        state = {i: {k: gather_tensor(names[i], v, self.tp_group) if torch.is_tensor(v) and v.dim() else v
-                     for k, v in st.items()} for i, st in sd["state"].items()}
-        return {"state": state, "param_groups": sd["param_groups"]}
+        if not self._parallel:
+            by_name = {names[i]: st for i, st in sd["state"].items()}
+        else:
+            from clipo_megatron.megatron.tp_state import gather_tensor
+            from clipo_megatron.runner.pipeline import (
+                gather_stages,
+                is_tied_copy,
+                layer_offset,
+                renumber,
+            )
+
+            offset, by_name = layer_offset(self.arch.num_layers), {}
+            for i, st in sd["state"].items():
+                full = {k: gather_tensor(names[i], v, self.tp_group) if torch.is_tensor(v) and v.dim() else v
+                        for k, v in st.items()}
+                if not is_tied_copy(names[i], self.arch.tie_embeddings):
+                    by_name[renumber(names[i], offset)] = full
+            by_name = gather_stages(by_name)
+        return {"state_by_name": by_name, "param_groups": sd["param_groups"]}
 
     def _local_optimizer_state(self, full: dict) -> dict:
-        if self.tp == 1:
-            return full
+        if "state_by_name" not in full:
+            raise ValueError("checkpoint optimizer state predates name-keyed checkpoints; start a new output.dir")
         from megatron.core import parallel_state as ps
 
         from clipo_megatron.megatron.tp_state import shard
+        from clipo_megatron.runner.pipeline import full_name_for, layer_offset
 
         names, rank = self._param_names(), ps.get_tensor_model_parallel_rank()
-        state = {i: {k: shard(names[int(i)], v, rank, self.tp) if torch.is_tensor(v) and v.dim() else v
-                     for k, v in st.items()} for i, st in full["state"].items()}
-        return {"state": state, "param_groups": full["param_groups"]}
+        offset = layer_offset(self.arch.num_layers)
+        state = {}
+        for i, n in enumerate(names):
+            st = full["state_by_name"].get(full_name_for(n, offset, self.arch.tie_embeddings))
+            if st is not None:
+                state[i] = {k: shard(n, v, rank, self.tp) if torch.is_tensor(v) and v.dim() else v
+                            for k, v in st.items()}
+        groups = self.optimizer.state_dict()["param_groups"]  # this layout's param indices, saved hyperparameters
+        saved = {k: v for k, v in full["param_groups"][0].items() if k != "params"}
+        return {"state": state, "param_groups": [{**g, **saved} for g in groups]}
 
     # ---- checkpoint / resume ----------------------------------------
     def state_dict(self) -> dict:
-        """Everything to resume, in the TP = 1 layout (so any TP size resumes it); collective when TP > 1."""
+        """Everything to resume, in the TP = PP = 1 layout (any layout resumes it); collective if model-parallel."""
         return {"step": self.step_idx, "policy": self.full_policy_state(), "optimizer": self._full_optimizer_state(),
                 "head": self.head.state_dict(), "history": self.history, "embeddings": self.embeddings,
                 "torch_rng": torch.get_rng_state(), "config": to_dict(self.cfg)}
 
     def load_state_dict(self, state: dict) -> None:
-        from megatron.core import parallel_state as ps
-
-        from clipo_megatron.megatron.tp_state import shard_state_dict
+        from clipo_megatron.runner.pipeline import local_from_full
         from clipo_megatron.runner.policy import load_local_state
 
         full = {k: v for k, v in state["policy"].items() if not k.endswith("_extra_state")}
-        load_local_state(self.model, shard_state_dict(full, ps.get_tensor_model_parallel_rank(), self.tp))
+        load_local_state(self.model, local_from_full(self.model, full, self.arch))
         self.optimizer.load_state_dict(self._local_optimizer_state(state["optimizer"]))
         self.head.load_state_dict(state["head"])
         self.step_idx, self.history, self.embeddings = state["step"], state["history"], state["embeddings"]

@@ -1,8 +1,8 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The runner at tensor parallel 2 (two gloo processes) against the single-process run.
+"""The runner at tensor parallel 2 and at pipeline parallel 2 (two gloo processes each) against one process.
 
 Same seed, same config, tiny random Llama (4 heads, 2 query groups). Rank 0
-generates with identical weights at step 0 and with the gathered TP = 2 weights
+generates with identical weights at step 0 and with the gathered TP = 2 (PP = 2) weights
 afterwards, so the rollouts and rewards are the same; the numbers that pass
 through sharded matmuls and the vocab-parallel softmax (logprobs, losses, grad
 norm) agree to rtol 1e-5 / atol 1e-6 (fp32, different reduction order), the updated weights to
@@ -51,20 +51,21 @@ def _steps(overrides, steps):
     return run, [{k: v for k, v in m.items() if not k.startswith("time/")} for m in hist]
 
 
-def _tp_worker(rank, world, overrides, ckpt):
+def _mp_worker(rank, world, overrides, ckpt):
     import clipo_megatron.verify.boxed as boxed
     from clipo_megatron.runner.train import save_checkpoint
 
     boxed.verify_batch = _pseudo_rewards
-    run, hist = _steps(overrides + ["parallel.tp=2"], 2)
+    run, hist = _steps(overrides, 2)
     save_checkpoint(run, ckpt)  # collective; rank 0 writes the TP = 1 layout
     policy = {k: v.numpy() for k, v in run.full_policy_state().items()}  # by value through the queue
-    return {"hist": hist, "policy": policy, "local_vocab": run.model.embedding.word_embeddings
-            .weight.shape[0]}
+    emb = getattr(run.model, "embedding", None)  # absent on a last pipeline stage
+    return {"hist": hist, "policy": policy, "local_vocab": emb.word_embeddings.weight.shape[0] if emb else None,
+            "local_layers": len(run.model.decoder.layers)}
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, mcore_single_process):
+@pytest.fixture(scope="module", params=["parallel.tp=2", "parallel.pp=2"])
+def runs(request, tmp_path_factory, mcore_single_process):
     from clipo_megatron.models.smollm2 import smollm2_gguf_path
 
     try:
@@ -73,7 +74,7 @@ def runs(tmp_path_factory, mcore_single_process):
         pytest.skip(str(e))
     d = tmp_path_factory.mktemp("tp")
     ckpt = d / "tp2.pt"
-    tp2 = run_distributed(_tp_worker, 2, TINY + [f"output.dir={d / 'tp2'}"], ckpt, timeout=300)
+    tp2 = run_distributed(_mp_worker, 2, TINY + [request.param, f"output.dir={d / 'tp2'}"], ckpt, timeout=300)
     for r in tp2.values():
         r["policy"] = {k: torch.from_numpy(v) for k, v in r["policy"].items()}
     import clipo_megatron.verify.boxed as boxed
@@ -89,7 +90,7 @@ def runs(tmp_path_factory, mcore_single_process):
         ref_run, ref = _steps(TINY + [f"output.dir={d / 'tp1'}"], 2)
         ref_state = {k: v.clone() for k, v in ref_run.full_policy_state().items()}  # after 2 updates
         ref.append({k: v for k, v in ref_run.step().items() if not k.startswith("time/")})
-        # Resume the TP = 2 checkpoint in this (TP = 1) process: the cross-layout path.
+        # Resume the TP = 2 (PP = 2) checkpoint in this (TP = PP = 1) process: the cross-layout path.
         from clipo_megatron.runner.config import load_config
         from clipo_megatron.runner.train import Run
 
@@ -98,19 +99,23 @@ def runs(tmp_path_factory, mcore_single_process):
         after_resume = {k: v for k, v in resumed.step().items() if not k.startswith("time/")}
     finally:
         boxed.verify_batch = real
-    return {"tp2": tp2, "ref": ref, "ref_state": ref_state, "resumed": after_resume, "init_state": init_state}
+    return {"layout": request.param, "mp": tp2, "ref": ref, "ref_state": ref_state, "resumed": after_resume,
+            "init_state": init_state}
 
 
 def test_ranks_hold_shards_and_agree(runs):
-    r0, r1 = runs["tp2"][0], runs["tp2"][1]
-    assert r0["local_vocab"] * 2 == r0["policy"]["embedding.word_embeddings.weight"].shape[0]
+    r0, r1 = runs["mp"][0], runs["mp"][1]
+    if runs["layout"] == "parallel.tp=2":
+        assert r0["local_vocab"] * 2 == r0["policy"]["embedding.word_embeddings.weight"].shape[0]
+    else:  # one of the two layers per stage; the embedding only on the first
+        assert r0["local_layers"] == r1["local_layers"] == 1 and r1["local_vocab"] is None
     assert all(_same(a, b) for a, b in zip(r0["hist"], r1["hist"]))  # every rank computed the same step (rollouts broadcast, head replicated)
     for k in r0["policy"]:
         assert torch.equal(r0["policy"][k], r1["policy"][k]), k
 
 
-def test_tp2_steps_match_single_process(runs):
-    ref, tp2 = runs["ref"], runs["tp2"][0]["hist"]
+def test_steps_match_single_process(runs):
+    ref, tp2 = runs["ref"], runs["mp"][0]["hist"]
     for step in range(2):
         a, b = ref[step], tp2[step]
         assert a["reward/mean"] == b["reward/mean"] and a["response/mean_tokens"] == b["response/mean_tokens"]
@@ -120,8 +125,8 @@ def test_tp2_steps_match_single_process(runs):
     assert ref[1]["pg/grad_norm"] > 1e-2 and ref[0]["clipo/valid_group_frac"] > 0  # real update, CLIPO active
 
 
-def test_tp2_updated_weights_match_single_process(runs):
-    tp2, ref = runs["tp2"][0]["policy"], runs["ref_state"]
+def test_updated_weights_match_single_process(runs):
+    tp2, ref = runs["mp"][0]["policy"], runs["ref_state"]
     assert set(tp2) == {k for k in ref if not k.endswith("_extra_state")}
     moved = 0.0
     off, total = 0, 0
@@ -134,7 +139,7 @@ def test_tp2_updated_weights_match_single_process(runs):
     assert moved > 1e-4  # the two updates (lr 1e-3) really moved the weights the comparison is about
 
 
-def test_tp2_checkpoint_resumes_at_tp1(runs):
+def test_checkpoint_resumes_in_a_single_process(runs):
     a, b = runs["ref"][2], runs["resumed"]
     assert a["step"] == b["step"] == 2
     assert a["reward/mean"] == b["reward/mean"]

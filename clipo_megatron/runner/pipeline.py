@@ -1,0 +1,131 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Pipeline parallelism for the single-machine runner: Megatron-Core's schedule over gloo, stage state.
+
+    torchrun --nproc-per-node 2 -m clipo_megatron.cli train --config ... parallel.pp=2
+
+Both passes (the fused logprob + hidden-state pass, forward only, and the
+policy update) go through `get_forward_backward_func` (1F1B), as in
+Megatron-LM training. The last stage holds the logits and the final hidden
+states; it broadcasts logprobs, pooled states and the update's metrics to its
+pipeline group, so the replicated CLIPO head and the advantages are computed
+identically everywhere. With tied embeddings the last stage's output-layer copy
+gets its gradient all-reduced with the first stage's embedding (Megatron's
+embedding group), as `finalize_model_grads` does for DDP-wrapped models.
+Checkpoints and the generator use full layer numbering: stage s holds layers
+[s * L/pp, (s + 1) * L/pp).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.distributed as dist
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+
+
+def _ps():
+    from megatron.core import parallel_state as ps
+
+    return ps
+
+
+def layer_offset(num_layers: int) -> int:
+    ps = _ps()
+    pp = ps.get_pipeline_model_parallel_world_size()
+    if num_layers % pp:
+        raise ValueError(f"parallel.pp={pp} does not divide the model's num_layers={num_layers}")
+    return ps.get_pipeline_model_parallel_rank() * (num_layers // pp)
+
+
+def renumber(name: str, offset: int) -> str:
+    """A stage-local `decoder.layers.i.` name -> the full model's `decoder.layers.(i + offset).`."""
+    return _LAYER.sub(lambda m: f"decoder.layers.{int(m.group(1)) + offset}.", name)
+
+
+def is_tied_copy(name: str, tied: bool) -> bool:
+    """The last stage's copy of a tied embedding (not a tensor of its own in the full model)."""
+    return tied and name == "output_layer.weight" and not _ps().is_pipeline_first_stage()
+
+
+def full_name_for(name: str, offset: int, tied: bool) -> str:
+    return "embedding.word_embeddings.weight" if is_tied_copy(name, tied) else renumber(name, offset)
+
+
+def gather_stages(local_full_named: dict) -> dict:
+    """Merge every pipeline stage's {full name: value} (pickled over the PP group; small models only)."""
+    ps = _ps()
+    if ps.get_pipeline_model_parallel_world_size() == 1:
+        return local_full_named
+    parts = [None] * ps.get_pipeline_model_parallel_world_size()
+    dist.all_gather_object(parts, local_full_named, group=ps.get_pipeline_model_parallel_group())
+    merged: dict = {}
+    for p in parts:
+        merged.update(p)
+    return merged
+
+
+def broadcast_from_last_stage(obj):
+    """The last stage's `obj` on every stage of this pipeline."""
+    ps = _ps()
+    if ps.get_pipeline_model_parallel_world_size() == 1:
+        return obj
+    box = [obj if ps.is_pipeline_last_stage() else None]
+    dist.broadcast_object_list(box, src=ps.get_pipeline_model_parallel_last_rank(),
+                               group=ps.get_pipeline_model_parallel_group())
+    return box[0]
+
+
+def allreduce_tied_embedding_grads(model) -> None:
+    """First stage's embedding and last stage's output-layer copy share one gradient (tied weights)."""
+    ps = _ps()
+    if ps.get_pipeline_model_parallel_world_size() == 1 or not getattr(model, "share_embeddings_and_output_weights",
+                                                                        False):
+        return
+    if ps.is_rank_in_embedding_group():
+        w = model.shared_embedding_or_output_weight()
+        if w.grad is None:
+            w.grad = torch.zeros_like(w)
+        dist.all_reduce(w.grad, group=ps.get_embedding_group())
+
+
+def run_schedule(model, microbatches: list, forward_step, *, forward_only: bool, seq_length: int) -> list:
+    """Megatron-Core's pipeline schedule over `microbatches`; the last stage gets the loss functions' dicts."""
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    return get_forward_backward_func()(
+        forward_step_func=forward_step, data_iterator=iter(microbatches), model=[model],
+        num_microbatches=len(microbatches), seq_length=seq_length,
+        micro_batch_size=microbatches[0]["ids"].shape[0], forward_only=forward_only)
+
+
+def uniform_micro_batch(batch: int, wanted: int) -> int:
+    """The largest micro-batch <= wanted that divides the batch (the schedule's p2p shapes are fixed)."""
+    return max(d for d in range(1, min(batch, wanted) + 1) if batch % d == 0)
+
+
+def local_from_full(model, full: dict, arch) -> dict:
+    """This rank's tensors (its stage's layers, its TP shard) from a full (TP = PP = 1) state dict."""
+    from clipo_megatron.megatron.tp_state import shard
+
+    ps = _ps()
+    offset, rank, size = layer_offset(arch.num_layers), ps.get_tensor_model_parallel_rank(), \
+        ps.get_tensor_model_parallel_world_size()
+    return {k: shard(k, full[full_name_for(k, offset, arch.tie_embeddings)], rank, size)
+            for k in model.state_dict() if not k.endswith("_extra_state")}
+
+
+def full_from_local(named: dict, arch, tp_group) -> dict:
+    """{local name: tensor} of this rank -> {full name: full tensor}, merged over TP and PP (collective)."""
+    from clipo_megatron.megatron.tp_state import gather_tensor
+
+    offset = layer_offset(arch.num_layers)
+    local = {}
+    for k, v in named.items():
+        if k.endswith("_extra_state"):
+            continue
+        full = gather_tensor(k, v, tp_group)
+        if not is_tied_copy(k, arch.tie_embeddings):
+            local[renumber(k, offset)] = full
+    return gather_stages(local)
