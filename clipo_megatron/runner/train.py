@@ -11,6 +11,7 @@ Checkpoints hold everything a resumed run needs to continue bit-for-bit.
 
     clipo-megatron train --config examples/configs/cpu_demo.yaml [--algo grpo] [key=value ...]
     torchrun --nproc-per-node 3 -m clipo_megatron.cli train --config ... parallel.tp=3   # tensor parallel
+    torchrun --nproc-per-node 2 -m clipo_megatron.cli train --config ... parallel.pp=2   # pipeline parallel
 """
 
 from __future__ import annotations
@@ -179,9 +180,10 @@ def max_model_len(cfg: RunConfig) -> int:
 class Run:
     """Everything one training run holds; `step()` does one RL step.
 
-    With `parallel.tp > 1` (under torchrun) every rank holds a TP shard of the
-    policy; rank 0 alone generates and verifies (`self.gen` is None elsewhere).
-    `state_dict()` is collective and returns the full (TP = 1) layout.
+    With `parallel.tp` / `parallel.pp` > 1 (under torchrun) every rank holds its
+    stage's TP shard of the policy; rank 0 alone generates and verifies
+    (`self.gen` is None elsewhere). `state_dict()` is collective and returns the
+    full (TP = PP = 1) layout.
     """
 
     def __init__(self, cfg: RunConfig):
