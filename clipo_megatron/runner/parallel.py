@@ -37,12 +37,24 @@ def init_distributed(tp: int = 1, pp: int = 1) -> None:
                          f"(torchrun --nproc-per-node {tp * pp})")
     if not torch.cuda.is_available():
         enable_cpu_shims()
+    if ps.model_parallel_is_initialized() and _stale_groups(ps):
+        ps.destroy_model_parallel()  # the default group was re-created under them (e.g. by a vLLM engine's exit)
     if ps.model_parallel_is_initialized():
         if ps.get_tensor_model_parallel_world_size() != tp:
             raise ValueError(f"parallel_state already initialised with TP={ps.get_tensor_model_parallel_world_size()},"
                              f" the run asks for parallel.tp={tp}")
     else:
         ps.initialize_model_parallel(tp, pp)
+
+
+def _stale_groups(ps) -> bool:
+    """Megatron's groups belong to a destroyed default group (torch then reports them unregistered)."""
+    try:
+        ps.get_tensor_model_parallel_world_size()
+        ps.get_pipeline_model_parallel_rank()
+    except (ValueError, RuntimeError):
+        return True
+    return False
 
 
 def tp_group():
