@@ -42,9 +42,15 @@ def run_variant(variant: str, a) -> dict:
 
     enable_cpu_shims()
     ps.initialize_model_parallel(1, 1)
-    arch = GPTArch(vocab_size=a.vocab, hidden_size=a.hidden, num_layers=a.layers,
-                   num_attention_heads=a.hidden // 64, num_query_groups=max(1, a.hidden // 256),
-                   ffn_hidden_size=4 * a.hidden, max_position_embeddings=a.seq)
+    arch = GPTArch(
+        vocab_size=a.vocab,
+        hidden_size=a.hidden,
+        num_layers=a.layers,
+        num_attention_heads=a.hidden // 64,
+        num_query_groups=max(1, a.hidden // 256),
+        ffn_hidden_size=4 * a.hidden,
+        max_position_embeddings=a.seq,
+    )
     torch.manual_seed(0)
     model = build_gpt_model(arch).eval()
     if variant == "output_processor" and not supports_output_processor(model):
@@ -69,10 +75,12 @@ def run_variant(variant: str, a) -> dict:
 
     logprob_pass("plain" if variant == "interleaved" else variant)  # warm-up
     if variant == "interleaved":  # timing: alternate plain / hook / output_processor in one process
-        modes = ["plain", "hook"] + (["output_processor"] if supports_output_processor(model) else [])
+        modes = ["plain", "hook"] + (
+            ["output_processor"] if supports_output_processor(model) else []
+        )
         t = {m: [] for m in modes}
         for i in range(a.repeats):
-            for m in modes[i % len(modes):] + modes[: i % len(modes)]:  # rotate: no order bias
+            for m in modes[i % len(modes) :] + modes[: i % len(modes)]:  # rotate: no order bias
                 t0 = time.perf_counter()
                 logprob_pass(m)
                 t[m].append(time.perf_counter() - t0)
@@ -85,12 +93,18 @@ def run_variant(variant: str, a) -> dict:
         times.append(time.perf_counter() - t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     os.environ.pop("UNUSED", None)
-    return {"variant": variant, "median_s": statistics.median(times), "peak_growth_mb": (peak - base) / 1024,
-            "peak_rss_mb": peak / 1024}
+    return {
+        "variant": variant,
+        "median_s": statistics.median(times),
+        "peak_growth_mb": (peak - base) / 1024,
+        "peak_rss_mb": peak / 1024,
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--vocab", type=int, default=8192)
@@ -104,9 +118,16 @@ def main() -> None:
         print(json.dumps(run_variant(a._one, a)))
         return
     rows = []
-    for variant in ("interleaved", "plain", "hook", "output_processor", "plain"):  # plain twice: noise
+    for variant in (
+        "interleaved",
+        "plain",
+        "hook",
+        "output_processor",
+        "plain",
+    ):  # plain twice: noise
         cmd = [sys.executable, __file__, "--_one", variant] + [
-            f"--{k}={v}" for k, v in vars(a).items() if k != "_one"]
+            f"--{k}={v}" for k, v in vars(a).items() if k != "_one"
+        ]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
     inter = rows.pop(0)["medians"]
@@ -117,17 +138,23 @@ def main() -> None:
     bsd_mb = a.batch * a.seq * a.hidden * 4 / 2**20
     import megatron.core as mc
 
-    print(f"\nmegatron-core {mc.__version__}, torch {torch.__version__}, {a.threads} threads; model: "
-          f"{a.layers} layers, hidden {a.hidden}, vocab {a.vocab}; batch {a.batch} x {a.seq} tokens; "
-          f"time: median of {a.repeats} interleaved runs in one process; memory: fresh process per variant; one [B, S, D] fp32 tensor = {bsd_mb:.1f} MB\n")
-    print("| variant | median logprob forward (s) | ratio vs plain | peak RSS (MB) | vs plain peak (MB) |")
+    print(
+        f"\nmegatron-core {mc.__version__}, torch {torch.__version__}, {a.threads} threads; model: "
+        f"{a.layers} layers, hidden {a.hidden}, vocab {a.vocab}; batch {a.batch} x {a.seq} tokens; "
+        f"time: median of {a.repeats} interleaved runs in one process; memory: fresh process per variant; one [B, S, D] fp32 tensor = {bsd_mb:.1f} MB\n"
+    )
+    print(
+        "| variant | median logprob forward (s) | ratio vs plain | peak RSS (MB) | vs plain peak (MB) |"
+    )
     print("|---|---|---|---|---|")
     for r in rows:
         if "skipped" in r:
             print(f"| {r['variant']} | skipped ({r['skipped']}) | | | |")
             continue
-        print(f"| {r['variant']} | {r['median_s']:.4f} | {r['median_s'] / base:.3f}x | {r['peak_rss_mb']:.0f} | "
-              f"{r['peak_rss_mb'] - base_peak:+.1f} |")
+        print(
+            f"| {r['variant']} | {r['median_s']:.4f} | {r['median_s'] / base:.3f}x | {r['peak_rss_mb']:.0f} | "
+            f"{r['peak_rss_mb'] - base_peak:+.1f} |"
+        )
 
 
 if __name__ == "__main__":

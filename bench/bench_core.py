@@ -100,7 +100,11 @@ def ours_loss_and_reward(emb, correct, gids, cfg=None, **_):
     return res.loss, contrastive_rewards(res, cfg)
 
 
-METHODS = {"ours": ours_loss_and_reward, "loop": loop_loss_and_reward, "dense": dense_loss_and_reward}
+METHODS = {
+    "ours": ours_loss_and_reward,
+    "loop": loop_loss_and_reward,
+    "dense": dense_loss_and_reward,
+}
 
 
 def run_one(method: str, track: str, quick: bool) -> dict:
@@ -145,7 +149,9 @@ def run_one(method: str, track: str, quick: bool) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="1/8 of the prompts (smoke run)")
     ap.add_argument("--tracks", nargs="+", default=list(TRACKS), choices=list(TRACKS))
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
@@ -157,22 +163,30 @@ def main() -> None:
     rows = []
     for track in args.tracks:
         for method in args.methods:
-            cmd = [sys.executable, __file__, "--_one", method, track] + (["--quick"] if args.quick else [])
+            cmd = [sys.executable, __file__, "--_one", method, track] + (
+                ["--quick"] if args.quick else []
+            )
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             rows.append(json.loads(out.strip().splitlines()[-1]))
             print(f"  ran {method:5s} {track}: {rows[-1]['median_s']:.4f} s", file=sys.stderr)
-    print(f"\nthreads={torch.get_num_threads()}  torch={torch.__version__}  (median of {REPEATS} runs; "
-          "loss+reward fwd+bwd into the embeddings; peak = max RSS growth of a fresh process)\n")
-    print("| track | B | d | method | median time (s) | dense / method | loop / method | peak mem (MB) | head fwd+bwd (s) |")
+    print(
+        f"\nthreads={torch.get_num_threads()}  torch={torch.__version__}  (median of {REPEATS} runs; "
+        "loss+reward fwd+bwd into the embeddings; peak = max RSS growth of a fresh process)\n"
+    )
+    print(
+        "| track | B | d | method | median time (s) | dense / method | loop / method | peak mem (MB) | head fwd+bwd (s) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for track in args.tracks:
         tr = {r["method"]: r for r in rows if r["track"] == track}
         for r in tr.values():
             dense = tr.get("dense", {}).get("median_s", float("nan"))
             loop = tr.get("loop", {}).get("median_s", float("nan"))
-            print(f"| {track} | {r['B']} | {r['d']} | {r['method']} | {r['median_s']:.4f} | "
-                  f"{dense / r['median_s']:.1f}x | {loop / r['median_s']:.1f}x | {r['peak_mb']:.0f} | "
-                  f"{r['head_s']:.3f} |")
+            print(
+                f"| {track} | {r['B']} | {r['d']} | {r['method']} | {r['median_s']:.4f} | "
+                f"{dense / r['median_s']:.1f}x | {loop / r['median_s']:.1f}x | {r['peak_mb']:.0f} | "
+                f"{r['head_s']:.3f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,12 @@ def mean_anchor_reward(k: int, geometry: str, denominator: str) -> tuple[float, 
 
 
 def main() -> None:
-    print("mean r_CL of correct anchors (fraction at the -0.5 clamp), groups of 16, tau 0.05, lambda 0.2\n")
-    print("| k correct | clustered, all_others | clustered, pos+neg | random, all_others | random, pos+neg |")
+    print(
+        "mean r_CL of correct anchors (fraction at the -0.5 clamp), groups of 16, tau 0.05, lambda 0.2\n"
+    )
+    print(
+        "| k correct | clustered, all_others | clustered, pos+neg | random, all_others | random, pos+neg |"
+    )
     print("|---|---|---|---|---|")
     for k in (2, 4, 8, 12, 14, 15):
         cells = []

@@ -27,8 +27,12 @@ def main() -> None:
     for name in ("math500", "gsm8k", "theoremqa", "mmlu"):
         recs += load_dataset(name, data_dir=args.data_dir)
     recs = (recs * (args.size // len(recs) + 1))[: args.size]
-    responses = [f"... so \\boxed{{{r.ground_truth}}}" if i % 2 == 0 else
-                 ("no box at all" if i % 4 == 1 else "\\boxed{7}") for i, r in enumerate(recs)]
+    responses = [
+        f"... so \\boxed{{{r.ground_truth}}}"
+        if i % 2 == 0
+        else ("no box at all" if i % 4 == 1 else "\\boxed{7}")
+        for i, r in enumerate(recs)
+    ]
     gts, kinds = [r.ground_truth for r in recs], [r.kind for r in recs]
 
     t = time.perf_counter()
@@ -42,10 +46,14 @@ def main() -> None:
         pooled = [v.score for v in pool.grade(responses, gts, kinds)]
         dt_pool = time.perf_counter() - t
     assert pooled == serial, "pool and in-process verdicts differ"
-    print(f"{len(recs)} answers (math500/gsm8k/theoremqa/mmlu ground truths), {sum(serial):.0f} judged right")
+    print(
+        f"{len(recs)} answers (math500/gsm8k/theoremqa/mmlu ground truths), {sum(serial):.0f} judged right"
+    )
     print(f"in-process (main thread, no timeout): {len(recs) / dt_serial:8.0f} answers/s")
-    print(f"pool, {args.workers} workers (timeout per answer): {len(recs) / dt_pool:8.0f} answers/s "
-          f"(+ {dt_start:.2f} s start-up, once)")
+    print(
+        f"pool, {args.workers} workers (timeout per answer): {len(recs) / dt_pool:8.0f} answers/s "
+        f"(+ {dt_start:.2f} s start-up, once)"
+    )
 
 
 if __name__ == "__main__":

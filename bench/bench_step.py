@@ -21,7 +21,9 @@ import warnings
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--config", default="examples/configs/cpu_demo.yaml")
     ap.add_argument("overrides", nargs="*")
@@ -38,9 +40,11 @@ def main() -> None:
     import torch
 
     rollouts = cfg.rollout.prompts_per_step * cfg.rollout.n
-    print(f"\nSmolLM2-135M ({cfg.model.source}), {cfg.rollout.prompts_per_step} prompts x {cfg.rollout.n} rollouts, "
-          f"max {cfg.rollout.max_tokens} new tokens, torch threads {torch.get_num_threads()}, "
-          f"{a.steps} steps (median), set-up {setup:.1f} s, generator {type(run.gen).__name__}\n")
+    print(
+        f"\nSmolLM2-135M ({cfg.model.source}), {cfg.rollout.prompts_per_step} prompts x {cfg.rollout.n} rollouts, "
+        f"max {cfg.rollout.max_tokens} new tokens, torch threads {torch.get_num_threads()}, "
+        f"{a.steps} steps (median), set-up {setup:.1f} s, generator {type(run.gen).__name__}\n"
+    )
     print("| stage | median s / step | share |")
     print("|---|---|---|")
     med = {s: statistics.median(h[f"time/{s}"] for h in hist) for s in STAGES}
@@ -49,7 +53,9 @@ def main() -> None:
         print(f"| {s} | {med[s]:.2f} | {med[s] / total:.0%} |")
     print(f"| **total** | {total:.2f} | 100% |")
     tok = statistics.median(h["response/mean_tokens"] for h in hist) * rollouts
-    print(f"\ngeneration: {tok / med['generate']:.0f} new tokens/s, {rollouts / med['generate']:.1f} rollouts/s")
+    print(
+        f"\ngeneration: {tok / med['generate']:.0f} new tokens/s, {rollouts / med['generate']:.1f} rollouts/s"
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@ import importlib
 import sys
 
 _SUBCOMMANDS = {
-    "train": ("clipo_megatron.runner.train", "GRPO / CLIPO training on one machine (OmegaConf config + dotted overrides)"),
+    "train": (
+        "clipo_megatron.runner.train",
+        "GRPO / CLIPO training on one machine (OmegaConf config + dotted overrides)",
+    ),
     "eval": ("clipo_megatron.eval.run", "pass@1 evaluation over a benchmark suite or datasets"),
 }
 

@@ -21,8 +21,12 @@ DEFAULT_CONFIG = Path(__file__).parent / "configs" / "track1_qwen3b.yaml"
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="recipe YAML (with `defaults:` chain)")
-    p.add_argument("--validate-only", action="store_true", help="load + validate + print the config, then exit")
+    p.add_argument(
+        "--config", type=Path, default=DEFAULT_CONFIG, help="recipe YAML (with `defaults:` chain)"
+    )
+    p.add_argument(
+        "--validate-only", action="store_true", help="load + validate + print the config, then exit"
+    )
     return p.parse_known_args(argv)
 
 

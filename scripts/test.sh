@@ -9,8 +9,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh --mcore-latest
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 status=0
-echo "== ruff check"
+echo "== ruff check, ruff format --check"
 .venv/bin/ruff check . || status=$?
+.venv/bin/ruff format --check . || status=$?
 echo "== pytest: Python 3.11, megatron-core $(.venv/bin/python -c 'import megatron.core as m; print(m.__version__)' 2>/dev/null)"
 if [[ " $* " == *" -m "* ]]; then  # the caller picks the markers
   .venv/bin/python -m pytest -q -p no:warnings --timeout=900 "$@" || status=$?

@@ -26,11 +26,19 @@ import torch
 from clipo_megatron.core.groups import GroupLayout
 
 
-def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, normalize_std: bool = True,
-                     leave_one_out: bool = False, eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    *,
+    normalize_std: bool = True,
+    leave_one_out: bool = False,
+    eps: float = 1e-6,
+) -> torch.Tensor:
     """rewards [B], group_ids [B] -> advantages [B] (float64 math, returned in rewards' float dtype)."""
     if rewards.shape != group_ids.shape or rewards.dim() != 1:
-        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [B]")
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [B]"
+        )
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
     if rewards.numel() == 0:
@@ -51,7 +59,9 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, normaliz
             # std of the other n-1 rollouts: sum of squared deviations from their mean / (n - 2)
             # (two-pass form over [N, G, G] blocks, no E[x^2] - E[x]^2 cancellation)
             g_max = r.shape[1]
-            others = valid.unsqueeze(1) & ~torch.eye(g_max, dtype=torch.bool).unsqueeze(0)  # [N, G(i), G(j)]
+            others = valid.unsqueeze(1) & ~torch.eye(g_max, dtype=torch.bool).unsqueeze(
+                0
+            )  # [N, G(i), G(j)]
             dev = (r.unsqueeze(1) - base.unsqueeze(2)) ** 2  # [N, G(i), G(j)]
             m2 = (dev * others).sum(2)  # [N, G]
             var = torch.where(n > 2, m2 / (n - 2).clamp_min(1), torch.zeros_like(m2))
@@ -72,11 +82,14 @@ class DynamicSamplingResult:
     num_dropped_rows: int
 
 
-def dynamic_sampling_filter(rewards: torch.Tensor, group_ids: torch.Tensor, *, atol: float = 0.0
-                            ) -> DynamicSamplingResult:
+def dynamic_sampling_filter(
+    rewards: torch.Tensor, group_ids: torch.Tensor, *, atol: float = 0.0
+) -> DynamicSamplingResult:
     """DAPO filter: keep rows whose group has max(r) - min(r) > atol. Order is preserved."""
     if rewards.shape != group_ids.shape or rewards.dim() != 1:
-        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [B]")
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [B]"
+        )
     if rewards.numel() == 0:
         return DynamicSamplingResult(torch.zeros(0, dtype=torch.bool), 0, 0, 0)
     lay = GroupLayout.from_group_ids(group_ids)
@@ -86,6 +99,9 @@ def dynamic_sampling_filter(rewards: torch.Tensor, group_ids: torch.Tensor, *, a
     informative = (hi - lo) > atol  # [N]
     keep = lay.from_padded(informative.unsqueeze(1).expand(-1, lay.slot_valid.shape[1]))  # [B]
     n_groups = int(informative.numel())
-    return DynamicSamplingResult(keep=keep.bool(), num_groups=n_groups,
-                                 num_dropped_groups=n_groups - int(informative.sum()),
-                                 num_dropped_rows=int((~keep.bool()).sum()))
+    return DynamicSamplingResult(
+        keep=keep.bool(),
+        num_groups=n_groups,
+        num_dropped_groups=n_groups - int(informative.sum()),
+        num_dropped_rows=int((~keep.bool()).sum()),
+    )

@@ -89,28 +89,60 @@ class CLIPOConfig:
             value = getattr(self, name)
             if value not in choices:
                 raise ValueError(f"CLIPOConfig.{name}={value!r} is not one of {choices}")
-        _require(self.temperature > 0 and math.isfinite(self.temperature),
-                 "temperature", self.temperature, "must be a finite number > 0 (paper: 0.05)")
+        _require(
+            self.temperature > 0 and math.isfinite(self.temperature),
+            "temperature",
+            self.temperature,
+            "must be a finite number > 0 (paper: 0.05)",
+        )
         if self.reward_lambda is not None:
-            _require(self.reward_lambda >= 0 and math.isfinite(self.reward_lambda),
-                     "reward_lambda", self.reward_lambda, "must be finite and >= 0")
-        _require(math.isfinite(self.reward_clip_min) and self.reward_clip_min <= 0,
-                 "reward_clip_min", self.reward_clip_min,
-                 "must be finite and <= 0 (it is a lower bound on a penalty; paper: -0.5)")
-        _require(math.isfinite(self.reward_constant), "reward_constant",
-                 self.reward_constant, "must be finite")
-        _require(isinstance(self.embed_dim, int) and self.embed_dim >= 1,
-                 "embed_dim", self.embed_dim, "must be an int >= 1 (paper: 512 / 2048)")
-        _require(self.head_lr >= 0 and math.isfinite(self.head_lr), "head_lr",
-                 self.head_lr, "must be finite and >= 0")
-        _require(self.head_weight_decay >= 0, "head_weight_decay",
-                 self.head_weight_decay, "must be >= 0")
-        _require(isinstance(self.warmup_steps, int) and self.warmup_steps >= 0,
-                 "warmup_steps", self.warmup_steps, "must be an int >= 0")
+            _require(
+                self.reward_lambda >= 0 and math.isfinite(self.reward_lambda),
+                "reward_lambda",
+                self.reward_lambda,
+                "must be finite and >= 0",
+            )
+        _require(
+            math.isfinite(self.reward_clip_min) and self.reward_clip_min <= 0,
+            "reward_clip_min",
+            self.reward_clip_min,
+            "must be finite and <= 0 (it is a lower bound on a penalty; paper: -0.5)",
+        )
+        _require(
+            math.isfinite(self.reward_constant),
+            "reward_constant",
+            self.reward_constant,
+            "must be finite",
+        )
+        _require(
+            isinstance(self.embed_dim, int) and self.embed_dim >= 1,
+            "embed_dim",
+            self.embed_dim,
+            "must be an int >= 1 (paper: 512 / 2048)",
+        )
+        _require(
+            self.head_lr >= 0 and math.isfinite(self.head_lr),
+            "head_lr",
+            self.head_lr,
+            "must be finite and >= 0",
+        )
+        _require(
+            self.head_weight_decay >= 0, "head_weight_decay", self.head_weight_decay, "must be >= 0"
+        )
+        _require(
+            isinstance(self.warmup_steps, int) and self.warmup_steps >= 0,
+            "warmup_steps",
+            self.warmup_steps,
+            "must be an int >= 0",
+        )
         _require(isinstance(self.seed, int), "seed", self.seed, "must be an int")
         if self.max_group_size is not None:
-            _require(isinstance(self.max_group_size, int) and self.max_group_size >= 2,
-                     "max_group_size", self.max_group_size, "must be None or an int >= 2")
+            _require(
+                isinstance(self.max_group_size, int) and self.max_group_size >= 2,
+                "max_group_size",
+                self.max_group_size,
+                "must be None or an int >= 2",
+            )
 
     @property
     def lam(self) -> float:

@@ -64,7 +64,9 @@ def check_binary(correct: torch.Tensor, name: str = "rewards") -> torch.Tensor:
     return correct.bool()
 
 
-def l2_normalize(x: torch.Tensor, *, reduce: SumReduce | None = None, eps: float = 1e-12) -> torch.Tensor:
+def l2_normalize(
+    x: torch.Tensor, *, reduce: SumReduce | None = None, eps: float = 1e-12
+) -> torch.Tensor:
     """L2-normalise the last dim; `reduce` completes squared norms of a sharded dim."""
     sq = (x * x).sum(-1, keepdim=True)
     if reduce is not None:
@@ -88,7 +90,9 @@ def _check_inputs(embeddings: torch.Tensor, correct: torch.Tensor, group_ids: to
     b = embeddings.shape[0]
     for name, t in (("correct/rewards", correct), ("group_ids", group_ids)):
         if t.dim() != 1 or t.shape[0] != b:
-            raise ValueError(f"{name} must be [B]={b} to match embeddings, got shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must be [B]={b} to match embeddings, got shape {tuple(t.shape)}"
+            )
     if not embeddings.dtype.is_floating_point:
         raise ValueError(f"embeddings must be floating point, got {embeddings.dtype}")
     # A row sum is non-finite iff the row has NaN/inf (barring 1e38 overflow);
@@ -96,7 +100,9 @@ def _check_inputs(embeddings: torch.Tensor, correct: torch.Tensor, group_ids: to
     if not bool(torch.isfinite(embeddings.detach().sum(-1)).all()):
         finite = torch.isfinite(embeddings.detach()).all(-1)
         rows = torch.nonzero(~finite).flatten()[:8].tolist()
-        raise ValueError(f"embeddings contain NaN/inf at rows {rows} (check the pooled hidden states)")
+        raise ValueError(
+            f"embeddings contain NaN/inf at rows {rows} (check the pooled hidden states)"
+        )
 
 
 def group_contrastive_loss(
@@ -128,7 +134,9 @@ def group_contrastive_loss(
     device = embeddings.device
     if sample_ids is None:
         sample_ids = torch.arange(b, device=device)
-    layout = GroupLayout.from_group_ids(group_ids, sort_keys=sample_ids, max_group_size=cfg.max_group_size)
+    layout = GroupLayout.from_group_ids(
+        group_ids, sort_keys=sample_ids, max_group_size=cfg.max_group_size
+    )
 
     # fp32 at least (bf16 activations are upcast); fp64 stays fp64 for reference checks.
     emb = embeddings if embeddings.dtype == torch.float64 else embeddings.float()

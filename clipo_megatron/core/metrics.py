@@ -8,7 +8,9 @@ import torch
 from clipo_megatron.core.losses import ContrastiveResult
 
 
-def contrastive_metrics(result: ContrastiveResult, r_cl: torch.Tensor | None = None) -> dict[str, float]:
+def contrastive_metrics(
+    result: ContrastiveResult, r_cl: torch.Tensor | None = None
+) -> dict[str, float]:
     """valid-group fraction, mean loss, mean reward, positive-pair cosine, pos-neg gap.
 
     Cosines are over pairs inside valid groups: positive = correct-correct,

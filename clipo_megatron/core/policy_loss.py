@@ -43,15 +43,23 @@ OBJECTIVE_DEFAULTS: dict[str, tuple[float, float, str]] = {
 
 def _check(logprobs, old_logprobs, advantages, mask, ref_logprobs) -> None:
     if logprobs.dim() != 2 or logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
-        raise ValueError(f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and "
-                         f"mask {tuple(mask.shape)} must match (all [B, T])")
+        raise ValueError(
+            f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and "
+            f"mask {tuple(mask.shape)} must match (all [B, T])"
+        )
     if advantages.shape != logprobs.shape[:1]:
-        raise ValueError(f"advantages must be [B]={logprobs.shape[0]}, got {tuple(advantages.shape)}")
+        raise ValueError(
+            f"advantages must be [B]={logprobs.shape[0]}, got {tuple(advantages.shape)}"
+        )
     if ref_logprobs is not None and ref_logprobs.shape != logprobs.shape:
-        raise ValueError(f"ref_logprobs {tuple(ref_logprobs.shape)} must match logprobs {tuple(logprobs.shape)}")
+        raise ValueError(
+            f"ref_logprobs {tuple(ref_logprobs.shape)} must match logprobs {tuple(logprobs.shape)}"
+        )
 
 
-def _aggregate(per_tok: torch.Tensor, m: torch.Tensor, aggregation: str, num_tokens, num_seqs) -> torch.Tensor:
+def _aggregate(
+    per_tok: torch.Tensor, m: torch.Tensor, aggregation: str, num_tokens, num_seqs
+) -> torch.Tensor:
     if aggregation == "token-mean":
         denom = m.sum().clamp_min(1) if num_tokens is None else torch.as_tensor(float(num_tokens))
         return (per_tok * m).sum() / denom
@@ -79,13 +87,17 @@ def policy_objective_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss (scalar, to minimise) and metrics pg/clip_frac, pg/ratio_mean, pg/approx_kl, pg/kl_ref."""
     if objective not in OBJECTIVE_DEFAULTS:
-        raise ValueError(f"objective must be one of {sorted(OBJECTIVE_DEFAULTS)}, got {objective!r}")
+        raise ValueError(
+            f"objective must be one of {sorted(OBJECTIVE_DEFAULTS)}, got {objective!r}"
+        )
     d_low, d_high, d_agg = OBJECTIVE_DEFAULTS[objective]
     eps_low = d_low if eps_low is None else eps_low
     eps_high = d_high if eps_high is None else eps_high
     aggregation = d_agg if aggregation is None else aggregation
     if aggregation not in ("token-mean", "seq-mean-token-mean"):
-        raise ValueError(f"aggregation must be 'token-mean' or 'seq-mean-token-mean', got {aggregation!r}")
+        raise ValueError(
+            f"aggregation must be 'token-mean' or 'seq-mean-token-mean', got {aggregation!r}"
+        )
     if eps_low < 0 or eps_high < 0:
         raise ValueError(f"clip ranges must be >= 0, got eps_low={eps_low}, eps_high={eps_high}")
     if kl_coef and ref_logprobs is None:
@@ -138,9 +150,23 @@ def policy_objective_loss(
     return loss, metrics
 
 
-def clipped_pg_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                    mask: torch.Tensor, *, eps_low: float = 0.2, eps_high: float = 0.2
-                    ) -> tuple[torch.Tensor, dict[str, float]]:
+def clipped_pg_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO/DAPO token-mean PPO-clip (kept for the single-machine runner)."""
-    return policy_objective_loss(logprobs, old_logprobs, advantages, mask, objective="grpo",
-                                 eps_low=eps_low, eps_high=eps_high, aggregation="token-mean")
+    return policy_objective_loss(
+        logprobs,
+        old_logprobs,
+        advantages,
+        mask,
+        objective="grpo",
+        eps_low=eps_low,
+        eps_high=eps_high,
+        aggregation="token-mean",
+    )

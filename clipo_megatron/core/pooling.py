@@ -38,7 +38,9 @@ def masked_sum_and_count(
     else:
         raise ValueError(f"layout must be 'bsd' or 'sbd', got {layout!r}")
     if tuple(mask.shape) != expected:
-        raise ValueError(f"mask must be [B, S]={expected} for hidden {tuple(hidden.shape)} ({layout}), got {tuple(mask.shape)}")
+        raise ValueError(
+            f"mask must be [B, S]={expected} for hidden {tuple(hidden.shape)} ({layout}), got {tuple(mask.shape)}"
+        )
     m = mask.to(torch.float32)  # [B, S]
     if layout == "sbd":
         sums = torch.einsum("sbd,bs->bd", hidden.float(), m)  # [B, D]
@@ -57,10 +59,14 @@ def segment_sum_and_count(
     """
     if hidden.dim() == 3:
         if hidden.shape[1] != 1:
-            raise ValueError(f"packed hidden must be [T, D] or [T, 1, D], got {tuple(hidden.shape)}")
+            raise ValueError(
+                f"packed hidden must be [T, D] or [T, 1, D], got {tuple(hidden.shape)}"
+            )
         hidden = hidden.squeeze(1)
     if hidden.dim() != 2 or segment_ids.dim() != 1 or segment_ids.shape[0] != hidden.shape[0]:
-        raise ValueError(f"segment_ids [T] must match hidden [T, D]: {tuple(segment_ids.shape)} vs {tuple(hidden.shape)}")
+        raise ValueError(
+            f"segment_ids [T] must match hidden [T, D]: {tuple(segment_ids.shape)} vs {tuple(hidden.shape)}"
+        )
     if bool((segment_ids >= num_segments).any()) or bool((segment_ids < -1).any()):
         raise ValueError(f"segment_ids must lie in [-1, {num_segments})")
     keep = segment_ids >= 0
@@ -72,7 +78,9 @@ def segment_sum_and_count(
     return sums, counts
 
 
-def packed_segment_ids(cu_seqlens: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
+def packed_segment_ids(
+    cu_seqlens: torch.Tensor, token_mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """[T] sequence index of each packed token (THD with cu_seqlens [B+1]); -1 where masked out."""
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
         raise ValueError(f"cu_seqlens must be 1-D [B+1], got shape {tuple(cu_seqlens.shape)}")
@@ -81,10 +89,14 @@ def packed_segment_ids(cu_seqlens: torch.Tensor, token_mask: torch.Tensor | None
         raise ValueError("cu_seqlens must be non-decreasing")
     total = int(cu_seqlens[-1])
     seg = torch.repeat_interleave(torch.arange(lengths.numel(), device=cu_seqlens.device), lengths)
-    seg = torch.cat([torch.full((int(cu_seqlens[0]),), -1, device=seg.device, dtype=seg.dtype), seg])
+    seg = torch.cat(
+        [torch.full((int(cu_seqlens[0]),), -1, device=seg.device, dtype=seg.dtype), seg]
+    )
     if token_mask is not None:
         if token_mask.shape[0] != total:
-            raise ValueError(f"token_mask [T] has {token_mask.shape[0]} tokens, cu_seqlens ends at {total}")
+            raise ValueError(
+                f"token_mask [T] has {token_mask.shape[0]} tokens, cu_seqlens ends at {total}"
+            )
         seg = torch.where(token_mask.bool(), seg, torch.full_like(seg, -1))
     return seg
 
@@ -108,6 +120,8 @@ def mean_from_sums(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     return sums / counts.unsqueeze(-1)
 
 
-def masked_mean(hidden: torch.Tensor, mask: torch.Tensor, *, layout: Layout = "bsd") -> torch.Tensor:
+def masked_mean(
+    hidden: torch.Tensor, mask: torch.Tensor, *, layout: Layout = "bsd"
+) -> torch.Tensor:
     """Convenience: unsharded masked mean [B, D]."""
     return mean_from_sums(*masked_sum_and_count(hidden, mask, layout=layout))

@@ -54,6 +54,8 @@ def sample_positive_slots(
     num_pos = positive_mask.sum(-1)  # [N, G]
     k = torch.clamp((uniform * num_pos).floor().long(), max=(num_pos - 1).clamp_min(0))  # [N, G]
     rank = torch.cumsum(positive_mask.long(), -1) - 1  # [N, G, G] rank of each positive
-    hit = positive_mask & (rank == k.unsqueeze(-1))  # [N, G, G] exactly one True per row with positives
+    hit = positive_mask & (
+        rank == k.unsqueeze(-1)
+    )  # [N, G, G] exactly one True per row with positives
     slot = hit.long().argmax(-1)  # [N, G]
     return torch.where(num_pos > 0, slot, torch.full_like(slot, -1))

@@ -18,5 +18,15 @@ from clipo_megatron.data.records import Record
 from clipo_megatron.data.registry import SPECS, DatasetSpec, canonical_name, get_spec
 from clipo_megatron.data.templates import build_prompt, instruction_for
 
-__all__ = ["SPECS", "DatasetSpec", "Record", "build_prompt", "canonical_name", "get_spec", "how_to_get",
-           "instruction_for", "load_dataset", "subset"]
+__all__ = [
+    "SPECS",
+    "DatasetSpec",
+    "Record",
+    "build_prompt",
+    "canonical_name",
+    "get_spec",
+    "how_to_get",
+    "instruction_for",
+    "load_dataset",
+    "subset",
+]

@@ -29,12 +29,16 @@ class Problem:
         msgs = [{"role": "system", "content": SYSTEM}]
         if self.few_shot:
             for q, a in ONE_SHOT:
-                msgs += [{"role": "user", "content": f"{q}\n{INSTRUCTION}"}, {"role": "assistant", "content": a}]
+                msgs += [
+                    {"role": "user", "content": f"{q}\n{INSTRUCTION}"},
+                    {"role": "assistant", "content": a},
+                ]
         return msgs + [{"role": "user", "content": self.prompt}]
 
 
-def arithmetic_problems(size: int, seed: int, *, dataset: str = "basic_arithmetic", one_shot: bool = True,
-                        **gen_kwargs) -> list[Problem]:
+def arithmetic_problems(
+    size: int, seed: int, *, dataset: str = "basic_arithmetic", one_shot: bool = True, **gen_kwargs
+) -> list[Problem]:
     """`size` problems from a reasoning-gym generator (default: 2 single-digit terms)."""
     try:
         import reasoning_gym
@@ -45,7 +49,18 @@ def arithmetic_problems(size: int, seed: int, *, dataset: str = "basic_arithmeti
     if dataset == "basic_arithmetic":
         # Two single-digit terms, + and -, no parentheses or negation: a 135M model
         # gets a fair share right, so groups are mixed and CLIPO has signal.
-        gen_kwargs = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ("+", "-"),
-                      "allow_parentheses": False, "allow_negation": False, **gen_kwargs}
+        gen_kwargs = {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_digits": 1,
+            "max_digits": 1,
+            "operators": ("+", "-"),
+            "allow_parentheses": False,
+            "allow_negation": False,
+            **gen_kwargs,
+        }
     ds = reasoning_gym.create_dataset(dataset, seed=seed, size=size, **gen_kwargs)
-    return [Problem(i, f"{x['question']}\n{INSTRUCTION}", str(x["answer"]), one_shot) for i, x in enumerate(ds)]
+    return [
+        Problem(i, f"{x['question']}\n{INSTRUCTION}", str(x["answer"]), one_shot)
+        for i, x in enumerate(ds)
+    ]

@@ -95,13 +95,21 @@ def row_to_record(row: dict[str, Any], i: int, spec: DatasetSpec, source: str) -
         gt = rm["ground_truth"] if isinstance(rm, dict) else rm
         info = row.get("extra_info") or {}
         index = int(info.get("index", i)) if isinstance(info, dict) else i
-        return Record(build_prompt(_content(row["prompt"]), spec.name), clean_answer(gt), spec.kind,
-                      str(row.get("data_source") or source), index, spec.name)
+        return Record(
+            build_prompt(_content(row["prompt"]), spec.name),
+            clean_answer(gt),
+            spec.kind,
+            str(row.get("data_source") or source),
+            index,
+            spec.name,
+        )
     q = next((row[k] for k in _Q if k in row), None)
     a = next((row[k] for k in _A if k in row), None)
     if q is None or a is None:
-        raise ValueError(f"{source} row {i}: needs a question ({'|'.join(_Q)}) and an answer ({'|'.join(_A)}) "
-                         f"or the verl columns prompt/reward_model; has {sorted(row)}")
+        raise ValueError(
+            f"{source} row {i}: needs a question ({'|'.join(_Q)}) and an answer ({'|'.join(_A)}) "
+            f"or the verl columns prompt/reward_model; has {sorted(row)}"
+        )
     c = next((row[k] for k in _C if k in row), None)
     if spec.kind == "mc":
         if c is not None:

@@ -22,8 +22,10 @@ def parse_hub_source(source: str, spec: DatasetSpec) -> HubSpec:
     """`hf` -> the registry's copy; `hf:repo[:config][@split]` -> that one, same row layout."""
     if source in ("hf", "hub"):
         if spec.hub is None:
-            raise FileNotFoundError(f"no Hugging Face hub copy of {spec.name!r} is known; use the authors' parquet "
-                                    f"({spec.verl_file} under --data-dir) or a local jsonl")
+            raise FileNotFoundError(
+                f"no Hugging Face hub copy of {spec.name!r} is known; use the authors' parquet "
+                f"({spec.verl_file} under --data-dir) or a local jsonl"
+            )
         return spec.hub
     body = source.split(":", 1)[1]
     split = None
@@ -39,15 +41,22 @@ def _flat(row: dict[str, Any], layout: str, i: int) -> dict[str, Any] | None:
     if layout == "qa":
         return row
     if layout == "mc_list":  # MMLU: question, choices [..], answer int
-        return {"question": row["question"], "choices": list(row["choices"]), "answer": row["answer"]}
+        return {
+            "question": row["question"],
+            "choices": list(row["choices"]),
+            "answer": row["answer"],
+        }
     if layout == "mc_labeled":  # CommonsenseQA: choices {label, text}, answerKey
         return {"question": row["question"], "choices": row["choices"], "answer": row["answerKey"]}
     if layout == "mc1":  # TruthfulQA multiple_choice: mc1_targets {choices, labels (1 = correct)}
         t = row["mc1_targets"]
         opts = list(zip(t["choices"], t["labels"]))
         random.Random(i).shuffle(opts)
-        return {"question": row["question"], "choices": [c for c, _ in opts],
-                "answer": next(k for k, (_, lab) in enumerate(opts) if lab == 1)}
+        return {
+            "question": row["question"],
+            "choices": [c for c, _ in opts],
+            "answer": next(k for k, (_, lab) in enumerate(opts) if lab == 1),
+        }
     if layout == "theoremqa":  # the paper's 747 questions are the ones without a picture
         if row.get("Picture") is not None:
             return None
@@ -60,14 +69,18 @@ def load_hub(source: str, spec: DatasetSpec) -> list[Record]:
     try:
         import datasets
     except ImportError as e:
-        raise FileNotFoundError(f"{spec.name}: loading {hub.repo} from the hub needs `pip install datasets`; "
-                                f"or pass a local file (--source {spec.name}=/path/file.jsonl|.parquet)") from e
+        raise FileNotFoundError(
+            f"{spec.name}: loading {hub.repo} from the hub needs `pip install datasets`; "
+            f"or pass a local file (--source {spec.name}=/path/file.jsonl|.parquet)"
+        ) from e
     try:
         ds = datasets.load_dataset(hub.repo, hub.config, split=hub.split)
     except Exception as e:  # offline, gated, renamed: one clear message instead of a deep traceback
-        raise FileNotFoundError(f"{spec.name}: could not load {hub.repo} (config {hub.config}, split {hub.split}) "
-                                f"from the Hugging Face hub ({type(e).__name__}: {e}). Log in / go online, or pass "
-                                f"a local file (--source {spec.name}=/path/file.jsonl|.parquet)") from e
+        raise FileNotFoundError(
+            f"{spec.name}: could not load {hub.repo} (config {hub.config}, split {hub.split}) "
+            f"from the Hugging Face hub ({type(e).__name__}: {e}). Log in / go online, or pass "
+            f"a local file (--source {spec.name}=/path/file.jsonl|.parquet)"
+        ) from e
     src = f"hf:{hub.repo}"
     rows = [(i, _flat(dict(r), hub.layout, i)) for i, r in enumerate(ds)]
     return [row_to_record(r, i, spec, src) for i, r in rows if r is not None]

@@ -25,11 +25,17 @@ def how_to_get(spec: DatasetSpec) -> str:
     """The ways to obtain a dataset, for error messages and docs."""
     ways = []
     if spec.verl_file:
-        ways.append(f"the authors' parquet (Qwen-Applications/CLIPO, folder data/): --data-dir DIR with DIR/"
-                    f"{spec.verl_file}, or ${DATA_DIR_ENV}")
-    ways.append(f"a local file: --source {spec.name}=/path/file.jsonl|.parquet (question/answer rows)")
+        ways.append(
+            f"the authors' parquet (Qwen-Applications/CLIPO, folder data/): --data-dir DIR with DIR/"
+            f"{spec.verl_file}, or ${DATA_DIR_ENV}"
+        )
+    ways.append(
+        f"a local file: --source {spec.name}=/path/file.jsonl|.parquet (question/answer rows)"
+    )
     if spec.hub:
-        ways.append(f"the Hugging Face hub: --source {spec.name}=hf ({spec.hub.repo}; needs `datasets` and access)")
+        ways.append(
+            f"the Hugging Face hub: --source {spec.name}=hf ({spec.hub.repo}; needs `datasets` and access)"
+        )
     if spec.gym:
         ways.append(f"offline: --source {spec.name}=gym (reasoning-gym {spec.gym}, with --limit)")
     return "; ".join(ways)
@@ -39,7 +45,9 @@ def _resolve_dir(d: Path, spec: DatasetSpec) -> Path:
     for cand in (d / spec.verl_file, d / Path(spec.verl_file).name) if spec.verl_file else ():
         if cand.is_file():
             return cand
-    raise FileNotFoundError(f"{spec.name}: {d} has no {spec.verl_file}. Get it from {how_to_get(spec)}")
+    raise FileNotFoundError(
+        f"{spec.name}: {d} has no {spec.verl_file}. Get it from {how_to_get(spec)}"
+    )
 
 
 def subset(records: list[Record], limit: int | None, seed: int = 0) -> list[Record]:
@@ -52,8 +60,15 @@ def subset(records: list[Record], limit: int | None, seed: int = 0) -> list[Reco
     return [records[i] for i in keep]
 
 
-def load_dataset(name: str, source: str | None = None, *, data_dir: str | Path | None = None,
-                 limit: int | None = None, subset_seed: int = 0, gen_seed: int = 0) -> list[Record]:
+def load_dataset(
+    name: str,
+    source: str | None = None,
+    *,
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    subset_seed: int = 0,
+    gen_seed: int = 0,
+) -> list[Record]:
     """Records of dataset `name` (canonical or alias) from `source`; see the module docstring."""
     spec = get_spec(name)
     if source == "gym":
@@ -68,15 +83,20 @@ def load_dataset(name: str, source: str | None = None, *, data_dir: str | Path |
         if source is not None:
             p = Path(source)
             if not p.exists():
-                raise FileNotFoundError(f"{spec.name}: {p} does not exist. Get the data from {how_to_get(spec)}")
+                raise FileNotFoundError(
+                    f"{spec.name}: {p} does not exist. Get the data from {how_to_get(spec)}"
+                )
         else:
             d = data_dir or os.environ.get(DATA_DIR_ENV)
             if not d or not spec.verl_file:
-                raise FileNotFoundError(f"{spec.name}: no source given and no data dir. Get it from "
-                                        f"{how_to_get(spec)}")
+                raise FileNotFoundError(
+                    f"{spec.name}: no source given and no data dir. Get it from {how_to_get(spec)}"
+                )
             p = Path(d)
             if not p.is_dir():
-                raise FileNotFoundError(f"{spec.name}: data dir {p} does not exist. Get it from {how_to_get(spec)}")
+                raise FileNotFoundError(
+                    f"{spec.name}: data dir {p} does not exist. Get it from {how_to_get(spec)}"
+                )
         path = _resolve_dir(p, spec) if p.is_dir() else p
         from clipo_megatron.data.files import load_file
 

@@ -12,15 +12,21 @@ from __future__ import annotations
 
 MATH = "Let's think step by step and output the final answer within \\boxed{}."
 MMLU = "Let's think step by step and output the final answer (eg, A, B, C, D) within \\boxed{}."
-TRUTHFULQA = "Let's think step by step and output the final answer (eg, A, B, C, D, ...) within \\boxed{}."
-COMMONSENSEQA = "Let's think step by step and output the final answer (eg, A, B, C, D, E) within \\boxed{}."
+TRUTHFULQA = (
+    "Let's think step by step and output the final answer (eg, A, B, C, D, ...) within \\boxed{}."
+)
+COMMONSENSEQA = (
+    "Let's think step by step and output the final answer (eg, A, B, C, D, E) within \\boxed{}."
+)
 
 # canonical dataset name -> instruction (rows of the appendix table, grouped as there)
 INSTRUCTIONS: dict[str, str] = {
     **dict.fromkeys(("gsm8k", "gsm_p1", "gsm_p2", "gsm_symbolic"), MATH),
     **dict.fromkeys(("math500", "amc23", "aime24", "aime25"), MATH),
     # Math-Perturb and the training sets are MATH variants: same instruction (paper Sec. 4.1).
-    **dict.fromkeys(("math_perturb_simple", "math_perturb_hard", "gsm8k_train", "math_train"), MATH),
+    **dict.fromkeys(
+        ("math_perturb_simple", "math_perturb_hard", "gsm8k_train", "math_train"), MATH
+    ),
     "theoremqa": MATH,
     "mmlu": MMLU,
     "truthfulqa": TRUTHFULQA,

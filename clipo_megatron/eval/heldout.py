@@ -23,10 +23,15 @@ from omegaconf import OmegaConf
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="clipo-megatron eval", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="clipo-megatron eval",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--run", help="a training output directory (config.json + checkpoints/latest.pt)")
+    src.add_argument(
+        "--run", help="a training output directory (config.json + checkpoints/latest.pt)"
+    )
     src.add_argument("--config", help="a YAML recipe: evaluate its base model")
     ap.add_argument("--out", help="where to write eval.json / eval.md (default: the run dir / cwd)")
     ap.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.n=8")
@@ -39,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.run:
         run_dir = Path(args.run)
         if not (run_dir / "config.json").exists():
-            raise FileNotFoundError(f"{run_dir} has no config.json: is it a `clipo-megatron train` output dir?")
+            raise FileNotFoundError(
+                f"{run_dir} has no config.json: is it a `clipo-megatron train` output dir?"
+            )
         tmp = OmegaConf.create(json.loads((run_dir / "config.json").read_text()))
         cfg_path = run_dir / "eval_config.yaml"
         OmegaConf.save(tmp, cfg_path)
@@ -59,13 +66,22 @@ def main(argv: list[str] | None = None) -> int:
         run.gen.sync_from_megatron(run.model.state_dict())
         step = state["step"]
     res = evaluate(run)
-    res.update({"checkpoint": str(ckpt) if ckpt else "base model", "step": step,
-                "temperature": cfg.eval.temperature, "top_p": cfg.eval.top_p})
+    res.update(
+        {
+            "checkpoint": str(ckpt) if ckpt else "base model",
+            "step": step,
+            "temperature": cfg.eval.temperature,
+            "top_p": cfg.eval.top_p,
+        }
+    )
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(res, indent=2))
-    md = ["| checkpoint | step | problems | n | T | pass@1 | samples/s |", "|---|---|---|---|---|---|---|",
-          f"| {res['checkpoint']} | {step} | {res['problems']} | {res['n']} | {res['temperature']} | "
-          f"{res['pass@1']:.3f} | {res['samples_per_s']:.1f} |"]
+    md = [
+        "| checkpoint | step | problems | n | T | pass@1 | samples/s |",
+        "|---|---|---|---|---|---|---|",
+        f"| {res['checkpoint']} | {step} | {res['problems']} | {res['n']} | {res['temperature']} | "
+        f"{res['pass@1']:.3f} | {res['samples_per_s']:.1f} |",
+    ]
     (out / "eval.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     print(f"throughput: {res['samples_per_s']:.2f} samples/s")

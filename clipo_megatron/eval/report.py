@@ -27,11 +27,17 @@ def markdown_table(comparison: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(_fmt(scores[c]) for c in cols) + " |")
         if name in comparison["deltas"]:
             d = comparison["deltas"][name]
-            lines.append(f"| Δ vs {comparison['baseline']} | " + " | ".join(_fmt(d[c], True) for c in cols) + " |")
+            lines.append(
+                f"| Δ vs {comparison['baseline']} | "
+                + " | ".join(_fmt(d[c], True) for c in cols)
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
-def bar_chart(runs: dict[str, dict[str, float]], path: str | Path, title: str = "pass@1 (%)") -> Path:
+def bar_chart(
+    runs: dict[str, dict[str, float]], path: str | Path, title: str = "pass@1 (%)"
+) -> Path:
     """Grouped bars: one group per dataset / average, one bar per run."""
     import matplotlib
 

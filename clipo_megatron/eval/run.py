@@ -33,30 +33,49 @@ def _parse_sources(items: list[str]) -> dict[str, str]:
     out = {}
     for it in items:
         if "=" not in it:
-            raise ValueError(f"--source {it!r}: expected NAME=SOURCE (a path, hf, hf:repo[:config][@split] or gym)")
+            raise ValueError(
+                f"--source {it!r}: expected NAME=SOURCE (a path, hf, hf:repo[:config][@split] or gym)"
+            )
         name, src = it.split("=", 1)
         out[canonical_name(name)] = src
     return out
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="clipo-megatron eval", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="clipo-megatron eval",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     what = ap.add_mutually_exclusive_group()
     what.add_argument("--suite", help="track1 | track2")
     what.add_argument("--datasets", help="comma-separated dataset names (e.g. gsm8k,mmlu)")
     ap.add_argument("--model", help="smollm2 | HF model dir | clipo-megatron train output dir")
     ap.add_argument("--backend", default="auto", choices=["auto", "hf", "vllm"])
-    ap.add_argument("--data-dir", help="dir in the authors' layout (test/gsm8k.parquet, ...); default $CLIPO_DATA_DIR")
-    ap.add_argument("--source", action="append", default=[], help="NAME=PATH|hf|hf:repo[:config][@split]|gym")
-    ap.add_argument("--limit", type=int, help="questions per dataset: a fixed seeded subset (default: all)")
+    ap.add_argument(
+        "--data-dir",
+        help="dir in the authors' layout (test/gsm8k.parquet, ...); default $CLIPO_DATA_DIR",
+    )
+    ap.add_argument(
+        "--source", action="append", default=[], help="NAME=PATH|hf|hf:repo[:config][@split]|gym"
+    )
+    ap.add_argument(
+        "--limit", type=int, help="questions per dataset: a fixed seeded subset (default: all)"
+    )
     ap.add_argument("--subset-seed", type=int, default=0)
-    ap.add_argument("--n", type=int, help="samples per question (suite default: 1 Track I, 16 Track II)")
+    ap.add_argument(
+        "--n", type=int, help="samples per question (suite default: 1 Track I, 16 Track II)"
+    )
     ap.add_argument("--temperature", type=float)
     ap.add_argument("--top-p", type=float)
     ap.add_argument("--max-tokens", type=int)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--chunk", type=int, default=16, help="questions per generate call (memory / resume granularity)")
+    ap.add_argument(
+        "--chunk",
+        type=int,
+        default=16,
+        help="questions per generate call (memory / resume granularity)",
+    )
     ap.add_argument("--threads", type=int, help="torch CPU threads")
     ap.add_argument("--verify-workers", type=int, default=2)
     ap.add_argument("--verify-timeout", type=float, default=10.0, help="seconds per answer")
@@ -71,15 +90,30 @@ def _settings(args, datasets: list[str]):
     suite = get_suite(args.suite) if args.suite else suite_for(datasets)
     d = {"n": 1, "max_tokens": 2048, "temperature": 0.6, "top_p": 0.95}
     if suite is not None:
-        d = {"n": suite.n, "max_tokens": suite.max_tokens, "temperature": suite.temperature, "top_p": suite.top_p}
-    for key, val in (("n", args.n), ("max_tokens", args.max_tokens), ("temperature", args.temperature),
-                     ("top_p", args.top_p)):
+        d = {
+            "n": suite.n,
+            "max_tokens": suite.max_tokens,
+            "temperature": suite.temperature,
+            "top_p": suite.top_p,
+        }
+    for key, val in (
+        ("n", args.n),
+        ("max_tokens", args.max_tokens),
+        ("temperature", args.temperature),
+        ("top_p", args.top_p),
+    ):
         if val is not None:
             d[key] = val
     if d["n"] < 1 or d["max_tokens"] < 1:
         raise ValueError(f"n={d['n']} and max_tokens={d['max_tokens']} must be >= 1")
-    return EvalSettings(seed=args.seed, chunk=args.chunk, limit=args.limit, subset_seed=args.subset_seed,
-                        model=args.model, **d)
+    return EvalSettings(
+        seed=args.seed,
+        chunk=args.chunk,
+        limit=args.limit,
+        subset_seed=args.subset_seed,
+        model=args.model,
+        **d,
+    )
 
 
 def _check_resume(out: Path, settings) -> None:
@@ -90,8 +124,10 @@ def _check_resume(out: Path, settings) -> None:
         old = json.loads(p.read_text())
         diff = {k: (old.get(k), v) for k, v in key.items() if old.get(k) != v}
         if diff:
-            raise ValueError(f"{out} holds an eval with other settings {diff} (old, new): pass another --out, "
-                             f"or delete {out} to start over")
+            raise ValueError(
+                f"{out} holds an eval with other settings {diff} (old, new): pass another --out, "
+                f"or delete {out} to start over"
+            )
     out.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(key, indent=2))
 
@@ -105,41 +141,77 @@ def run_suite(args) -> int:
     from clipo_megatron.verify.pool import VerifierPool
 
     if not args.model:
-        raise ValueError("--model is required: smollm2, an HF model directory or a clipo-megatron train output dir")
-    names = list(get_suite(args.suite).datasets) if args.suite else [canonical_name(x) for x in
-                                                                     args.datasets.split(",") if x.strip()]
+        raise ValueError(
+            "--model is required: smollm2, an HF model directory or a clipo-megatron train output dir"
+        )
+    names = (
+        list(get_suite(args.suite).datasets)
+        if args.suite
+        else [canonical_name(x) for x in args.datasets.split(",") if x.strip()]
+    )
     sources = _parse_sources(args.source)
     settings = _settings(args, names)
     # Load every dataset first: a missing one fails now, with how to get it, not after an hour of generation.
-    data = {n: load_dataset(n, sources.get(n), data_dir=args.data_dir, limit=args.limit,
-                            subset_seed=args.subset_seed, gen_seed=args.seed) for n in names}
+    data = {
+        n: load_dataset(
+            n,
+            sources.get(n),
+            data_dir=args.data_dir,
+            limit=args.limit,
+            subset_seed=args.subset_seed,
+            gen_seed=args.seed,
+        )
+        for n in names
+    }
     tag = args.suite or "-".join(names)
     out = Path(args.out or f"runs/eval/{Path(args.model).name}-{tag}")
     _check_resume(out, settings)
     t0 = time.perf_counter()
-    gen = build_generator(args.model, args.backend, seed=args.seed, threads=args.threads,
-                          max_model_len=settings.max_tokens + 2048)
+    gen = build_generator(
+        args.model,
+        args.backend,
+        seed=args.seed,
+        threads=args.threads,
+        max_model_len=settings.max_tokens + 2048,
+    )
     load_s = time.perf_counter() - t0
     with VerifierPool(args.verify_workers, timeout=args.verify_timeout) as pool:
         res = evaluate(gen, data, settings, out, pool=pool, progress=not args.no_progress)
-    res.update({"model": args.model, "suite": args.suite, "datasets_source": {n: sources.get(n, args.data_dir)
-                                                                                for n in names}})
+    res.update(
+        {
+            "model": args.model,
+            "suite": args.suite,
+            "datasets_source": {n: sources.get(n, args.data_dir) for n in names},
+        }
+    )
     res["throughput"]["model_load_s"] = load_s
     (out / "results.json").write_text(json.dumps(res, indent=2))
     row = {**res["scores"], **res["averages"]}
-    table = markdown_table({"columns": list(row), "scores": {args.model: row}, "deltas": {}, "baseline": args.model})
-    lines = [table, "| dataset | questions | samples | correct | no \\boxed answer | timeouts |", "|---|---|---|---|---|---|"]
-    lines += [f"| {n} | {d['questions']} | {d['samples']} | {d['correct']} | {d['no_answer']} | {d['timeouts']} |"
-              for n, d in res["datasets"].items()]
+    table = markdown_table(
+        {"columns": list(row), "scores": {args.model: row}, "deltas": {}, "baseline": args.model}
+    )
+    lines = [
+        table,
+        "| dataset | questions | samples | correct | no \\boxed answer | timeouts |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {n} | {d['questions']} | {d['samples']} | {d['correct']} | {d['no_answer']} | {d['timeouts']} |"
+        for n, d in res["datasets"].items()
+    ]
     tp = res["throughput"]
-    lines.append(f"\nn={settings.n}, T={settings.temperature}, top-p={settings.top_p}, max_tokens={settings.max_tokens}"
-                 f", seed={settings.seed}, limit={settings.limit}; {tp['new_samples']} new samples in "
-                 f"{tp['seconds']:.1f} s ({tp['samples_per_s']:.2f} samples/s), model load {load_s:.1f} s")
+    lines.append(
+        f"\nn={settings.n}, T={settings.temperature}, top-p={settings.top_p}, max_tokens={settings.max_tokens}"
+        f", seed={settings.seed}, limit={settings.limit}; {tp['new_samples']} new samples in "
+        f"{tp['seconds']:.1f} s ({tp['samples_per_s']:.2f} samples/s), model load {load_s:.1f} s"
+    )
     (out / "results.md").write_text("\n".join(lines) + "\n")
     bar_chart({args.model: row}, out / "scores.png")
     print("\n".join(lines))
-    print(f"throughput: {tp['samples_per_s']:.2f} samples/s ({tp['new_samples']} new samples in {tp['seconds']:.1f} s: "
-          f"generate {tp['generate_s']:.1f} s, verify {tp['verify_s']:.1f} s)")
+    print(
+        f"throughput: {tp['samples_per_s']:.2f} samples/s ({tp['new_samples']} new samples in {tp['seconds']:.1f} s: "
+        f"generate {tp['generate_s']:.1f} s, verify {tp['verify_s']:.1f} s)"
+    )
     print(f"wrote {out}/results.json, results.md, scores.png, samples/")
     return 0
 
@@ -148,8 +220,10 @@ def run_compare(argv: list[str]) -> int:
     from clipo_megatron.eval.aggregate import compare
     from clipo_megatron.eval.report import bar_chart, markdown_table
 
-    ap = argparse.ArgumentParser(prog="clipo-megatron eval compare",
-                                 description="side-by-side scores of two or more eval outputs, with deltas vs the first")
+    ap = argparse.ArgumentParser(
+        prog="clipo-megatron eval compare",
+        description="side-by-side scores of two or more eval outputs, with deltas vs the first",
+    )
     ap.add_argument("runs", nargs="+", help="eval output dirs (results.json) or results.json files")
     ap.add_argument("--names", help="comma-separated run names (default: dir names)")
     ap.add_argument("--out", default="runs/eval/compare")
@@ -188,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not (args.suite or args.datasets):
         _parser().print_help()
-        print("\nclipo-megatron eval: pass --suite track1|track2 or --datasets a,b", file=sys.stderr)
+        print(
+            "\nclipo-megatron eval: pass --suite track1|track2 or --datasets a,b", file=sys.stderr
+        )
         return 2
     return run_suite(args)

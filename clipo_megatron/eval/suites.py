@@ -19,7 +19,9 @@ from dataclasses import dataclass
 class Suite:
     name: str
     datasets: tuple[str, ...]  # canonical names, in the paper's column order
-    groups: dict[str, tuple[str, ...]]  # average name -> member datasets ("Avg" = all, added by `group_members`)
+    groups: dict[
+        str, tuple[str, ...]
+    ]  # average name -> member datasets ("Avg" = all, added by `group_members`)
     n: int  # samples per question
     max_tokens: int
     temperature: float = 0.6
@@ -28,23 +30,41 @@ class Suite:
 
 TRACK1 = Suite(
     "track1",
-    ("gsm8k", "gsm_symbolic", "gsm_p1", "gsm_p2", "commonsense_qa", "truthfulqa", "theoremqa", "mmlu"),
-    {"M-Avg": ("gsm8k", "gsm_symbolic", "gsm_p1", "gsm_p2"),
-     "G-Avg": ("commonsense_qa", "truthfulqa", "theoremqa", "mmlu")},
-    n=1, max_tokens=2048,
+    (
+        "gsm8k",
+        "gsm_symbolic",
+        "gsm_p1",
+        "gsm_p2",
+        "commonsense_qa",
+        "truthfulqa",
+        "theoremqa",
+        "mmlu",
+    ),
+    {
+        "M-Avg": ("gsm8k", "gsm_symbolic", "gsm_p1", "gsm_p2"),
+        "G-Avg": ("commonsense_qa", "truthfulqa", "theoremqa", "mmlu"),
+    },
+    n=1,
+    max_tokens=2048,
 )
 TRACK2 = Suite(
     "track2",
     ("math500", "math_perturb_simple", "math_perturb_hard", "amc23", "aime24", "aime25"),
-    {"M-Avg": ("math500", "math_perturb_simple", "math_perturb_hard"), "C-Avg": ("amc23", "aime24", "aime25")},
-    n=16, max_tokens=4096,
+    {
+        "M-Avg": ("math500", "math_perturb_simple", "math_perturb_hard"),
+        "C-Avg": ("amc23", "aime24", "aime25"),
+    },
+    n=16,
+    max_tokens=4096,
 )
 SUITES = {s.name: s for s in (TRACK1, TRACK2)}
 
 
 def get_suite(name: str) -> Suite:
     if name not in SUITES:
-        raise ValueError(f"unknown suite {name!r}; known: {', '.join(SUITES)} (or pass --datasets a,b,c)")
+        raise ValueError(
+            f"unknown suite {name!r}; known: {', '.join(SUITES)} (or pass --datasets a,b,c)"
+        )
     return SUITES[name]
 
 

@@ -36,14 +36,28 @@ class HFGenerator:
         return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
 
     @torch.no_grad()
-    def generate(self, prompts: list[str | list[dict[str, str]]], n: int, *, temperature: float, top_p: float, max_tokens: int,
-                 seed: int) -> Rollouts:
+    def generate(
+        self,
+        prompts: list[str | list[dict[str, str]]],
+        n: int,
+        *,
+        temperature: float,
+        top_p: float,
+        max_tokens: int,
+        seed: int,
+    ) -> Rollouts:
         """n samples per prompt; `seed` makes the whole batch reproducible."""
         torch.manual_seed(seed)
         chats = [self.chat_prompt(p) for p in prompts for _ in range(n)]
         enc = self.tok(chats, return_tensors="pt", padding=True, add_special_tokens=False)
-        out = self.model.generate(**enc, do_sample=temperature > 0, temperature=max(temperature, 1e-5),
-                                  top_p=top_p, max_new_tokens=max_tokens, pad_token_id=self.tok.pad_token_id)
+        out = self.model.generate(
+            **enc,
+            do_sample=temperature > 0,
+            temperature=max(temperature, 1e-5),
+            top_p=top_p,
+            max_new_tokens=max_tokens,
+            pad_token_id=self.tok.pad_token_id,
+        )
         width = enc.input_ids.shape[1]
         rollouts = Rollouts([], [], [], [])
         eos = self.tok.eos_token_id
@@ -66,4 +80,6 @@ class HFGenerator:
         state = megatron_to_hf(megatron_state, self.arch)
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected or [k for k in missing if "rotary" not in k]:
-            raise ValueError(f"weight sync mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+            raise ValueError(
+                f"weight sync mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )

@@ -54,8 +54,12 @@ def export_hf_dir(hf_model, tokenizer, out_dir: str | Path) -> Path:
 
 
 def _configure_env() -> None:
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine: in-place weight sync, our RNG
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # the engine's INFO lines would bury the progress bar
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = (
+        "0"  # in-process engine: in-place weight sync, our RNG
+    )
+    os.environ.setdefault(
+        "VLLM_LOGGING_LEVEL", "WARNING"
+    )  # the engine's INFO lines would bury the progress bar
     if not torch.cuda.is_available():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{max(os.cpu_count() or 1, 1) - 1}")
@@ -64,42 +68,73 @@ def _configure_env() -> None:
 class VLLMGenerator:
     """The runner's / eval's generator on vLLM; same `generate` / `sync_from_megatron` as HFGenerator."""
 
-    def __init__(self, model_dir: str | Path, tokenizer, arch=None, *, seed: int = 0, max_model_len: int = 1024,
-                 dtype: str = "float32", gpu_memory_utilization: float | None = None):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        tokenizer,
+        arch=None,
+        *,
+        seed: int = 0,
+        max_model_len: int = 1024,
+        dtype: str = "float32",
+        gpu_memory_utilization: float | None = None,
+    ):
         _configure_env()
         from vllm import LLM
 
         # Every in-place reload says the rotary embedding got no weights: it has none to get.
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
-            lambda r: "RotaryEmbedding" not in r.getMessage())
+            lambda r: "RotaryEmbedding" not in r.getMessage()
+        )
         self.tok = tokenizer
         self.arch = arch
         self._weight_shapes: dict[str, tuple[int, ...]] | None = None  # fixed by the first load
         if gpu_memory_utilization is None:
             gpu_memory_utilization = 0.5 if not torch.cuda.is_available() else 0.3
-        self.llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=dtype, seed=seed,
-                       max_model_len=max_model_len, enforce_eager=True, distributed_executor_backend="uni",
-                       gpu_memory_utilization=gpu_memory_utilization)
+        self.llm = LLM(
+            model=str(model_dir),
+            tokenizer=str(model_dir),
+            dtype=dtype,
+            seed=seed,
+            max_model_len=max_model_len,
+            enforce_eager=True,
+            distributed_executor_backend="uni",
+            gpu_memory_utilization=gpu_memory_utilization,
+        )
 
     def chat_prompt(self, prompt: str | list[dict[str, str]]) -> str:
         msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
 
-    def generate(self, prompts: list[str | list[dict[str, str]]], n: int, *, temperature: float, top_p: float,
-                 max_tokens: int, seed: int) -> Rollouts:
+    def generate(
+        self,
+        prompts: list[str | list[dict[str, str]]],
+        n: int,
+        *,
+        temperature: float,
+        top_p: float,
+        max_tokens: int,
+        seed: int,
+    ) -> Rollouts:
         """n samples per prompt; the same prompt token ids as HFGenerator (one chat template, one tokenizer)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        prompt_ids = [self.tok(self.chat_prompt(p), add_special_tokens=False).input_ids for p in prompts]
+        prompt_ids = [
+            self.tok(self.chat_prompt(p), add_special_tokens=False).input_ids for p in prompts
+        ]
         params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens)
         torch.manual_seed(seed)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], params, use_tqdm=False)
+        outs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], params, use_tqdm=False
+        )
         eos = self.tok.eos_token_id
         ro = Rollouts([], [], [], [])
         for i, o in enumerate(outs):
             for c in o.outputs:
-                resp = list(c.token_ids) or [eos]  # an empty response still has its EOS token to pool
+                resp = list(c.token_ids) or [
+                    eos
+                ]  # an empty response still has its EOS token to pool
                 ro.prompt_ids.append(list(prompt_ids[i]))
                 ro.response_ids.append(resp)
                 ro.texts.append(self.tok.decode(resp, skip_special_tokens=True))
@@ -109,7 +144,9 @@ class VLLMGenerator:
     @torch.no_grad()
     def sync_from_megatron(self, megatron_state: dict) -> None:
         if self.arch is None:
-            raise ValueError("sync_from_megatron needs the policy's GPTArch (VLLMGenerator(..., arch=...))")
+            raise ValueError(
+                "sync_from_megatron needs the policy's GPTArch (VLLMGenerator(..., arch=...))"
+            )
         self.load_hf_state(megatron_to_hf(megatron_state, self.arch))
 
     def load_hf_state(self, hf_state: dict[str, torch.Tensor]) -> None:
@@ -124,8 +161,10 @@ class VLLMGenerator:
             self._weight_shapes = shapes
         elif shapes != self._weight_shapes:
             want = self._weight_shapes
-            raise ValueError(f"weight sync mismatch: missing {sorted(set(want) - set(shapes))[:5]}, unexpected "
-                             f"{sorted(set(shapes) - set(want))[:5]}, reshaped "
-                             f"{[k for k in shapes if k in want and shapes[k] != want[k]][:5]}")
+            raise ValueError(
+                f"weight sync mismatch: missing {sorted(set(want) - set(shapes))[:5]}, unexpected "
+                f"{sorted(set(shapes) - set(want))[:5]}, reshaped "
+                f"{[k for k in shapes if k in want and shapes[k] != want[k]][:5]}"
+            )
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()

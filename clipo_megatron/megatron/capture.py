@@ -40,11 +40,21 @@ class PooledCapture:
         with torch.no_grad():
             self.sums = self.pool_fn(hidden.detach())
 
-    def output_processor(self, *, hidden_states, output_layer, output_weight=None,
-                         runtime_gather_output=None, scale_logits=None, **_):
+    def output_processor(
+        self,
+        *,
+        hidden_states,
+        output_layer,
+        output_weight=None,
+        runtime_gather_output=None,
+        scale_logits=None,
+        **_,
+    ):
         """megatron-core >= 0.18 hook: pool, then the standard logits path ([B, S, V])."""
         self._pool(hidden_states)
-        logits, _ = output_layer(hidden_states, weight=output_weight, runtime_gather_output=runtime_gather_output)
+        logits, _ = output_layer(
+            hidden_states, weight=output_weight, runtime_gather_output=runtime_gather_output
+        )
         if scale_logits is not None:
             logits = scale_logits(logits)
         return logits.transpose(0, 1).contiguous()
@@ -54,7 +64,9 @@ class PooledCapture:
         """Forward hook on the final norm (every megatron-core release)."""
         norm = getattr(getattr(model, "decoder", None), "final_layernorm", None)
         if norm is None:
-            raise ValueError("model has no decoder.final_layernorm: is this the post-process stage?")
+            raise ValueError(
+                "model has no decoder.final_layernorm: is this the post-process stage?"
+            )
         handle = norm.register_forward_hook(lambda _m, _i, out: self._pool(out))
         try:
             yield self
@@ -72,7 +84,9 @@ def forward_with_capture(model, pool_fn: PoolFn, *args, mode: str = "auto", **kw
         mode = "output_processor" if supports_output_processor(model) else "hook"
     if mode == "output_processor":
         if not supports_output_processor(model):
-            raise ValueError("this megatron-core has no GPTModel.forward(output_processor=...); use mode='hook'")
+            raise ValueError(
+                "this megatron-core has no GPTModel.forward(output_processor=...); use mode='hook'"
+            )
         out = model(*args, output_processor=cap.output_processor, **kwargs)
     elif mode == "hook":
         with cap.hook(model):

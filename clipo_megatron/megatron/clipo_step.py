@@ -34,8 +34,15 @@ def is_last_stage(pp_group=None) -> bool:
 
 
 def clipo_step(
-    trainer: HeadTrainer | None, response_sums: torch.Tensor | None, response_counts: torch.Tensor,
-    correct: torch.Tensor, group_ids: torch.Tensor, sample_ids: torch.Tensor, *, step: int, pp_group=None,
+    trainer: HeadTrainer | None,
+    response_sums: torch.Tensor | None,
+    response_counts: torch.Tensor,
+    correct: torch.Tensor,
+    group_ids: torch.Tensor,
+    sample_ids: torch.Tensor,
+    *,
+    step: int,
+    pp_group=None,
     warmup_steps: int | None = None,
 ) -> ClipoStepResult:
     """Captured sums -> mean -> head (+ DP gather, loss, AdamW) -> rewards on every stage.
@@ -51,10 +58,14 @@ def clipo_step(
     b = response_counts.shape[0]
     for name, t in (("correct", correct), ("group_ids", group_ids), ("sample_ids", sample_ids)):
         if t.shape[0] != b:
-            raise ValueError(f"{name} has {t.shape[0]} rows but response_counts has {b}: one row per rollout")
+            raise ValueError(
+                f"{name} has {t.shape[0]} rows but response_counts has {b}: one row per rollout"
+            )
     last = is_last_stage(pp_group)
     if last and (trainer is None or response_sums is None):
-        raise ValueError("the last pipeline stage needs both a HeadTrainer and the captured response sums")
+        raise ValueError(
+            "the last pipeline stage needs both a HeadTrainer and the captured response sums"
+        )
     if warmup_steps is None:
         if trainer is None:
             raise ValueError("pass warmup_steps= on pipeline stages without a HeadTrainer")
@@ -62,9 +73,15 @@ def clipo_step(
     rewards, metrics = None, {}
     if last:
         if response_sums.shape[0] != b:
-            raise ValueError(f"response_sums has {response_sums.shape[0]} rows, response_counts {b}")
+            raise ValueError(
+                f"response_sums has {response_sums.shape[0]} rows, response_counts {b}"
+            )
         pooled = mean_from_sums(response_sums.float(), response_counts.float())  # [B_local, D]
         out = trainer.step(pooled, correct, group_ids, sample_ids, step=step)
         rewards, metrics = out.rewards.float().contiguous(), out.metrics
-    rewards = broadcast_from_last_stage(rewards, (b,), torch.float32, pp_group=pp_group)  # [B_local]
-    return ClipoStepResult(rewards=rewards, metrics=metrics, policy_should_update=step >= warmup_steps)
+    rewards = broadcast_from_last_stage(
+        rewards, (b,), torch.float32, pp_group=pp_group
+    )  # [B_local]
+    return ClipoStepResult(
+        rewards=rewards, metrics=metrics, policy_should_update=step >= warmup_steps
+    )

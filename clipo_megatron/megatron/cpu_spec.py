@@ -34,21 +34,40 @@ class SDPACoreAttention(MegatronModule):
     Megatron's boolean masks mark *masked-out* positions (True = drop).
     """
 
-    def __init__(self, config, layer_number, attn_mask_type, attention_type=None,
-                 attention_dropout=None, softmax_scale=None, cp_comm_type=None,
-                 pg_collection=None, **_unused):
+    def __init__(
+        self,
+        config,
+        layer_number,
+        attn_mask_type,
+        attention_type=None,
+        attention_dropout=None,
+        softmax_scale=None,
+        cp_comm_type=None,
+        pg_collection=None,
+        **_unused,
+    ):
         super().__init__(config=config)
         tp = _tp_size(pg_collection)
         if config.context_parallel_size > 1:
-            raise ValueError("SDPACoreAttention does not implement context parallelism; use CP=1 on CPU")
+            raise ValueError(
+                "SDPACoreAttention does not implement context parallelism; use CP=1 on CPU"
+            )
         self.heads = config.num_attention_heads // tp
         self.groups = (config.num_query_groups or config.num_attention_heads) // tp
         head_dim = config.kv_channels
         self.scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
 
-    def forward(self, query, key, value, attention_mask, attn_mask_type=None,
-                attention_bias=None, packed_seq_params=None):
+    def forward(
+        self,
+        query,
+        key,
+        value,
+        attention_mask,
+        attn_mask_type=None,
+        attention_bias=None,
+        packed_seq_params=None,
+    ):
         if packed_seq_params is not None:
             raise ValueError("SDPACoreAttention does not support packed (THD) sequences")
         sq, b, np_, hn = query.shape
@@ -58,11 +77,23 @@ class SDPACoreAttention(MegatronModule):
             value = value.repeat_interleave(rep, dim=2)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, np, s, hn]
         if attention_mask is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
-                                                 dropout_p=self.dropout if self.training else 0.0)
+            out = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                is_causal=True,
+                scale=self.scale,
+                dropout_p=self.dropout if self.training else 0.0,
+            )
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=~attention_mask.bool(), scale=self.scale,
-                                                 dropout_p=self.dropout if self.training else 0.0)
+            out = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=~attention_mask.bool(),
+                scale=self.scale,
+                dropout_p=self.dropout if self.training else 0.0,
+            )
         return out.permute(2, 0, 1, 3).reshape(sq, b, np_ * hn)  # [sq, b, np * hn]
 
 

@@ -73,7 +73,9 @@ def all_reduce_grads(module: torch.nn.Module, *, dp_group=None) -> None:
             dist.all_reduce(p.grad, group=dp_group)
 
 
-def broadcast_from_last_stage(t: torch.Tensor | None, shape, dtype, *, pp_group=None) -> torch.Tensor:
+def broadcast_from_last_stage(
+    t: torch.Tensor | None, shape, dtype, *, pp_group=None
+) -> torch.Tensor:
     """Pipeline parallel: the last stage computed `t`; every stage returns it.
 
     Non-last stages pass t=None and the expected shape/dtype (their local batch).

@@ -43,26 +43,47 @@ def get_contrastive_head_spec(tensor_parallel: bool = False) -> ModuleSpec:
 class ContrastiveHead(MegatronModule):
     """Projection D -> d of pooled response hidden states to contrastive embeddings."""
 
-    def __init__(self, config, submodules: ContrastiveHeadSubmodules, *, input_size: int,
-                 embed_dim: int, head_type: str = "linear", tp_group=None):
+    def __init__(
+        self,
+        config,
+        submodules: ContrastiveHeadSubmodules,
+        *,
+        input_size: int,
+        embed_dim: int,
+        head_type: str = "linear",
+        tp_group=None,
+    ):
         super().__init__(config=config)
         self.tp_group = tp_group
         self.tensor_parallel = submodules.linear is ColumnParallelLinear
         tp = group_size(tp_group) if self.tensor_parallel else 1
         if embed_dim % tp:
-            raise ValueError(f"embed_dim={embed_dim} must be divisible by the TP size {tp} for a sharded head")
+            raise ValueError(
+                f"embed_dim={embed_dim} must be divisible by the TP size {tp} for a sharded head"
+            )
         if head_type not in ("linear", "mlp"):
             raise ValueError(f"head_type={head_type!r} must be 'linear' or 'mlp'")
         if head_type == "mlp" and self.tensor_parallel:
-            raise ValueError("the mlp head is replicated-only; use head_type='linear' with a TP-sharded head")
+            raise ValueError(
+                "the mlp head is replicated-only; use head_type='linear' with a TP-sharded head"
+            )
         self.embed_dim = embed_dim
         self.hidden = None
         if head_type == "mlp":
-            self.hidden = torch.nn.Sequential(torch.nn.Linear(input_size, input_size, bias=False), torch.nn.ReLU())
+            self.hidden = torch.nn.Sequential(
+                torch.nn.Linear(input_size, input_size, bias=False), torch.nn.ReLU()
+            )
         if self.tensor_parallel:
             self.proj = build_module(
-                submodules.linear, input_size, embed_dim, config=config, init_method=config.init_method,
-                bias=False, gather_output=False, skip_bias_add=True, tp_group=tp_group,
+                submodules.linear,
+                input_size,
+                embed_dim,
+                config=config,
+                init_method=config.init_method,
+                bias=False,
+                gather_output=False,
+                skip_bias_add=True,
+                tp_group=tp_group,
             )
         else:
             self.proj = build_module(submodules.linear, input_size, embed_dim, bias=False)
@@ -86,11 +107,25 @@ class ContrastiveHead(MegatronModule):
         return lambda t: reduce_from_tensor_model_parallel_region(t, group=group)
 
 
-def build_contrastive_head(config, *, input_size: int, embed_dim: int, head_type: str = "linear",
-                           tensor_parallel: bool = False, tp_group=None, spec: ModuleSpec | None = None):
+def build_contrastive_head(
+    config,
+    *,
+    input_size: int,
+    embed_dim: int,
+    head_type: str = "linear",
+    tensor_parallel: bool = False,
+    tp_group=None,
+    spec: ModuleSpec | None = None,
+):
     spec = spec or get_contrastive_head_spec(tensor_parallel)
-    return build_module(spec, config=config, input_size=input_size, embed_dim=embed_dim,
-                        head_type=head_type, tp_group=tp_group)
+    return build_module(
+        spec,
+        config=config,
+        input_size=input_size,
+        embed_dim=embed_dim,
+        head_type=head_type,
+        tp_group=tp_group,
+    )
 
 
 def attach_head(model, head) -> None:

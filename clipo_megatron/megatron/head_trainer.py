@@ -39,15 +39,24 @@ class HeadTrainer:
         self.head = head
         self.cfg = cfg
         self.dp_group = dp_group
-        self.optimizer = torch.optim.AdamW(head.parameters(), lr=cfg.head_lr, weight_decay=cfg.head_weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            head.parameters(), lr=cfg.head_lr, weight_decay=cfg.head_weight_decay
+        )
         self.steps_done = 0
 
     def policy_should_update(self, step: int) -> bool:
         """False during warm-up: rollouts, logprobs and head updates run, the policy does not."""
         return step >= self.cfg.warmup_steps
 
-    def step(self, pooled: torch.Tensor, correct: torch.Tensor, group_ids: torch.Tensor,
-             sample_ids: torch.Tensor, *, step: int) -> ClipoStepOutput:
+    def step(
+        self,
+        pooled: torch.Tensor,
+        correct: torch.Tensor,
+        group_ids: torch.Tensor,
+        sample_ids: torch.Tensor,
+        *,
+        step: int,
+    ) -> ClipoStepOutput:
         """One CLIPO step for this rank's rollouts.
 
         pooled [B_local, D] mean response hidden states; correct [B_local] binary
@@ -63,8 +72,16 @@ class HeadTrainer:
             s_all, _ = gather_rows(sample_ids, dp_group=self.dp_group)
             local = torch.zeros(z_all.shape[0], dtype=torch.bool)
             local[mine] = True
-            res = group_contrastive_loss(z_all, c_all, g_all, self.cfg, step=step, sample_ids=s_all,
-                                         local_mask=local, sum_reduce=getattr(self.head, "sum_reduce", None))
+            res = group_contrastive_loss(
+                z_all,
+                c_all,
+                g_all,
+                self.cfg,
+                step=step,
+                sample_ids=s_all,
+                local_mask=local,
+                sum_reduce=getattr(self.head, "sum_reduce", None),
+            )
         r_all = contrastive_rewards(res, self.cfg)  # computed from the loss before the update
         metrics = contrastive_metrics(res, r_all)
         if update:
@@ -76,8 +93,12 @@ class HeadTrainer:
         metrics["clipo/head_updated"] = float(update)
         pidx = res.positive_index[mine]
         positive_ids = torch.where(pidx >= 0, s_all[pidx.clamp_min(0)], torch.full_like(pidx, -1))
-        return ClipoStepOutput(rewards=r_all[mine].detach(), embeddings=z.detach(),
-                               positive_ids=positive_ids, metrics=metrics)
+        return ClipoStepOutput(
+            rewards=r_all[mine].detach(),
+            embeddings=z.detach(),
+            positive_ids=positive_ids,
+            metrics=metrics,
+        )
 
     def state_dict(self) -> dict:
         return {

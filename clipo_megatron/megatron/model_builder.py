@@ -32,13 +32,24 @@ class GPTArch:
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"hidden_size={self.hidden_size} not divisible by num_attention_heads={self.num_attention_heads}")
+            raise ValueError(
+                f"hidden_size={self.hidden_size} not divisible by num_attention_heads={self.num_attention_heads}"
+            )
         if self.num_attention_heads % self.num_query_groups:
-            raise ValueError(f"num_attention_heads={self.num_attention_heads} not divisible by num_query_groups={self.num_query_groups}")
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} not divisible by num_query_groups={self.num_query_groups}"
+            )
 
 
-def transformer_config(arch: GPTArch, *, tensor_parallel: int = 1, pipeline_parallel: int = 1,
-                       sequence_parallel: bool = False, params_dtype=torch.float32, **overrides):
+def transformer_config(
+    arch: GPTArch,
+    *,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    sequence_parallel: bool = False,
+    params_dtype=torch.float32,
+    **overrides,
+):
     """A TransformerConfig for `arch` (dropout off: RL logprobs must be deterministic)."""
     from megatron.core.transformer import TransformerConfig
 
@@ -73,8 +84,14 @@ def transformer_config(arch: GPTArch, *, tensor_parallel: int = 1, pipeline_para
     return TransformerConfig(**kw)
 
 
-def build_gpt_model(arch: GPTArch, config=None, *, layer_spec=None, pre_process: bool = True,
-                    post_process: bool = True):
+def build_gpt_model(
+    arch: GPTArch,
+    config=None,
+    *,
+    layer_spec=None,
+    pre_process: bool = True,
+    post_process: bool = True,
+):
     """A GPTModel for `arch`; defaults to the CPU spec and a config from `transformer_config`."""
     from megatron.core.models.gpt import GPTModel
 

@@ -41,17 +41,26 @@ def cp_chunk_positions(seq_len: int, cp_size: int, cp_rank: int) -> torch.Tensor
 
 def _sp_slice(n: int, tp_size: int, tp_rank: int) -> slice:
     if n % tp_size:
-        raise ValueError(f"local sequence length {n} must be divisible by tp={tp_size} for sequence parallel")
+        raise ValueError(
+            f"local sequence length {n} must be divisible by tp={tp_size} for sequence parallel"
+        )
     step = n // tp_size
     return slice(tp_rank * step, (tp_rank + 1) * step)
 
 
 def padded_local_segment_ids(
-    response_mask: torch.Tensor, *, cp_size: int = 1, cp_rank: int = 0, sp_size: int = 1, sp_rank: int = 0
+    response_mask: torch.Tensor,
+    *,
+    cp_size: int = 1,
+    cp_rank: int = 0,
+    sp_size: int = 1,
+    sp_rank: int = 0,
 ) -> torch.Tensor:
     """[S_local * B] sequence index of each local token of an sbd tensor (-1 = not response)."""
     b, s = response_mask.shape
-    pos = cp_chunk_positions(s, cp_size, cp_rank)[_sp_slice(s // cp_size, sp_size, sp_rank)]  # [S_local]
+    pos = cp_chunk_positions(s, cp_size, cp_rank)[
+        _sp_slice(s // cp_size, sp_size, sp_rank)
+    ]  # [S_local]
     local = response_mask[:, pos].bool()  # [B, S_local]
     seg = torch.arange(b).unsqueeze(1).expand(b, pos.numel())  # [B, S_local]
     seg = torch.where(local, seg, torch.full_like(seg, -1))
@@ -59,8 +68,13 @@ def padded_local_segment_ids(
 
 
 def packed_local_segment_ids(
-    cu_seqlens_padded: torch.Tensor, token_mask: torch.Tensor, *, cp_size: int = 1, cp_rank: int = 0,
-    sp_size: int = 1, sp_rank: int = 0,
+    cu_seqlens_padded: torch.Tensor,
+    token_mask: torch.Tensor,
+    *,
+    cp_size: int = 1,
+    cp_rank: int = 0,
+    sp_size: int = 1,
+    sp_rank: int = 0,
 ) -> torch.Tensor:
     """[T_local] sequence index of each local packed token (-1 = not response / padding).
 
@@ -68,7 +82,9 @@ def packed_local_segment_ids(
     """
     bounds = cu_seqlens_padded.tolist()
     if token_mask.shape[0] != bounds[-1]:
-        raise ValueError(f"token_mask has {token_mask.shape[0]} tokens, cu_seqlens_padded ends at {bounds[-1]}")
+        raise ValueError(
+            f"token_mask has {token_mask.shape[0]} tokens, cu_seqlens_padded ends at {bounds[-1]}"
+        )
     segs = []
     for i, (a, e) in enumerate(zip(bounds[:-1], bounds[1:])):
         pos = cp_chunk_positions(e - a, cp_size, cp_rank) + a
@@ -80,8 +96,13 @@ def packed_local_segment_ids(
 
 @torch.no_grad()
 def sharded_response_sums(
-    hidden_local: torch.Tensor, segment_ids: torch.Tensor, num_seqs: int, *, tp_group=None,
-    cp_group=None, sequence_parallel: bool = False,
+    hidden_local: torch.Tensor,
+    segment_ids: torch.Tensor,
+    num_seqs: int,
+    *,
+    tp_group=None,
+    cp_group=None,
+    sequence_parallel: bool = False,
 ) -> torch.Tensor:
     """[B, D] fp32 sums of response hidden states over all shards of the sequence.
 
@@ -98,19 +119,31 @@ def sharded_response_sums(
 
 
 def sharded_response_mean(
-    hidden_local: torch.Tensor, segment_ids: torch.Tensor, counts: torch.Tensor, *, tp_group=None,
-    cp_group=None, sequence_parallel: bool = False,
+    hidden_local: torch.Tensor,
+    segment_ids: torch.Tensor,
+    counts: torch.Tensor,
+    *,
+    tp_group=None,
+    cp_group=None,
+    sequence_parallel: bool = False,
 ) -> torch.Tensor:
     """[B, D] mean response hidden state; counts [B] from the full response mask."""
-    sums = sharded_response_sums(hidden_local, segment_ids, counts.numel(), tp_group=tp_group,
-                                 cp_group=cp_group, sequence_parallel=sequence_parallel)
+    sums = sharded_response_sums(
+        hidden_local,
+        segment_ids,
+        counts.numel(),
+        tp_group=tp_group,
+        cp_group=cp_group,
+        sequence_parallel=sequence_parallel,
+    )
     return mean_from_sums(sums, counts.float())
 
 
 def local_rank_info(tp_group=None, cp_group=None, sequence_parallel: bool = False) -> dict:
     """The (size, rank) arguments of the segment-id functions for this process."""
     return dict(
-        cp_size=group_size(cp_group), cp_rank=group_rank(cp_group),
+        cp_size=group_size(cp_group),
+        cp_rank=group_rank(cp_group),
         sp_size=group_size(tp_group) if sequence_parallel else 1,
         sp_rank=group_rank(tp_group) if sequence_parallel else 0,
     )

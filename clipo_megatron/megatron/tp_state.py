@@ -17,16 +17,24 @@ from __future__ import annotations
 import torch
 
 ROW_PARALLEL = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
-COLUMN_PARALLEL = ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias",
-                   "embedding.word_embeddings.weight", "output_layer.weight")
+COLUMN_PARALLEL = (
+    "self_attention.linear_qkv.weight",
+    "self_attention.linear_qkv.bias",
+    "embedding.word_embeddings.weight",
+    "output_layer.weight",
+)
 GATED = ("mlp.linear_fc1.weight",)
 REPLICATED = ("layernorm.weight", "final_layernorm.weight")
 
 
 def layout(name: str) -> str:
-    """"row", "column", "gated" or "replicated" for a GPTModel parameter / state-dict name."""
-    for kind, suffixes in (("row", ROW_PARALLEL), ("column", COLUMN_PARALLEL), ("gated", GATED),
-                           ("replicated", REPLICATED)):
+    """ "row", "column", "gated" or "replicated" for a GPTModel parameter / state-dict name."""
+    for kind, suffixes in (
+        ("row", ROW_PARALLEL),
+        ("column", COLUMN_PARALLEL),
+        ("gated", GATED),
+        ("replicated", REPLICATED),
+    ):
         if name.endswith(suffixes):
             return kind
     raise ValueError(f"{name}: no tensor-parallel layout known for this GPTModel tensor")
@@ -34,8 +42,12 @@ def layout(name: str) -> str:
 
 def check_divisible(arch, tp: int) -> None:
     """Clear errors for the TP sizes a model cannot be split into."""
-    for what, n in (("num_attention_heads", arch.num_attention_heads), ("num_query_groups", arch.num_query_groups),
-                    ("ffn_hidden_size", arch.ffn_hidden_size), ("vocab_size", arch.vocab_size)):
+    for what, n in (
+        ("num_attention_heads", arch.num_attention_heads),
+        ("num_query_groups", arch.num_query_groups),
+        ("ffn_hidden_size", arch.ffn_hidden_size),
+        ("vocab_size", arch.vocab_size),
+    ):
         if n % tp:
             raise ValueError(f"parallel.tp={tp} does not divide the model's {what}={n}")
 
@@ -66,7 +78,9 @@ def unshard(name: str, pieces: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([h[0] for h in halves] + [h[1] for h in halves], 0)
 
 
-def shard_state_dict(full: dict[str, torch.Tensor], rank: int, size: int) -> dict[str, torch.Tensor]:
+def shard_state_dict(
+    full: dict[str, torch.Tensor], rank: int, size: int
+) -> dict[str, torch.Tensor]:
     return {k: shard(k, v, rank, size) for k, v in full.items()}
 
 
@@ -84,4 +98,6 @@ def gather_tensor(name: str, local: torch.Tensor, tp_group) -> torch.Tensor:
 
 def gather_state_dict(local: dict[str, torch.Tensor], tp_group) -> dict[str, torch.Tensor]:
     """The full (TP = 1) state dict on every rank; `_extra_state` entries are dropped."""
-    return {k: gather_tensor(k, v, tp_group) for k, v in local.items() if not k.endswith("_extra_state")}
+    return {
+        k: gather_tensor(k, v, tp_group) for k, v in local.items() if not k.endswith("_extra_state")
+    }

@@ -46,8 +46,10 @@ def _heads(arch: GPTArch):
 def hf_to_megatron(hf: dict[str, torch.Tensor], arch: GPTArch) -> dict[str, torch.Tensor]:
     """HF Llama/Qwen2 state dict -> GPTModel state dict (keys of the local/CPU spec)."""
     hn, per, ng = _heads(arch)
-    out = {"embedding.word_embeddings.weight": hf["model.embed_tokens.weight"],
-           "decoder.final_layernorm.weight": hf["model.norm.weight"]}
+    out = {
+        "embedding.word_embeddings.weight": hf["model.embed_tokens.weight"],
+        "decoder.final_layernorm.weight": hf["model.norm.weight"],
+    }
     if not arch.tie_embeddings:
         out["output_layer.weight"] = hf["lm_head.weight"]
     for i in range(arch.num_layers):
@@ -55,14 +57,18 @@ def hf_to_megatron(hf: dict[str, torch.Tensor], arch: GPTArch) -> dict[str, torc
         q = hf[p + "self_attn.q_proj.weight"].view(ng, per * hn, -1)
         k = hf[p + "self_attn.k_proj.weight"].view(ng, hn, -1)
         v = hf[p + "self_attn.v_proj.weight"].view(ng, hn, -1)
-        out[m + "self_attention.linear_qkv.weight"] = torch.cat([q, k, v], 1).reshape(-1, arch.hidden_size)
+        out[m + "self_attention.linear_qkv.weight"] = torch.cat([q, k, v], 1).reshape(
+            -1, arch.hidden_size
+        )
         if arch.qkv_bias:
             qb = hf[p + "self_attn.q_proj.bias"].view(ng, per * hn)
             kb = hf[p + "self_attn.k_proj.bias"].view(ng, hn)
             vb = hf[p + "self_attn.v_proj.bias"].view(ng, hn)
             out[m + "self_attention.linear_qkv.bias"] = torch.cat([qb, kb, vb], 1).reshape(-1)
         out[m + "self_attention.linear_proj.weight"] = hf[p + "self_attn.o_proj.weight"]
-        out[m + "mlp.linear_fc1.weight"] = torch.cat([hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"]], 0)
+        out[m + "mlp.linear_fc1.weight"] = torch.cat(
+            [hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"]], 0
+        )
         out[m + "mlp.linear_fc2.weight"] = hf[p + "mlp.down_proj.weight"]
         out[m + "input_layernorm.weight"] = hf[p + "input_layernorm.weight"]
         out[m + "pre_mlp_layernorm.weight"] = hf[p + "post_attention_layernorm.weight"]
@@ -72,9 +78,13 @@ def hf_to_megatron(hf: dict[str, torch.Tensor], arch: GPTArch) -> dict[str, torc
 def megatron_to_hf(mg: dict[str, torch.Tensor], arch: GPTArch) -> dict[str, torch.Tensor]:
     """GPTModel state dict -> HF Llama/Qwen2 state dict (for the generator's weight sync)."""
     hn, per, ng = _heads(arch)
-    out = {"model.embed_tokens.weight": mg["embedding.word_embeddings.weight"],
-           "model.norm.weight": mg["decoder.final_layernorm.weight"]}
-    out["lm_head.weight"] = mg["embedding.word_embeddings.weight"] if arch.tie_embeddings else mg["output_layer.weight"]
+    out = {
+        "model.embed_tokens.weight": mg["embedding.word_embeddings.weight"],
+        "model.norm.weight": mg["decoder.final_layernorm.weight"],
+    }
+    out["lm_head.weight"] = (
+        mg["embedding.word_embeddings.weight"] if arch.tie_embeddings else mg["output_layer.weight"]
+    )
     for i in range(arch.num_layers):
         p, m = f"model.layers.{i}.", f"decoder.layers.{i}."
         qkv = mg[m + "self_attention.linear_qkv.weight"].view(ng, (per + 2) * hn, -1)
@@ -83,7 +93,11 @@ def megatron_to_hf(mg: dict[str, torch.Tensor], arch: GPTArch) -> dict[str, torc
         out[p + "self_attn.k_proj.weight"] = k.reshape(-1, arch.hidden_size)
         out[p + "self_attn.v_proj.weight"] = v.reshape(-1, arch.hidden_size)
         if arch.qkv_bias:
-            qb, kb, vb = mg[m + "self_attention.linear_qkv.bias"].view(ng, (per + 2) * hn).split([per * hn, hn, hn], 1)
+            qb, kb, vb = (
+                mg[m + "self_attention.linear_qkv.bias"]
+                .view(ng, (per + 2) * hn)
+                .split([per * hn, hn, hn], 1)
+            )
             out[p + "self_attn.q_proj.bias"] = qb.reshape(-1)
             out[p + "self_attn.k_proj.bias"] = kb.reshape(-1)
             out[p + "self_attn.v_proj.bias"] = vb.reshape(-1)
@@ -103,4 +117,6 @@ def load_megatron_from_hf(model, hf_model, arch: GPTArch) -> None:
     extra = [k for k in own if k not in state and not k.endswith("._extra_state")]
     if extra:
         raise ValueError(f"GPTModel keys the converter does not fill: {extra[:5]}")
-    model.load_state_dict({**{k: v for k, v in own.items() if k not in state}, **state}, strict=True)
+    model.load_state_dict(
+        {**{k: v for k, v in own.items() if k not in state}, **state}, strict=True
+    )

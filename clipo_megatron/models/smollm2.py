@@ -43,5 +43,7 @@ def load_smollm2(dtype=None):
     from transformers import AutoModelForCausalLM
 
     path = smollm2_gguf_path()
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype or torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=dtype or torch.float32
+    )
     return model.eval(), load_smollm2_tokenizer()

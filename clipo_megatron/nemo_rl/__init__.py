@@ -35,5 +35,11 @@ def require_nemo_rl() -> None:
         raise NemoRLMissingError(INSTALL_HINT)
 
 
-__all__ = ["INSTALL_HINT", "NEMO_RL_COMMIT", "NEMO_RL_RELEASE", "NemoRLMissingError", "nemo_rl_available",
-           "require_nemo_rl"]
+__all__ = [
+    "INSTALL_HINT",
+    "NEMO_RL_COMMIT",
+    "NEMO_RL_RELEASE",
+    "NemoRLMissingError",
+    "nemo_rl_available",
+    "require_nemo_rl",
+]

@@ -55,9 +55,13 @@ class ClipoNemoRLConfig:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"clipo.objective={self.objective!r} is not one of {OBJECTIVES}")
         if self.capture not in ("auto", "hook", "output_processor"):
-            raise ValueError(f"clipo.capture={self.capture!r} must be 'auto', 'hook' or 'output_processor'")
+            raise ValueError(
+                f"clipo.capture={self.capture!r} must be 'auto', 'hook' or 'output_processor'"
+            )
         if not self.head_checkpoint_dir or "/" in self.head_checkpoint_dir:
-            raise ValueError(f"clipo.head_checkpoint_dir={self.head_checkpoint_dir!r} must be a plain directory name")
+            raise ValueError(
+                f"clipo.head_checkpoint_dir={self.head_checkpoint_dir!r} must be a plain directory name"
+            )
 
     @classmethod
     def from_dict(cls, cfg: dict[str, Any] | None) -> ClipoNemoRLConfig:
@@ -65,8 +69,10 @@ class ClipoNemoRLConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(cfg) - known)
         if unknown:
-            raise ValueError(f"unknown clipo.* keys {unknown}; valid keys: {sorted(known)} "
-                             f"(method knobs go under clipo.method)")
+            raise ValueError(
+                f"unknown clipo.* keys {unknown}; valid keys: {sorted(known)} "
+                f"(method knobs go under clipo.method)"
+            )
         method = cfg.pop("method", None)
         if isinstance(method, CLIPOConfig):
             m = method
@@ -85,7 +91,9 @@ def _register_resolvers() -> None:
     from omegaconf import OmegaConf
 
     # NeMo-RL registers the same `mul` / `max` resolvers in its load_config.
-    register = getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver  # omegaconf >= 2.4
+    register = (
+        getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver
+    )  # omegaconf >= 2.4
     if not OmegaConf.has_resolver("mul"):
         register("mul", lambda a, b: a * b)
     if not OmegaConf.has_resolver("max"):
@@ -99,7 +107,9 @@ def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()):
     if path in seen:
         raise ValueError(f"recipe `defaults:` cycle: {' -> '.join(str(p) for p in (*seen, path))}")
     if not path.exists():
-        raise ValueError(f"recipe {path} does not exist (named by {seen[-1] if seen else 'the caller'})")
+        raise ValueError(
+            f"recipe {path} does not exist (named by {seen[-1] if seen else 'the caller'})"
+        )
     node = OmegaConf.load(path)
     parents = node.pop("defaults", None)
     if parents is None:
@@ -113,7 +123,7 @@ def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()):
             root = nemo_rl_root()
             if root is None:  # CI / no NeMo-RL: our recipes set every key they interpolate
                 continue
-            parent_path = root / parent[len(NEMO_RL_PREFIX):]
+            parent_path = root / parent[len(NEMO_RL_PREFIX) :]
         else:
             parent_path = path.parent / parent
         merged = OmegaConf.merge(merged, _load_with_defaults(parent_path, (*seen, path)))
@@ -138,7 +148,9 @@ def nemo_rl_root() -> Path | None:
     return root if (root / "examples" / "configs").is_dir() else None
 
 
-def load_recipe(path: str | Path, overrides: list[str] | None = None, *, resolve: bool = True) -> dict[str, Any]:
+def load_recipe(
+    path: str | Path, overrides: list[str] | None = None, *, resolve: bool = True
+) -> dict[str, Any]:
     """Load a recipe with its `defaults:` chain and dotted overrides; return a plain dict.
 
     A dotted override of a key absent from the recipe is an error (a typo
@@ -155,7 +167,9 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None, *, resolve
         add = key.startswith("+")
         key = key.lstrip("+")
         if not add and OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
-            raise ValueError(f"override {ov!r}: key {key!r} is not in the recipe; write +{ov} to add it")
+            raise ValueError(
+                f"override {ov!r}: key {key!r} is not in the recipe; write +{ov} to add it"
+            )
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([ov.lstrip("+")]))
     return OmegaConf.to_container(cfg, resolve=resolve)  # type: ignore[return-value]
 
@@ -180,60 +194,93 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
     clipo = ClipoNemoRLConfig.from_dict(cfg.get("clipo"))
     m = clipo.method
     if not _get(cfg, "policy.megatron_cfg.enabled", False):
-        raise ValueError("policy.megatron_cfg.enabled is false: this integration runs on NeMo-RL's Megatron "
-                         "backend; set policy.megatron_cfg.enabled=true and policy.dtensor_cfg.enabled=false")
+        raise ValueError(
+            "policy.megatron_cfg.enabled is false: this integration runs on NeMo-RL's Megatron "
+            "backend; set policy.megatron_cfg.enabled=true and policy.dtensor_cfg.enabled=false"
+        )
     if _get(cfg, "policy.dtensor_cfg.enabled", False):
-        raise ValueError("policy.dtensor_cfg.enabled and policy.megatron_cfg.enabled are both true; "
-                         "set policy.dtensor_cfg.enabled=false")
+        raise ValueError(
+            "policy.dtensor_cfg.enabled and policy.megatron_cfg.enabled are both true; "
+            "set policy.dtensor_cfg.enabled=false"
+        )
     tp = int(_get(cfg, "policy.megatron_cfg.tensor_model_parallel_size", 1))
     pp = int(_get(cfg, "policy.megatron_cfg.pipeline_model_parallel_size", 1))
     cp = int(_get(cfg, "policy.megatron_cfg.context_parallel_size", 1))
     if cp > 1 and not _get(cfg, "policy.sequence_packing.enabled", False):
-        raise ValueError(f"policy.megatron_cfg.context_parallel_size={cp} needs policy.sequence_packing.enabled=true "
-                         "(NeMo-RL shards CP only on packed sequences)")
+        raise ValueError(
+            f"policy.megatron_cfg.context_parallel_size={cp} needs policy.sequence_packing.enabled=true "
+            "(NeMo-RL shards CP only on packed sequences)"
+        )
     if pp > 1 and _get(cfg, "policy.dynamic_batching.enabled", False):
-        raise ValueError(f"policy.megatron_cfg.pipeline_model_parallel_size={pp} is incompatible with "
-                         "policy.dynamic_batching.enabled=true in NeMo-RL; use policy.sequence_packing instead")
+        raise ValueError(
+            f"policy.megatron_cfg.pipeline_model_parallel_size={pp} is incompatible with "
+            "policy.dynamic_batching.enabled=true in NeMo-RL; use policy.sequence_packing instead"
+        )
     if clipo.head_tensor_parallel and m.embed_dim % tp:
-        raise ValueError(f"clipo.method.embed_dim={m.embed_dim} is not divisible by tensor_model_parallel_size={tp}; "
-                         "pick a multiple of TP or set clipo.head_tensor_parallel=false (replicated head)")
+        raise ValueError(
+            f"clipo.method.embed_dim={m.embed_dim} is not divisible by tensor_model_parallel_size={tp}; "
+            "pick a multiple of TP or set clipo.head_tensor_parallel=false (replicated head)"
+        )
     n_gen = int(_get(cfg, "grpo.num_generations_per_prompt", 0))
     n_prompts = int(_get(cfg, "grpo.num_prompts_per_step", 0))
     if clipo.enabled and n_gen < 3:
-        raise ValueError(f"grpo.num_generations_per_prompt={n_gen}: a CLIPO group needs >= 2 correct and >= 1 "
-                         "incorrect rollouts, so use >= 3 generations per prompt (paper: 16)")
+        raise ValueError(
+            f"grpo.num_generations_per_prompt={n_gen}: a CLIPO group needs >= 2 correct and >= 1 "
+            "incorrect rollouts, so use >= 3 generations per prompt (paper: 16)"
+        )
     if m.max_group_size is not None and m.max_group_size < n_gen:
-        raise ValueError(f"clipo.method.max_group_size={m.max_group_size} < grpo.num_generations_per_prompt={n_gen}; "
-                         "raise it or leave it null")
+        raise ValueError(
+            f"clipo.method.max_group_size={m.max_group_size} < grpo.num_generations_per_prompt={n_gen}; "
+            "raise it or leave it null"
+        )
     gbs = _get(cfg, "policy.train_global_batch_size")
     if gbs is not None and n_prompts and (n_prompts * n_gen) % int(gbs):
-        raise ValueError(f"grpo.num_prompts_per_step * num_generations_per_prompt = {n_prompts * n_gen} is not a "
-                         f"multiple of policy.train_global_batch_size={gbs}")
+        raise ValueError(
+            f"grpo.num_prompts_per_step * num_generations_per_prompt = {n_prompts * n_gen} is not a "
+            f"multiple of policy.train_global_batch_size={gbs}"
+        )
     max_steps = _get(cfg, "grpo.max_num_steps")
     if clipo.enabled and max_steps is not None and m.warmup_steps >= int(max_steps):
-        raise ValueError(f"clipo.method.warmup_steps={m.warmup_steps} >= grpo.max_num_steps={max_steps}: the policy "
-                         "would never be updated; lower the warm-up or raise max_num_steps")
+        raise ValueError(
+            f"clipo.method.warmup_steps={m.warmup_steps} >= grpo.max_num_steps={max_steps}: the policy "
+            "would never be updated; lower the warm-up or raise max_num_steps"
+        )
     est = _get(cfg, "grpo.adv_estimator.name", "grpo")
     if clipo.enabled and est != "grpo":
-        raise ValueError(f"grpo.adv_estimator.name={est!r}: CLIPO adds its reward before GRPO's group "
-                         "normalisation and wraps the 'grpo' estimator only; set grpo.adv_estimator.name=grpo")
+        raise ValueError(
+            f"grpo.adv_estimator.name={est!r}: CLIPO adds its reward before GRPO's group "
+            "normalisation and wraps the 'grpo' estimator only; set grpo.adv_estimator.name=grpo"
+        )
 
     obj = clipo.objective
     seq_ratio = bool(_get(cfg, "loss_fn.sequence_level_importance_ratios", False))
     tok_loss = bool(_get(cfg, "loss_fn.token_level_loss", True))
     if obj == "gspo" and (not seq_ratio or tok_loss):
-        raise ValueError("clipo.objective=gspo needs loss_fn.sequence_level_importance_ratios=true and "
-                         "loss_fn.token_level_loss=false (NeMo-RL's GSPO mode)")
+        raise ValueError(
+            "clipo.objective=gspo needs loss_fn.sequence_level_importance_ratios=true and "
+            "loss_fn.token_level_loss=false (NeMo-RL's GSPO mode)"
+        )
     if obj != "gspo" and seq_ratio:
-        raise ValueError(f"loss_fn.sequence_level_importance_ratios=true is GSPO's ratio but clipo.objective={obj!r}; "
-                         "set clipo.objective=gspo or the ratio flag to false")
+        raise ValueError(
+            f"loss_fn.sequence_level_importance_ratios=true is GSPO's ratio but clipo.objective={obj!r}; "
+            "set clipo.objective=gspo or the ratio flag to false"
+        )
     if obj == "dapo":
         if not _get(cfg, "grpo.use_dynamic_sampling", False):
-            raise ValueError("clipo.objective=dapo needs grpo.use_dynamic_sampling=true (DAPO's dynamic sampling)")
-        lo, hi = float(_get(cfg, "loss_fn.ratio_clip_min", 0.2)), float(_get(cfg, "loss_fn.ratio_clip_max", 0.2))
+            raise ValueError(
+                "clipo.objective=dapo needs grpo.use_dynamic_sampling=true (DAPO's dynamic sampling)"
+            )
+        lo, hi = (
+            float(_get(cfg, "loss_fn.ratio_clip_min", 0.2)),
+            float(_get(cfg, "loss_fn.ratio_clip_max", 0.2)),
+        )
         if hi <= lo:
-            raise ValueError(f"clipo.objective=dapo uses an asymmetric clip (paper 0.2 / 0.28) but "
-                             f"loss_fn.ratio_clip_min={lo} >= ratio_clip_max={hi}")
+            raise ValueError(
+                f"clipo.objective=dapo uses an asymmetric clip (paper 0.2 / 0.28) but "
+                f"loss_fn.ratio_clip_min={lo} >= ratio_clip_max={hi}"
+            )
     if obj == "gmpo" and not tok_loss:
-        raise ValueError("clipo.objective=gmpo aggregates token-mean (paper App. GMPO); set loss_fn.token_level_loss=true")
+        raise ValueError(
+            "clipo.objective=gmpo aggregates token-mean (paper App. GMPO); set loss_fn.token_level_loss=true"
+        )
     return clipo

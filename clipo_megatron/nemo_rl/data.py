@@ -28,9 +28,18 @@ _PAPER_INSTRUCTIONS = {
     "commonsenseqa": "Let's think step by step and output the final answer (eg, A, B, C, D, E) within \\boxed{}.",
 }
 MC_KINDS = ("mmlu", "truthfulqa", "commonsenseqa")
-KIND_ALIASES = {"gsm8k": "math", "math": "math", "math500": "math", "aime": "math", "amc": "math",
-                "theoremqa": "math", "gsm_symbolic": "math", "mmlu": "mmlu", "truthfulqa": "truthfulqa",
-                "commonsenseqa": "commonsenseqa"}
+KIND_ALIASES = {
+    "gsm8k": "math",
+    "math": "math",
+    "math500": "math",
+    "aime": "math",
+    "amc": "math",
+    "theoremqa": "math",
+    "gsm_symbolic": "math",
+    "mmlu": "mmlu",
+    "truthfulqa": "truthfulqa",
+    "commonsenseqa": "commonsenseqa",
+}
 
 
 def instruction_for(dataset: str) -> str:
@@ -72,7 +81,9 @@ def _ground_truth(x: Any) -> str:
     return boxed if boxed is not None else str(gt)
 
 
-def _problem_and_answer(datum: dict[str, Any], input_key: str | None, output_key: str | None) -> tuple[str, str]:
+def _problem_and_answer(
+    datum: dict[str, Any], input_key: str | None, output_key: str | None
+) -> tuple[str, str]:
     """(problem, ground truth) from NeMo-RL's ResponseDataset layout, the authors' verl parquet or flat keys."""
     if "messages" in datum:  # NeMo-RL ResponseDataset layout: [user problem, assistant answer]
         msgs = datum["messages"]
@@ -82,21 +93,32 @@ def _problem_and_answer(datum: dict[str, Any], input_key: str | None, output_key
     for p, a in ((input_key, output_key), ("problem", "answer"), ("question", "answer")):
         if p and a and p in datum and a in datum:
             return _text(datum[p]), _ground_truth(datum[a])
-    raise ValueError(f"datum has neither 'messages', verl 'prompt'/'reward_model' nor a known (problem, answer) "
-                     f"key pair: keys {sorted(datum)}")
+    raise ValueError(
+        f"datum has neither 'messages', verl 'prompt'/'reward_model' nor a known (problem, answer) "
+        f"key pair: keys {sorted(datum)}"
+    )
 
 
-def clipo_data_processor(datum_dict: dict[str, Any], task_data_spec: Any, tokenizer: Any, max_seq_length: int,
-                         idx: int, *, dataset: str = "gsm8k", input_key: str | None = None,
-                         output_key: str | None = None) -> dict[str, Any]:
+def clipo_data_processor(
+    datum_dict: dict[str, Any],
+    task_data_spec: Any,
+    tokenizer: Any,
+    max_seq_length: int,
+    idx: int,
+    *,
+    dataset: str = "gsm8k",
+    input_key: str | None = None,
+    output_key: str | None = None,
+) -> dict[str, Any]:
     """NeMo-RL TaskDataProcessFn: the paper's prompt; ground truth into `extra_env_info`.
 
     Over-long prompts are truncated and masked (loss_multiplier 0), as NeMo-RL's math processors do.
     """
     problem, answer = _problem_and_answer(datum_dict, input_key, output_key)
     messages = [{"role": "user", "content": build_prompt(problem, dataset)}]
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                         add_special_tokens=False)
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, add_special_tokens=False
+    )
     token_ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"][0]
     length = int(token_ids.shape[0])
     loss_multiplier = 1.0
@@ -109,12 +131,16 @@ def clipo_data_processor(datum_dict: dict[str, Any], task_data_spec: Any, tokeni
         "extra_env_info": {"ground_truth": answer, "clipo_kind": KIND_ALIASES[dataset.lower()]},
         "loss_multiplier": loss_multiplier,
         "idx": idx,
-        "task_name": datum_dict.get("task_name", getattr(task_data_spec, "task_name", None) or "math"),
+        "task_name": datum_dict.get(
+            "task_name", getattr(task_data_spec, "task_name", None) or "math"
+        ),
     }
 
 
-PROCESSORS = {f"clipo_{name}": functools.partial(clipo_data_processor, dataset=name)
-              for name in ("gsm8k", "math", "mmlu", "truthfulqa", "commonsenseqa")}
+PROCESSORS = {
+    f"clipo_{name}": functools.partial(clipo_data_processor, dataset=name)
+    for name in ("gsm8k", "math", "mmlu", "truthfulqa", "commonsenseqa")
+}
 
 
 # ----------------------------------------------------------------------------- rewards
@@ -145,10 +171,14 @@ def score(response: str, ground_truth: str, kind: str = "math") -> float:
     return verify_math(response, ground_truth)
 
 
-def score_batch(responses: list[str], ground_truths: list[str], kinds: list[str] | None = None) -> list[float]:
+def score_batch(
+    responses: list[str], ground_truths: list[str], kinds: list[str] | None = None
+) -> list[float]:
     if len(responses) != len(ground_truths) or (kinds is not None and len(kinds) != len(responses)):
-        raise ValueError(f"{len(responses)} responses, {len(ground_truths)} ground truths, "
-                         f"{None if kinds is None else len(kinds)} kinds")
+        raise ValueError(
+            f"{len(responses)} responses, {len(ground_truths)} ground truths, "
+            f"{None if kinds is None else len(kinds)} kinds"
+        )
     kinds = kinds or ["math"] * len(responses)
     return [score(r, g, k) for r, g, k in zip(responses, ground_truths, kinds)]
 

@@ -23,17 +23,25 @@ from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunStat
 
 
 @contextlib.contextmanager
-def clipo_advantage_estimator_installed(grpo_module: Any, policy: Any, cfg: ClipoNemoRLConfig, state: ClipoRunState,
-                                        metrics_sink: Callable[[dict, int], None] | None = None):
+def clipo_advantage_estimator_installed(
+    grpo_module: Any,
+    policy: Any,
+    cfg: ClipoNemoRLConfig,
+    state: ClipoRunState,
+    metrics_sink: Callable[[dict, int], None] | None = None,
+):
     """Rebind `grpo_module._create_advantage_estimator` to wrap its result with CLIPO."""
     original = getattr(grpo_module, "_create_advantage_estimator", None)
     if original is None:
-        raise RuntimeError("nemo_rl.algorithms.grpo._create_advantage_estimator not found: this NeMo-RL differs "
-                           "from the commit this integration targets (docs/nemo_rl.md)")
+        raise RuntimeError(
+            "nemo_rl.algorithms.grpo._create_advantage_estimator not found: this NeMo-RL differs "
+            "from the commit this integration targets (docs/nemo_rl.md)"
+        )
 
     def create(master_config):
-        return ClipoAdvantageEstimator(original(master_config), policy.clipo_head_step, cfg, state,
-                                       metrics_sink=metrics_sink)
+        return ClipoAdvantageEstimator(
+            original(master_config), policy.clipo_head_step, cfg, state, metrics_sink=metrics_sink
+        )
 
     grpo_module._create_advantage_estimator = create
     try:
@@ -65,13 +73,29 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     init_ray()
     register_with_nemo_rl()
     tokenizer = get_tokenizer(master.policy["tokenizer"])
-    master.policy["generation"] = configure_generation_config(master.policy["generation"], tokenizer)
-    dataset, val_dataset, task_to_env, val_task_to_env = setup_response_data(tokenizer, master.data, master.env)
+    master.policy["generation"] = configure_generation_config(
+        master.policy["generation"], tokenizer
+    )
+    dataset, val_dataset, task_to_env, val_task_to_env = setup_response_data(
+        tokenizer, master.data, master.env
+    )
 
     state = ClipoRunState(warmup_steps=clipo.method.warmup_steps)
     policy_cls = make_clipo_policy_class(clipo, state)
-    (policy, policy_generation, _gym, _clusters, dataloader, val_dataloader, loss_fn, logger, checkpointer,
-     grpo_state, master, *_rest) = grpo.setup(master, tokenizer, dataset, val_dataset, policy_factory=policy_cls)
+    (
+        policy,
+        policy_generation,
+        _gym,
+        _clusters,
+        dataloader,
+        val_dataloader,
+        loss_fn,
+        logger,
+        checkpointer,
+        grpo_state,
+        master,
+        *_rest,
+    ) = grpo.setup(master, tokenizer, dataset, val_dataset, policy_factory=policy_cls)
     if clipo.objective == "gmpo":
         loss_fn = build_policy_loss("gmpo", dict(config["loss_fn"]))
     config["clipo"] = clipo_block
@@ -79,6 +103,20 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     def sink(metrics: dict, step: int) -> None:
         logger.log_metrics(metrics, step, prefix="train")
 
-    with clipo_advantage_estimator_installed(grpo, policy, clipo, state, sink if clipo.enabled else None):
-        grpo.grpo_train(policy, policy_generation, dataloader, val_dataloader, tokenizer, loss_fn, task_to_env,
-                        val_task_to_env, logger, checkpointer, grpo_state, master)
+    with clipo_advantage_estimator_installed(
+        grpo, policy, clipo, state, sink if clipo.enabled else None
+    ):
+        grpo.grpo_train(
+            policy,
+            policy_generation,
+            dataloader,
+            val_dataloader,
+            tokenizer,
+            loss_fn,
+            task_to_env,
+            val_task_to_env,
+            logger,
+            checkpointer,
+            grpo_state,
+            master,
+        )

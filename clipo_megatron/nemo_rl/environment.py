@@ -45,12 +45,23 @@ class ClipoMathEnvironment(EnvironmentInterface):
         futures = [self.pool.submit(score_batch, responses[c], truths[c], kinds[c]) for c in chunks]
         rewards = torch.tensor([r for f in futures for r in f.result()], dtype=torch.float32)
         return EnvironmentReturn(
-            observations=[{"role": "environment", "content": f"Environment: {'correct' if r else 'incorrect'}"}
-                          for r in rewards.tolist()],
-            metadata=metadata, next_stop_strings=[None] * len(responses), rewards=rewards,
-            terminateds=torch.ones_like(rewards), answers=None)
+            observations=[
+                {
+                    "role": "environment",
+                    "content": f"Environment: {'correct' if r else 'incorrect'}",
+                }
+                for r in rewards.tolist()
+            ],
+            metadata=metadata,
+            next_stop_strings=[None] * len(responses),
+            rewards=rewards,
+            terminateds=torch.ones_like(rewards),
+            answers=None,
+        )
 
     def global_post_process_and_metrics(self, batch):
         rewards = batch["rewards"] * batch["is_end"]
-        return batch, {"accuracy": float(rewards.float().mean()),
-                       "fraction_of_samples_properly_ended": float(batch["is_end"].float().mean())}
+        return batch, {
+            "accuracy": float(rewards.float().mean()),
+            "fraction_of_samples_properly_ended": float(batch["is_end"].float().mean()),
+        }

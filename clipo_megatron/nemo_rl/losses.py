@@ -84,20 +84,42 @@ class ContrastiveHeadLossFn:
     def count_anchors(data: dict[str, torch.Tensor], cfg: CLIPOConfig) -> torch.Tensor:
         """Global normaliser: anchors of the whole batch (call on the full, unsharded data)."""
         z = torch.ones(len(data["clipo_correct"]), 1)  # only the anchor count is used
-        res = group_contrastive_loss(z, data["clipo_correct"], data["clipo_group_ids"], cfg, step=0,
-                                     sample_ids=data.get("clipo_sample_ids"))
+        res = group_contrastive_loss(
+            z,
+            data["clipo_correct"],
+            data["clipo_group_ids"],
+            cfg,
+            step=0,
+            sample_ids=data.get("clipo_sample_ids"),
+        )
         return torch.tensor(float(res.num_anchors))
 
-    def __call__(self, embeddings: torch.Tensor, data: dict[str, torch.Tensor], global_valid_seqs: torch.Tensor,
-                 global_valid_toks: torch.Tensor | None = None, *, step: int = 0) -> tuple[torch.Tensor, dict]:
+    def __call__(
+        self,
+        embeddings: torch.Tensor,
+        data: dict[str, torch.Tensor],
+        global_valid_seqs: torch.Tensor,
+        global_valid_toks: torch.Tensor | None = None,
+        *,
+        step: int = 0,
+    ) -> tuple[torch.Tensor, dict]:
         correct = data["clipo_correct"]
         groups = data["clipo_group_ids"]
         if embeddings.dim() != 2 or embeddings.shape[0] != correct.shape[0]:
-            raise ValueError(f"embeddings must be [B, d] with B = len(clipo_correct) = {correct.shape[0]}, "
-                             f"got {tuple(embeddings.shape)}")
+            raise ValueError(
+                f"embeddings must be [B, d] with B = len(clipo_correct) = {correct.shape[0]}, "
+                f"got {tuple(embeddings.shape)}"
+            )
         local = data.get("clipo_local_mask")
-        res = group_contrastive_loss(embeddings, correct, groups, self.cfg, step=step,
-                                     sample_ids=data.get("clipo_sample_ids"), local_mask=local)
+        res = group_contrastive_loss(
+            embeddings,
+            correct,
+            groups,
+            self.cfg,
+            step=step,
+            sample_ids=data.get("clipo_sample_ids"),
+            local_mask=local,
+        )
         counted = res.anchor_mask if local is None else res.anchor_mask & local.bool()
         local_sum = (res.per_sample_loss * counted).sum()
         denom = torch.as_tensor(global_valid_seqs, dtype=local_sum.dtype).clamp_min(1)
@@ -130,21 +152,38 @@ class GMPOLossFn:
 
     input_type = LossInputType.LOGPROB
 
-    def __init__(self, *, ratio_clip_min: float = 0.4, ratio_clip_max: float = 0.4,
-                 reference_policy_kl_penalty: float = 0.0, token_level_loss: bool = True):
+    def __init__(
+        self,
+        *,
+        ratio_clip_min: float = 0.4,
+        ratio_clip_max: float = 0.4,
+        reference_policy_kl_penalty: float = 0.0,
+        token_level_loss: bool = True,
+    ):
         if ratio_clip_min <= 0 or ratio_clip_max <= 0:
-            raise ValueError(f"GMPO clips log-ratios to [-{ratio_clip_min}, {ratio_clip_max}]; both must be > 0 "
-                             "(paper: 0.4)")
+            raise ValueError(
+                f"GMPO clips log-ratios to [-{ratio_clip_min}, {ratio_clip_max}]; both must be > 0 "
+                "(paper: 0.4)"
+            )
         self.eps_low = ratio_clip_min
         self.eps_high = ratio_clip_max
         self.kl_coef = reference_policy_kl_penalty
         self.loss_type = LossType.TOKEN_LEVEL if token_level_loss else LossType.SEQUENCE_LEVEL
         norm = MetricNormalizer.TOKENS if token_level_loss else MetricNormalizer.SEQUENCES
-        self.metric_normalizations = {"loss": norm, "probs_ratio_clamped_frac": MetricNormalizer.NONE,
-                                      "approx_kl": MetricNormalizer.NONE, "num_valid_samples": MetricNormalizer.NONE}
+        self.metric_normalizations = {
+            "loss": norm,
+            "probs_ratio_clamped_frac": MetricNormalizer.NONE,
+            "approx_kl": MetricNormalizer.NONE,
+            "num_valid_samples": MetricNormalizer.NONE,
+        }
 
-    def __call__(self, next_token_logprobs: torch.Tensor, data: dict, global_valid_seqs: torch.Tensor,
-                 global_valid_toks: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+    def __call__(
+        self,
+        next_token_logprobs: torch.Tensor,
+        data: dict,
+        global_valid_seqs: torch.Tensor,
+        global_valid_toks: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         token_mask = _slice_next(data, "token_mask")  # [B, S-1]
         sample_mask = data["sample_mask"]  # [B]
         mask = token_mask * sample_mask.unsqueeze(-1)  # [B, S-1]
@@ -156,12 +195,25 @@ class GMPOLossFn:
         agg = "token-mean" if self.loss_type == LossType.TOKEN_LEVEL else "seq-mean-token-mean"
         lp = next_token_logprobs.float()
         loss, m = policy_objective_loss(
-            lp, _slice_next(data, "prev_logprobs").float(), adv_seq.float(), mask, objective="gmpo",
-            eps_low=self.eps_low, eps_high=self.eps_high, aggregation=agg,
-            ref_logprobs=None if ref is None else ref.float(), kl_coef=self.kl_coef,
-            num_tokens=float(global_valid_toks), num_seqs=float(global_valid_seqs))
-        metrics = {"loss": float(loss.detach()), "probs_ratio_clamped_frac": m["pg/clip_frac"],
-                   "approx_kl": m["pg/approx_kl"], "num_valid_samples": float(sample_mask.sum())}
+            lp,
+            _slice_next(data, "prev_logprobs").float(),
+            adv_seq.float(),
+            mask,
+            objective="gmpo",
+            eps_low=self.eps_low,
+            eps_high=self.eps_high,
+            aggregation=agg,
+            ref_logprobs=None if ref is None else ref.float(),
+            kl_coef=self.kl_coef,
+            num_tokens=float(global_valid_toks),
+            num_seqs=float(global_valid_seqs),
+        )
+        metrics = {
+            "loss": float(loss.detach()),
+            "probs_ratio_clamped_frac": m["pg/clip_frac"],
+            "approx_kl": m["pg/approx_kl"],
+            "num_valid_samples": float(sample_mask.sum()),
+        }
         return loss, metrics
 
 
@@ -173,14 +225,28 @@ def policy_loss_config(objective: str) -> dict[str, Any]:
     gspo: sequence-level ratio, clip 3e-4 / 4e-4, seq-mean-token-mean, no KL;
     gmpo: log-ratio clip 0.4, token-mean (this package's GMPOLossFn).
     """
-    base = {"reference_policy_kl_type": "k3", "ratio_clip_c": None, "use_on_policy_kl_approximation": False,
-            "use_importance_sampling_correction": False, "sequence_level_importance_ratios": False,
-            "token_level_loss": True}
+    base = {
+        "reference_policy_kl_type": "k3",
+        "ratio_clip_c": None,
+        "use_on_policy_kl_approximation": False,
+        "use_importance_sampling_correction": False,
+        "sequence_level_importance_ratios": False,
+        "token_level_loss": True,
+    }
     table = {
-        "grpo": {"ratio_clip_min": 0.2, "ratio_clip_max": 0.2, "reference_policy_kl_penalty": 0.001},
+        "grpo": {
+            "ratio_clip_min": 0.2,
+            "ratio_clip_max": 0.2,
+            "reference_policy_kl_penalty": 0.001,
+        },
         "dapo": {"ratio_clip_min": 0.2, "ratio_clip_max": 0.28, "reference_policy_kl_penalty": 0.0},
-        "gspo": {"ratio_clip_min": 3e-4, "ratio_clip_max": 4e-4, "reference_policy_kl_penalty": 0.0,
-                 "sequence_level_importance_ratios": True, "token_level_loss": False},
+        "gspo": {
+            "ratio_clip_min": 3e-4,
+            "ratio_clip_max": 4e-4,
+            "reference_policy_kl_penalty": 0.0,
+            "sequence_level_importance_ratios": True,
+            "token_level_loss": False,
+        },
         "gmpo": {"ratio_clip_min": 0.4, "ratio_clip_max": 0.4, "reference_policy_kl_penalty": 0.0},
     }
     if objective not in table:
@@ -191,10 +257,12 @@ def policy_loss_config(objective: str) -> dict[str, Any]:
 def build_policy_loss(objective: str, loss_cfg: dict[str, Any]):
     """GMPOLossFn for gmpo; NeMo-RL's ClippedPGLossFn (imported lazily) for grpo / dapo / gspo."""
     if objective == "gmpo":
-        return GMPOLossFn(ratio_clip_min=loss_cfg.get("ratio_clip_min", 0.4),
-                          ratio_clip_max=loss_cfg.get("ratio_clip_max", 0.4),
-                          reference_policy_kl_penalty=loss_cfg.get("reference_policy_kl_penalty", 0.0),
-                          token_level_loss=loss_cfg.get("token_level_loss", True))
+        return GMPOLossFn(
+            ratio_clip_min=loss_cfg.get("ratio_clip_min", 0.4),
+            ratio_clip_max=loss_cfg.get("ratio_clip_max", 0.4),
+            reference_policy_kl_penalty=loss_cfg.get("reference_policy_kl_penalty", 0.0),
+            token_level_loss=loss_cfg.get("token_level_loss", True),
+        )
     from clipo_megatron.nemo_rl import require_nemo_rl
 
     require_nemo_rl()

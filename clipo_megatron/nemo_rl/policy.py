@@ -34,8 +34,9 @@ WORKER_FQN = "clipo_megatron.nemo_rl.worker_extension.ClipoMegatronPolicyWorker"
 
 def collect_head_step(results: list[dict[str, Any]], batch_size: int) -> HeadStepResult:
     """Per-worker {sample_idx, rewards, metrics} -> [B] rewards in batch order + the metrics."""
-    rewards = assemble_rows([(r["sample_idx"], r["rewards"]) for r in results], batch_size,
-                            name="contrastive rewards")
+    rewards = assemble_rows(
+        [(r["sample_idx"], r["rewards"]) for r in results], batch_size, name="contrastive rewards"
+    )
     metrics = next((r["metrics"] for r in results if r["metrics"]), {})
     return HeadStepResult(rewards=rewards, metrics=dict(metrics))
 
@@ -47,7 +48,11 @@ def step_dir_of(weights_path: str) -> str:
 
 def warmup_train_result() -> dict[str, Any]:
     """What `Policy.train` returns when the policy is held during warm-up (keys grpo_train reads)."""
-    return {"loss": torch.zeros(1), "grad_norm": torch.zeros(1), "all_mb_metrics": {"clipo_warmup": [1.0]}}
+    return {
+        "loss": torch.zeros(1),
+        "grad_norm": torch.zeros(1),
+        "all_mb_metrics": {"clipo_warmup": [1.0]},
+    }
 
 
 def make_clipo_policy_class(cfg: ClipoNemoRLConfig, state: ClipoRunState):
@@ -75,7 +80,9 @@ def make_clipo_policy_class(cfg: ClipoNemoRLConfig, state: ClipoRunState):
             self.run_all_workers_single_data("clipo_setup", cfg.to_dict())
             weights_path = kwargs.get("weights_path")
             if weights_path:
-                extras = self.run_all_workers_single_data("clipo_load_head", step_dir_of(str(weights_path)))
+                extras = self.run_all_workers_single_data(
+                    "clipo_load_head", step_dir_of(str(weights_path))
+                )
                 saved = next((e for e in extras if e), None)
                 if saved:
                     state.load_state_dict(saved)
@@ -87,7 +94,9 @@ def make_clipo_policy_class(cfg: ClipoNemoRLConfig, state: ClipoRunState):
             tagged[SAMPLE_IDX_KEY] = torch.arange(data.size)
             return super().get_logprobs(tagged, timer=timer)
 
-        def clipo_head_step(self, correct: torch.Tensor, group_ids: torch.Tensor, step: int) -> HeadStepResult:
+        def clipo_head_step(
+            self, correct: torch.Tensor, group_ids: torch.Tensor, step: int
+        ) -> HeadStepResult:
             results = self.run_all_workers_single_data("clipo_head_step", correct, group_ids, step)
             return collect_head_step(results, int(correct.numel()))
 
@@ -99,6 +108,8 @@ def make_clipo_policy_class(cfg: ClipoNemoRLConfig, state: ClipoRunState):
         def save_checkpoint(self, weights_path: str, *args: Any, **kwargs: Any) -> None:
             super().save_checkpoint(weights_path, *args, **kwargs)
             if cfg.enabled:
-                self.run_all_workers_single_data("clipo_save_head", step_dir_of(weights_path), state.state_dict())
+                self.run_all_workers_single_data(
+                    "clipo_save_head", step_dir_of(weights_path), state.state_dict()
+                )
 
     return ClipoPolicy

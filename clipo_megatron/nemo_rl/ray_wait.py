@@ -28,7 +28,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[clipo] Ray cluster up: {alive} nodes")
             return 0
         if time.monotonic() > deadline:
-            print(f"[clipo] Ray cluster has {alive}/{args.nodes} nodes after {args.timeout:.0f} s", file=sys.stderr)
+            print(
+                f"[clipo] Ray cluster has {alive}/{args.nodes} nodes after {args.timeout:.0f} s",
+                file=sys.stderr,
+            )
             return 1
         time.sleep(5)
 

@@ -53,8 +53,9 @@ def correct_from_rewards(rewards: torch.Tensor, threshold: float) -> torch.Tenso
     return rewards.detach().cpu().float() >= threshold
 
 
-def assemble_rows(parts: list[tuple[torch.Tensor, torch.Tensor]], batch_size: int, *, name: str = "rewards"
-                  ) -> torch.Tensor:
+def assemble_rows(
+    parts: list[tuple[torch.Tensor, torch.Tensor]], batch_size: int, *, name: str = "rewards"
+) -> torch.Tensor:
     """Scatter per-worker (row index [b], values [b]) into a [B] tensor.
 
     Workers replicated over TP / CP (and the last PP stage of every DP rank)
@@ -67,21 +68,29 @@ def assemble_rows(parts: list[tuple[torch.Tensor, torch.Tensor]], batch_size: in
         idx = idx.long().cpu()
         val = val.detach().double().cpu()
         if idx.numel() != val.numel():
-            raise ValueError(f"{name}: a worker sent {idx.numel()} row ids and {val.numel()} values")
+            raise ValueError(
+                f"{name}: a worker sent {idx.numel()} row ids and {val.numel()} values"
+            )
         if idx.numel() == 0:
             continue
         if int(idx.min()) < 0 or int(idx.max()) >= batch_size:
-            raise ValueError(f"{name}: row ids outside [0, {batch_size}) — was the batch changed between the "
-                             "logprob pass and the advantage step?")
+            raise ValueError(
+                f"{name}: row ids outside [0, {batch_size}) — was the batch changed between the "
+                "logprob pass and the advantage step?"
+            )
         dup = seen[idx]
         if bool(dup.any()) and not torch.equal(out[idx[dup]], val[dup]):
-            raise ValueError(f"{name}: replicas disagree on rows {idx[dup][out[idx[dup]] != val[dup]].tolist()[:8]}")
+            raise ValueError(
+                f"{name}: replicas disagree on rows {idx[dup][out[idx[dup]] != val[dup]].tolist()[:8]}"
+            )
         out[idx] = val
         seen[idx] = True
     if not bool(seen.all()):
         missing = (~seen).nonzero().flatten().tolist()
-        raise ValueError(f"{name}: rows {missing[:8]}{'...' if len(missing) > 8 else ''} missing from the workers' "
-                         "results (no hidden states captured for them in the logprob pass)")
+        raise ValueError(
+            f"{name}: rows {missing[:8]}{'...' if len(missing) > 8 else ''} missing from the workers' "
+            "results (no hidden states captured for them in the logprob pass)"
+        )
     return out.float()
 
 
@@ -91,7 +100,9 @@ class HeadStepResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-HeadStep = Callable[[torch.Tensor, torch.Tensor, int], HeadStepResult]  # (correct [B], group_ids [B], step)
+HeadStep = Callable[
+    [torch.Tensor, torch.Tensor, int], HeadStepResult
+]  # (correct [B], group_ids [B], step)
 
 
 class GroupNormalizedEstimator:
@@ -106,8 +117,12 @@ class GroupNormalizedEstimator:
         self.use_leave_one_out_baseline = use_leave_one_out_baseline
 
     def compute_advantage(self, prompt_ids, rewards, mask, **_: Any) -> torch.Tensor:
-        adv = group_advantages(rewards.double(), group_ids_from_prompts(prompt_ids),
-                               normalize_std=self.normalize_rewards, leave_one_out=self.use_leave_one_out_baseline)
+        adv = group_advantages(
+            rewards.double(),
+            group_ids_from_prompts(prompt_ids),
+            normalize_std=self.normalize_rewards,
+            leave_one_out=self.use_leave_one_out_baseline,
+        )
         return adv.float().unsqueeze(-1).expand(mask.shape)
 
 
@@ -133,8 +148,15 @@ class ClipoRunState:
 class ClipoAdvantageEstimator:
     """Wraps an advantage estimator: r' = r + r_CL before its group normalisation."""
 
-    def __init__(self, base, head_step: HeadStep, cfg: ClipoNemoRLConfig, state: ClipoRunState, *,
-                 metrics_sink: Callable[[dict[str, float], int], None] | None = None):
+    def __init__(
+        self,
+        base,
+        head_step: HeadStep,
+        cfg: ClipoNemoRLConfig,
+        state: ClipoRunState,
+        *,
+        metrics_sink: Callable[[dict[str, float], int], None] | None = None,
+    ):
         self.base = base
         self.head_step = head_step
         self.cfg = cfg
@@ -143,17 +165,27 @@ class ClipoAdvantageEstimator:
 
     def compute_advantage(self, prompt_ids, rewards, mask, **kwargs: Any) -> torch.Tensor:
         if not self.cfg.enabled:
-            return self.base.compute_advantage(prompt_ids=prompt_ids, rewards=rewards, mask=mask, **kwargs)
+            return self.base.compute_advantage(
+                prompt_ids=prompt_ids, rewards=rewards, mask=mask, **kwargs
+            )
         verifiable = rewards
         rb = kwargs.get("repeated_batch")
-        if rb is not None and "unshaped_total_reward" in rb and len(rb["unshaped_total_reward"]) == len(rewards):
-            verifiable = torch.as_tensor(rb["unshaped_total_reward"])  # positives from the raw task reward
+        if (
+            rb is not None
+            and "unshaped_total_reward" in rb
+            and len(rb["unshaped_total_reward"]) == len(rewards)
+        ):
+            verifiable = torch.as_tensor(
+                rb["unshaped_total_reward"]
+            )  # positives from the raw task reward
         group_ids = group_ids_from_prompts(prompt_ids)  # [B]
         correct = correct_from_rewards(verifiable, self.cfg.correct_reward_threshold)  # [B]
         out = self.head_step(correct, group_ids, self.state.step)
         if out.rewards.shape != rewards.shape:
-            raise ValueError(f"contrastive rewards {tuple(out.rewards.shape)} do not match rewards "
-                             f"{tuple(rewards.shape)}")
+            raise ValueError(
+                f"contrastive rewards {tuple(out.rewards.shape)} do not match rewards "
+                f"{tuple(rewards.shape)}"
+            )
         shaped = rewards + out.rewards.to(rewards.dtype).to(rewards.device)  # [B] r'
         metrics = dict(out.metrics)
         metrics["clipo/reward_verifiable_mean"] = float(verifiable.float().mean())
@@ -163,4 +195,6 @@ class ClipoAdvantageEstimator:
         if self.metrics_sink is not None:
             self.metrics_sink(metrics, self.state.step + 1)
         self.state.step += 1
-        return self.base.compute_advantage(prompt_ids=prompt_ids, rewards=shaped, mask=mask, **kwargs)
+        return self.base.compute_advantage(
+            prompt_ids=prompt_ids, rewards=shaped, mask=mask, **kwargs
+        )

@@ -49,8 +49,12 @@ def _get(mb: Any, key: str):
     return getattr(mb, key, None)
 
 
-def packed_response_mask(token_mask: torch.Tensor, input_lengths: torch.Tensor, cu_seqlens_padded: torch.Tensor,
-                         total_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def packed_response_mask(
+    token_mask: torch.Tensor,
+    input_lengths: torch.Tensor,
+    cu_seqlens_padded: torch.Tensor,
+    total_len: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Lay per-row response masks [b, S] into the packed stream; returns (stream mask [T], cu [b+1 or b+2]).
 
     Row i occupies [cu[i], cu[i] + len_i) (NeMo-RL packs right-padded rows
@@ -60,14 +64,18 @@ def packed_response_mask(token_mask: torch.Tensor, input_lengths: torch.Tensor, 
     cu = cu_seqlens_padded.long().cpu()
     b = token_mask.shape[0]
     if cu.numel() != b + 1:
-        raise ValueError(f"cu_seqlens_padded has {cu.numel()} entries for {b} rows (expected b + 1)")
+        raise ValueError(
+            f"cu_seqlens_padded has {cu.numel()} entries for {b} rows (expected b + 1)"
+        )
     stream = torch.zeros(int(cu[-1]), dtype=torch.bool)
     tm = token_mask.bool().cpu()
     for i in range(b):
         n = int(input_lengths[i])
         if n > int(cu[i + 1] - cu[i]):
-            raise ValueError(f"row {i}: length {n} exceeds its packed slot {int(cu[i + 1] - cu[i])}")
-        stream[int(cu[i]): int(cu[i]) + n] = tm[i, :n]
+            raise ValueError(
+                f"row {i}: length {n} exceeds its packed slot {int(cu[i + 1] - cu[i])}"
+            )
+        stream[int(cu[i]) : int(cu[i]) + n] = tm[i, :n]
     if total_len is not None and total_len > int(cu[-1]):
         stream = torch.cat([stream, torch.zeros(total_len - int(cu[-1]), dtype=torch.bool)])
         cu = torch.cat([cu, torch.tensor([total_len])])
@@ -77,8 +85,14 @@ def packed_response_mask(token_mask: torch.Tensor, input_lengths: torch.Tensor, 
 class MicrobatchPooler:
     """Tee of the microbatch iterator + final-norm hook -> per-row pooled means."""
 
-    def __init__(self, *, tp_group=None, cp_group=None, sequence_parallel: bool = False,
-                 response_key: str = "token_mask"):
+    def __init__(
+        self,
+        *,
+        tp_group=None,
+        cp_group=None,
+        sequence_parallel: bool = False,
+        response_key: str = "token_mask",
+    ):
         self.tp_group = tp_group
         self.cp_group = cp_group
         self.sequence_parallel = sequence_parallel
@@ -92,14 +106,20 @@ class MicrobatchPooler:
             data = _get(mb, "data_dict")
             data = mb if data is None else data
             if SAMPLE_IDX_KEY not in data:
-                raise ValueError(f"microbatch has no {SAMPLE_IDX_KEY!r}: the CLIPO policy attaches it to the "
-                                 "logprob data; was get_logprobs called through ClipoPolicy?")
-            self.pending.append({
-                "rows": torch.as_tensor(data[SAMPLE_IDX_KEY]).long().cpu(),
-                "mask": torch.as_tensor(data[self.response_key]),
-                "lengths": torch.as_tensor(data["input_lengths"]) if "input_lengths" in data else None,
-                "cu": _get(mb, "cu_seqlens_padded"),
-            })
+                raise ValueError(
+                    f"microbatch has no {SAMPLE_IDX_KEY!r}: the CLIPO policy attaches it to the "
+                    "logprob data; was get_logprobs called through ClipoPolicy?"
+                )
+            self.pending.append(
+                {
+                    "rows": torch.as_tensor(data[SAMPLE_IDX_KEY]).long().cpu(),
+                    "mask": torch.as_tensor(data[self.response_key]),
+                    "lengths": torch.as_tensor(data["input_lengths"])
+                    if "input_lengths" in data
+                    else None,
+                    "cu": _get(mb, "cu_seqlens_padded"),
+                }
+            )
             yield mb
 
     def pool(self, hidden: torch.Tensor) -> None:
@@ -112,7 +132,9 @@ class MicrobatchPooler:
         )
 
         if not self.pending:
-            raise RuntimeError("final-norm hook fired with no pending microbatch (iterator/forward out of step)")
+            raise RuntimeError(
+                "final-norm hook fired with no pending microbatch (iterator/forward out of step)"
+            )
         meta = self.pending.popleft()
         info = local_rank_info(self.tp_group, self.cp_group, self.sequence_parallel)
         shard = info["cp_size"] * info["sp_size"]
@@ -123,17 +145,26 @@ class MicrobatchPooler:
             stream, cu = packed_response_mask(mask, meta["lengths"], meta["cu"], total)
             seg = packed_local_segment_ids(cu, stream, **info)  # [T_local], trailing pad -> -1
             seg = torch.where(seg >= b, torch.full_like(seg, -1), seg)
-            counts = torch.stack([stream[int(cu[i]):int(cu[i + 1])].sum() for i in range(b)])  # [b]
+            counts = torch.stack(
+                [stream[int(cu[i]) : int(cu[i + 1])].sum() for i in range(b)]
+            )  # [b]
         else:  # padded sbd: hidden [S_local, b, H]
             s_full = hidden.shape[0] * shard
             if mask.shape[1] > s_full:
-                raise ValueError(f"response mask has {mask.shape[1]} positions, hidden states cover {s_full}")
+                raise ValueError(
+                    f"response mask has {mask.shape[1]} positions, hidden states cover {s_full}"
+                )
             mask = torch.nn.functional.pad(mask, (0, s_full - mask.shape[1]))  # [b, S_full]
             seg = padded_local_segment_ids(mask, **info)  # [S_local * b]
             counts = mask.sum(1)  # [b]
-        pooled = sharded_response_mean(hidden.detach().float(), seg.to(hidden.device), counts.to(hidden.device),
-                                       tp_group=self.tp_group, cp_group=self.cp_group,
-                                       sequence_parallel=self.sequence_parallel)  # [b, H]
+        pooled = sharded_response_mean(
+            hidden.detach().float(),
+            seg.to(hidden.device),
+            counts.to(hidden.device),
+            tp_group=self.tp_group,
+            cp_group=self.cp_group,
+            sequence_parallel=self.sequence_parallel,
+        )  # [b, H]
         self.rows.append(meta["rows"])
         self.pooled.append(pooled)
 
@@ -143,8 +174,9 @@ class MicrobatchPooler:
         if final_norm is None:
             yield self
             return
-        handle = final_norm.register_forward_hook(lambda _m, _i, out: self.pool(out[0] if isinstance(out, tuple)
-                                                                                else out))
+        handle = final_norm.register_forward_hook(
+            lambda _m, _i, out: self.pool(out[0] if isinstance(out, tuple) else out)
+        )
         try:
             yield self
         finally:
@@ -152,7 +184,9 @@ class MicrobatchPooler:
 
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.pending:
-            raise RuntimeError(f"{len(self.pending)} microbatches were read but never reached the final norm")
+            raise RuntimeError(
+                f"{len(self.pending)} microbatches were read but never reached the final norm"
+            )
         if not self.rows:
             return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0)
         return torch.cat(self.rows), torch.cat(self.pooled)
@@ -195,14 +229,20 @@ class ClipoWorkerState:
             raise ValueError("a row was pooled twice in one logprob pass")
         self.rows, self.pooled = rows, pooled
 
-    def head_step(self, correct: torch.Tensor, group_ids: torch.Tensor, step: int) -> dict[str, Any]:
+    def head_step(
+        self, correct: torch.Tensor, group_ids: torch.Tensor, step: int
+    ) -> dict[str, Any]:
         """correct / group_ids: [B] for the whole batch (every worker gets all of it)."""
         if self.pooled is None:
             raise RuntimeError("head_step before any logprob pass captured hidden states")
         if self.rows.numel() and int(self.rows.max()) >= correct.numel():
-            raise ValueError(f"pooled row ids reach {int(self.rows.max())} but the batch has {correct.numel()} rows")
+            raise ValueError(
+                f"pooled row ids reach {int(self.rows.max())} but the batch has {correct.numel()} rows"
+            )
         rows = self.rows
-        out = self.trainer.step(self.pooled, correct[rows].float(), group_ids[rows].long(), rows, step=step)
+        out = self.trainer.step(
+            self.pooled, correct[rows].float(), group_ids[rows].long(), rows, step=step
+        )
         self.pooled = None  # one head step per logprob pass
         return {"sample_idx": rows, "rewards": out.rewards.float().cpu(), "metrics": out.metrics}
 
@@ -212,31 +252,45 @@ class ClipoWorkerState:
     def head_path(step_dir: str, cfg: ClipoNemoRLConfig, tp_rank: int) -> str:
         return os.path.join(step_dir, cfg.head_checkpoint_dir, f"head_tp{tp_rank}.pt")
 
-    def save(self, step_dir: str, *, tp_rank: int = 0, writer: bool = True, extra: dict | None = None) -> str:
+    def save(
+        self, step_dir: str, *, tp_rank: int = 0, writer: bool = True, extra: dict | None = None
+    ) -> str:
         path = self.head_path(step_dir, self.cfg, tp_rank)
         if writer:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            torch.save({"trainer": self.trainer.state_dict(), "extra": extra or {},
-                        "config": self.cfg.method.to_dict()}, path)
+            torch.save(
+                {
+                    "trainer": self.trainer.state_dict(),
+                    "extra": extra or {},
+                    "config": self.cfg.method.to_dict(),
+                },
+                path,
+            )
         return path
 
     def load(self, step_dir: str, *, tp_rank: int = 0) -> dict:
         path = self.head_path(step_dir, self.cfg, tp_rank)
         if not os.path.exists(path):
-            raise FileNotFoundError(f"no CLIPO head checkpoint at {path}: the run was saved without CLIPO, or "
-                                    "clipo.head_checkpoint_dir changed; set clipo.enabled=false to resume without it")
+            raise FileNotFoundError(
+                f"no CLIPO head checkpoint at {path}: the run was saved without CLIPO, or "
+                "clipo.head_checkpoint_dir changed; set clipo.enabled=false to resume without it"
+            )
         state = torch.load(path, map_location="cpu", weights_only=False)
         self.trainer.load_state_dict(state["trainer"])
         return state.get("extra", {})
 
 
 @contextlib.contextmanager
-def teed_microbatches(module: Any, pooler: MicrobatchPooler, *, name: str = "get_microbatch_iterator"):
+def teed_microbatches(
+    module: Any, pooler: MicrobatchPooler, *, name: str = "get_microbatch_iterator"
+):
     """Rebind `module.<name>` (a function returning (iterator, *meta)) so its iterator goes through `pooler.tee`."""
     original = getattr(module, name, None)
     if original is None:
-        raise RuntimeError(f"{getattr(module, '__name__', module)}.{name} not found; this integration targets "
-                           "NeMo-RL 7ea279a (docs/nemo_rl.md)")
+        raise RuntimeError(
+            f"{getattr(module, '__name__', module)}.{name} not found; this integration targets "
+            "NeMo-RL 7ea279a (docs/nemo_rl.md)"
+        )
 
     def wrapped(*args, **kwargs):
         it, *rest = original(*args, **kwargs)
@@ -265,7 +319,9 @@ class ClipoWorkerMixin:
         if self._clipo_groups is None or SAMPLE_IDX_KEY not in data:  # reference pass / CLIPO off
             return super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)  # type: ignore[misc]
         g = self._clipo_groups
-        pooler = MicrobatchPooler(tp_group=g.tp, cp_group=g.cp, sequence_parallel=g.sequence_parallel)
+        pooler = MicrobatchPooler(
+            tp_group=g.tp, cp_group=g.cp, sequence_parallel=g.sequence_parallel
+        )
         norm = find_final_norm(self.model) if self._clipo is not None else None  # type: ignore[attr-defined]
         with teed_microbatches(self._clipo_iterator_module, pooler), pooler.hooked(norm):
             out = super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)  # type: ignore[misc]
@@ -273,8 +329,14 @@ class ClipoWorkerMixin:
             self._clipo.record(*pooler.result())
         return out
 
-    def clipo_head_step(self, correct: torch.Tensor, group_ids: torch.Tensor, step: int) -> dict[str, Any]:
+    def clipo_head_step(
+        self, correct: torch.Tensor, group_ids: torch.Tensor, step: int
+    ) -> dict[str, Any]:
         if self._clipo is None:  # not the last pipeline stage: nothing pooled here
-            return {"sample_idx": torch.zeros(0, dtype=torch.long), "rewards": torch.zeros(0), "metrics": {}}
+            return {
+                "sample_idx": torch.zeros(0, dtype=torch.long),
+                "rewards": torch.zeros(0),
+                "metrics": {},
+            }
         dev = self._clipo.pooled.device if self._clipo.pooled is not None else torch.device("cpu")
         return self._clipo.head_step(correct.to(dev), group_ids.to(dev), step)

@@ -50,15 +50,22 @@ class ClipoMegatronPolicyWorkerImpl(ClipoWorkerMixin, MegatronPolicyWorkerImpl):
         cfg = ClipoNemoRLConfig.from_dict(clipo_cfg)
         self._clipo_cfg = cfg
         mcfg = self.megatron_cfg.model
-        self._clipo_groups = ParallelGroups.from_parallel_state(sequence_parallel=bool(mcfg.sequence_parallel))
+        self._clipo_groups = ParallelGroups.from_parallel_state(
+            sequence_parallel=bool(mcfg.sequence_parallel)
+        )
         if not ps.is_pipeline_last_stage(ignore_virtual=True):
             return False
         head_cfg = _fp32_config(mcfg)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.method.seed)  # identical replicated head on every DP / TP rank
-            head = build_contrastive_head(head_cfg, input_size=mcfg.hidden_size, embed_dim=cfg.method.embed_dim,
-                                          head_type=cfg.method.head_type, tensor_parallel=cfg.head_tensor_parallel,
-                                          tp_group=self._clipo_groups.tp)
+            head = build_contrastive_head(
+                head_cfg,
+                input_size=mcfg.hidden_size,
+                embed_dim=cfg.method.embed_dim,
+                head_type=cfg.method.head_type,
+                tensor_parallel=cfg.head_tensor_parallel,
+                tp_group=self._clipo_groups.tp,
+            )
         head = head.to(torch.cuda.current_device() if torch.cuda.is_available() else "cpu")
         self._clipo = ClipoWorkerState(cfg, head, dp_group=self._clipo_groups.dp)
         return True
@@ -68,7 +75,9 @@ class ClipoMegatronPolicyWorkerImpl(ClipoWorkerMixin, MegatronPolicyWorkerImpl):
 
         if self._clipo is not None:
             writer = ps.get_data_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
-            self._clipo.save(step_dir, tp_rank=ps.get_tensor_model_parallel_rank(), writer=writer, extra=extra)
+            self._clipo.save(
+                step_dir, tp_rank=ps.get_tensor_model_parallel_rank(), writer=writer, extra=extra
+            )
         torch.distributed.barrier()
 
     def clipo_load_head(self, step_dir: str) -> dict:
@@ -90,6 +99,8 @@ def _fp32_config(model_cfg):
     return cfg
 
 
-@ray.remote(runtime_env=get_runtime_env_for_policy_worker("megatron_policy_worker"))  # pragma: no cover
+@ray.remote(
+    runtime_env=get_runtime_env_for_policy_worker("megatron_policy_worker")
+)  # pragma: no cover
 class ClipoMegatronPolicyWorker(ClipoMegatronPolicyWorkerImpl):
     pass

@@ -22,7 +22,9 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     dataset: str = "basic_arithmetic"  # a reasoning-gym generator
-    path: str = ""  # a local jsonl (GSM8K / MATH style) instead of reasoning-gym; see runner/problems.py
+    path: str = (
+        ""  # a local jsonl (GSM8K / MATH style) instead of reasoning-gym; see runner/problems.py
+    )
     train_size: int = 1024
     seed: int = 0
     one_shot: bool = True
@@ -58,7 +60,9 @@ class EvalConfig:
     top_p: float = 0.95
     max_tokens: int = 48
     before_training: bool = True
-    path: str = ""  # held-out local jsonl (e.g. a GSM8K test split); empty: reasoning-gym, another seed
+    path: str = (
+        ""  # held-out local jsonl (e.g. a GSM8K test split); empty: reasoning-gym, another seed
+    )
 
 
 @dataclass
@@ -97,19 +101,29 @@ class RunConfig:
                 raise ValueError(f"config: {what}")
 
         need(self.algo in ("clipo", "grpo"), f"algo={self.algo!r} must be 'clipo' or 'grpo'")
-        need(self.model.source in ("smollm2", "tiny"), f"model.source={self.model.source!r} must be 'smollm2' or 'tiny'")
-        need(self.rollout.n >= 2, f"rollout.n={self.rollout.n} must be >= 2 (a group needs >= 2 rollouts)")
+        need(
+            self.model.source in ("smollm2", "tiny"),
+            f"model.source={self.model.source!r} must be 'smollm2' or 'tiny'",
+        )
+        need(
+            self.rollout.n >= 2,
+            f"rollout.n={self.rollout.n} must be >= 2 (a group needs >= 2 rollouts)",
+        )
         need(self.rollout.prompts_per_step >= 1, "rollout.prompts_per_step must be >= 1")
         need(self.rollout.max_tokens >= 1, "rollout.max_tokens must be >= 1")
-        need(self.rollout.backend in ("auto", "hf", "vllm"),
-             f"rollout.backend={self.rollout.backend!r} must be 'auto', 'hf' or 'vllm'")
+        need(
+            self.rollout.backend in ("auto", "hf", "vllm"),
+            f"rollout.backend={self.rollout.backend!r} must be 'auto', 'hf' or 'vllm'",
+        )
         need(0 < self.rollout.top_p <= 1, f"rollout.top_p={self.rollout.top_p} must be in (0, 1]")
         need(self.train.steps >= 1, f"train.steps={self.train.steps} must be >= 1")
         need(self.train.lr > 0, f"train.lr={self.train.lr} must be > 0")
         need(self.train.micro_batch >= 1, "train.micro_batch must be >= 1")
         need(self.output.checkpoint_every >= 1, "output.checkpoint_every must be >= 1")
-        need(self.data.train_size >= self.rollout.prompts_per_step,
-             f"data.train_size={self.data.train_size} < rollout.prompts_per_step={self.rollout.prompts_per_step}")
+        need(
+            self.data.train_size >= self.rollout.prompts_per_step,
+            f"data.train_size={self.data.train_size} < rollout.prompts_per_step={self.rollout.prompts_per_step}",
+        )
         need(self.parallel.tp >= 1, f"parallel.tp={self.parallel.tp} must be >= 1")
         need(self.parallel.pp >= 1, f"parallel.pp={self.parallel.pp} must be >= 1")
         cfg = CLIPOConfig.from_dict({**dict(self.clipo), "enabled": self.algo == "clipo"})

@@ -33,16 +33,20 @@ def init_distributed(tp: int = 1, pp: int = 1) -> None:
             dist.init_process_group("gloo", init_method=f"file://{init}", rank=0, world_size=1)
     world = dist.get_world_size()
     if tp * pp != world:
-        raise ValueError(f"parallel.tp * parallel.pp = {tp * pp} but {world} processes were launched "
-                         f"(torchrun --nproc-per-node {tp * pp})")
+        raise ValueError(
+            f"parallel.tp * parallel.pp = {tp * pp} but {world} processes were launched "
+            f"(torchrun --nproc-per-node {tp * pp})"
+        )
     if not torch.cuda.is_available():
         enable_cpu_shims()
     if ps.model_parallel_is_initialized() and _stale_groups(ps):
         ps.destroy_model_parallel()  # the default group was re-created under them (e.g. by a vLLM engine's exit)
     if ps.model_parallel_is_initialized():
         if ps.get_tensor_model_parallel_world_size() != tp:
-            raise ValueError(f"parallel_state already initialised with TP={ps.get_tensor_model_parallel_world_size()},"
-                             f" the run asks for parallel.tp={tp}")
+            raise ValueError(
+                f"parallel_state already initialised with TP={ps.get_tensor_model_parallel_world_size()},"
+                f" the run asks for parallel.tp={tp}"
+            )
     else:
         ps.initialize_model_parallel(tp, pp)
 
@@ -98,8 +102,12 @@ def clip_grad_norm_model_parallel(params, max_norm: float) -> torch.Tensor:
 
     params = [p for p in params if p.grad is not None]
     tp_rank = ps.get_tensor_model_parallel_rank()
-    counted = [p for p in params if not getattr(p, "shared", False)
-               and (getattr(p, "tensor_model_parallel", False) or tp_rank == 0)]
+    counted = [
+        p
+        for p in params
+        if not getattr(p, "shared", False)
+        and (getattr(p, "tensor_model_parallel", False) or tp_rank == 0)
+    ]
     sq = torch.zeros((), dtype=torch.float64)
     for p in counted:
         sq += (p.grad.double() ** 2).sum()

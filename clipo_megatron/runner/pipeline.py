@@ -50,7 +50,9 @@ def is_tied_copy(name: str, tied: bool) -> bool:
 
 
 def full_name_for(name: str, offset: int, tied: bool) -> str:
-    return "embedding.word_embeddings.weight" if is_tied_copy(name, tied) else renumber(name, offset)
+    return (
+        "embedding.word_embeddings.weight" if is_tied_copy(name, tied) else renumber(name, offset)
+    )
 
 
 def gather_stages(local_full_named: dict) -> dict:
@@ -72,16 +74,20 @@ def broadcast_from_last_stage(obj):
     if ps.get_pipeline_model_parallel_world_size() == 1:
         return obj
     box = [obj if ps.is_pipeline_last_stage() else None]
-    dist.broadcast_object_list(box, src=ps.get_pipeline_model_parallel_last_rank(),
-                               group=ps.get_pipeline_model_parallel_group())
+    dist.broadcast_object_list(
+        box,
+        src=ps.get_pipeline_model_parallel_last_rank(),
+        group=ps.get_pipeline_model_parallel_group(),
+    )
     return box[0]
 
 
 def allreduce_tied_embedding_grads(model) -> None:
     """First stage's embedding and last stage's output-layer copy share one gradient (tied weights)."""
     ps = _ps()
-    if ps.get_pipeline_model_parallel_world_size() == 1 or not getattr(model, "share_embeddings_and_output_weights",
-                                                                        False):
+    if ps.get_pipeline_model_parallel_world_size() == 1 or not getattr(
+        model, "share_embeddings_and_output_weights", False
+    ):
         return
     if ps.is_rank_in_embedding_group():
         w = model.shared_embedding_or_output_weight()
@@ -90,14 +96,21 @@ def allreduce_tied_embedding_grads(model) -> None:
         dist.all_reduce(w.grad, group=ps.get_embedding_group())
 
 
-def run_schedule(model, microbatches: list, forward_step, *, forward_only: bool, seq_length: int) -> list:
+def run_schedule(
+    model, microbatches: list, forward_step, *, forward_only: bool, seq_length: int
+) -> list:
     """Megatron-Core's pipeline schedule over `microbatches`; the last stage gets the loss functions' dicts."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     return get_forward_backward_func()(
-        forward_step_func=forward_step, data_iterator=iter(microbatches), model=[model],
-        num_microbatches=len(microbatches), seq_length=seq_length,
-        micro_batch_size=microbatches[0]["ids"].shape[0], forward_only=forward_only)
+        forward_step_func=forward_step,
+        data_iterator=iter(microbatches),
+        model=[model],
+        num_microbatches=len(microbatches),
+        seq_length=seq_length,
+        micro_batch_size=microbatches[0]["ids"].shape[0],
+        forward_only=forward_only,
+    )
 
 
 def uniform_micro_batch(batch: int, wanted: int) -> int:
@@ -110,10 +123,16 @@ def local_from_full(model, full: dict, arch) -> dict:
     from clipo_megatron.megatron.tp_state import shard
 
     ps = _ps()
-    offset, rank, size = layer_offset(arch.num_layers), ps.get_tensor_model_parallel_rank(), \
-        ps.get_tensor_model_parallel_world_size()
-    return {k: shard(k, full[full_name_for(k, offset, arch.tie_embeddings)], rank, size)
-            for k in model.state_dict() if not k.endswith("_extra_state")}
+    offset, rank, size = (
+        layer_offset(arch.num_layers),
+        ps.get_tensor_model_parallel_rank(),
+        ps.get_tensor_model_parallel_world_size(),
+    )
+    return {
+        k: shard(k, full[full_name_for(k, offset, arch.tie_embeddings)], rank, size)
+        for k in model.state_dict()
+        if not k.endswith("_extra_state")
+    }
 
 
 def full_from_local(named: dict, arch, tp_group) -> dict:

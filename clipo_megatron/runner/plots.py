@@ -12,8 +12,12 @@ def plot_curves(history: list[dict], path: Path, title: str = "") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [("reward/mean", "verifiable reward"), ("clipo/loss", "contrastive loss"),
-            ("clipo/pos_cos", "positive-pair cosine"), ("clipo/pos_neg_gap", "pos - neg cosine gap")]
+    keys = [
+        ("reward/mean", "verifiable reward"),
+        ("clipo/loss", "contrastive loss"),
+        ("clipo/pos_cos", "positive-pair cosine"),
+        ("clipo/pos_neg_gap", "pos - neg cosine gap"),
+    ]
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
     steps = [h["step"] for h in history]
     for ax, (k, label) in zip(axes, keys):
@@ -44,7 +48,9 @@ def plot_tsne(embeddings: dict, path: Path, seed: int = 0) -> None:
         x = e["emb"].float().numpy()
         y = e["correct"].numpy() > 0.5
         perplexity = max(2.0, min(30.0, (len(x) - 1) / 3))
-        z = TSNE(n_components=2, perplexity=perplexity, random_state=seed, init="pca").fit_transform(x)
+        z = TSNE(
+            n_components=2, perplexity=perplexity, random_state=seed, init="pca"
+        ).fit_transform(x)
         ax.scatter(z[~y, 0], z[~y, 1], c="tab:red", s=14, label="incorrect")
         ax.scatter(z[y, 0], z[y, 1], c="tab:green", s=14, label="correct")
         ax.set_title(f"head embeddings, {key} of training")

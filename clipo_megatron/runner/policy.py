@@ -37,10 +37,18 @@ def load_hf_policy(source: str, *, tiny_hidden: int = 64, tiny_layers: int = 2, 
 
     tok = load_smollm2_tokenizer()
     cfg = transformers.LlamaConfig(
-        vocab_size=len(tok), hidden_size=tiny_hidden, intermediate_size=2 * tiny_hidden,
-        num_hidden_layers=tiny_layers, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=512, tie_word_embeddings=True, rms_norm_eps=1e-5,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=tiny_hidden,
+        intermediate_size=2 * tiny_hidden,
+        num_hidden_layers=tiny_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
     torch.manual_seed(seed)
     return transformers.LlamaForCausalLM(cfg).float().eval(), tok
@@ -60,9 +68,15 @@ def build_policy(hf_model, tp: int = 1, pp: int = 1):
 
     check_divisible(arch, tp)
     layer_offset(arch.num_layers)  # pp must divide the layers
-    model = build_gpt_model(arch, transformer_config(arch, tensor_parallel=tp, pipeline_parallel=pp),
-                            pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage())
-    load_local_state(model, local_from_full(model, hf_to_megatron(hf_model.state_dict(), arch), arch))
+    model = build_gpt_model(
+        arch,
+        transformer_config(arch, tensor_parallel=tp, pipeline_parallel=pp),
+        pre_process=ps.is_pipeline_first_stage(),
+        post_process=ps.is_pipeline_last_stage(),
+    )
+    load_local_state(
+        model, local_from_full(model, hf_to_megatron(hf_model.state_dict(), arch), arch)
+    )
     return model, arch
 
 
@@ -71,6 +85,10 @@ def load_local_state(model, local: dict) -> None:
     own = model.state_dict()
     want = {k for k in own if not k.endswith("_extra_state")}
     if set(local) != want:
-        raise ValueError(f"policy state mismatch: missing {sorted(want - set(local))[:5]}, "
-                         f"unexpected {sorted(set(local) - want)[:5]}")
-    model.load_state_dict({**{k: v for k, v in own.items() if k not in local}, **local}, strict=True)
+        raise ValueError(
+            f"policy state mismatch: missing {sorted(want - set(local))[:5]}, "
+            f"unexpected {sorted(set(local) - want)[:5]}"
+        )
+    model.load_state_dict(
+        {**{k: v for k, v in own.items() if k not in local}, **local}, strict=True
+    )

@@ -38,11 +38,15 @@ def clean_answer(ans: str) -> str:
     return (_last_boxed(ans) or ans).strip()
 
 
-def jsonl_problems(path: str | Path, size: int, *, offset: int = 0, one_shot: bool = True) -> list[Problem]:
+def jsonl_problems(
+    path: str | Path, size: int, *, offset: int = 0, one_shot: bool = True
+) -> list[Problem]:
     """`size` problems from a local jsonl, starting at row `offset` (size <= 0: all rows)."""
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"data file {p} does not exist (data.path / eval.path must be a local jsonl)")
+        raise FileNotFoundError(
+            f"data file {p} does not exist (data.path / eval.path must be a local jsonl)"
+        )
     rows = [json.loads(x) for x in p.read_text().splitlines() if x.strip()][offset:]
     rows = rows if size <= 0 else rows[:size]
     out = []
@@ -50,7 +54,9 @@ def jsonl_problems(path: str | Path, size: int, *, offset: int = 0, one_shot: bo
         q = next((r[k] for k in _Q if k in r), None)
         a = next((r[k] for k in _A if k in r), None)
         if q is None or a is None:
-            raise ValueError(f"{p} row {offset + i}: needs one of {_Q} and one of {_A}, has {sorted(r)}")
+            raise ValueError(
+                f"{p} row {offset + i}: needs one of {_Q} and one of {_A}, has {sorted(r)}"
+            )
         out.append(Problem(i, f"{q}\n{INSTRUCTION}", clean_answer(a), one_shot))
     if not out:
         raise ValueError(f"{p}: no rows at offset {offset}")
@@ -62,5 +68,6 @@ def load_problems(data_cfg, size: int, *, seed_offset: int = 0, path: str = "") 
     (training: 0; held-out evaluation: another seed)."""
     if path:
         return jsonl_problems(path, size, one_shot=data_cfg.one_shot)
-    return arithmetic_problems(size, data_cfg.seed + seed_offset, dataset=data_cfg.dataset,
-                               one_shot=data_cfg.one_shot)
+    return arithmetic_problems(
+        size, data_cfg.seed + seed_offset, dataset=data_cfg.dataset, one_shot=data_cfg.one_shot
+    )

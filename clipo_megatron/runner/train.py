@@ -48,7 +48,11 @@ def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int
 
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """[B, S] log p(ids[:, t] | ids[:, <t]); position 0 (never a response token) gets 0."""
-    lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    lp = (
+        torch.log_softmax(logits[:, :-1].float(), -1)
+        .gather(-1, ids[:, 1:].unsqueeze(-1))
+        .squeeze(-1)
+    )
     return torch.cat([torch.zeros_like(lp[:, :1]), lp], 1)
 
 
@@ -68,15 +72,28 @@ def logprob_and_pool(model, ids, mask, micro_batch: int, logprob_fn=token_logpro
         for i in range(0, ids.shape[0], micro_batch):
             x, m = ids[i : i + micro_batch], mask[i : i + micro_batch]
             logits, sums = forward_with_capture(
-                model, lambda h, m=m: masked_sum_and_count(h, m, layout="sbd")[0], x, pos[: x.shape[0]], _causal(s)
+                model,
+                lambda h, m=m: masked_sum_and_count(h, m, layout="sbd")[0],
+                x,
+                pos[: x.shape[0]],
+                _causal(s),
             )
             lps.append(logprob_fn(logits, x))
             pooled.append(mean_from_sums(sums, m.sum(1).float()))
     return torch.cat(lps), torch.cat(pooled)
 
 
-def policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunConfig, logprob_fn=token_logprobs,
-                  clip_fn=torch.nn.utils.clip_grad_norm_) -> dict[str, float]:
+def policy_update(
+    model,
+    optimizer,
+    ids,
+    mask,
+    old_lp,
+    adv,
+    cfg: RunConfig,
+    logprob_fn=token_logprobs,
+    clip_fn=torch.nn.utils.clip_grad_norm_,
+) -> dict[str, float]:
     model.train()
     optimizer.zero_grad(set_to_none=True)
     s = ids.shape[1]
@@ -86,8 +103,14 @@ def policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunConfig, logp
         x, m = ids[i : i + cfg.train.micro_batch], mask[i : i + cfg.train.micro_batch]
         pos = torch.arange(s).expand(x.shape[0], s)
         lp = logprob_fn(model(x, pos, _causal(s)), x)
-        loss, stats = clipped_pg_loss(lp, old_lp[i : i + x.shape[0]], adv[i : i + x.shape[0]], m,
-                                      eps_low=cfg.train.eps_low, eps_high=cfg.train.eps_high)
+        loss, stats = clipped_pg_loss(
+            lp,
+            old_lp[i : i + x.shape[0]],
+            adv[i : i + x.shape[0]],
+            m,
+            eps_low=cfg.train.eps_low,
+            eps_high=cfg.train.eps_high,
+        )
         loss = loss * float(m.sum()) / max(ntok, 1.0)  # token-mean over the whole batch
         loss.backward()
         total += float(loss.detach())
@@ -110,26 +133,47 @@ def pipeline_logprob_and_pool(model, ids, mask, micro_batch: int, logprob_fn=tok
     b, s = ids.shape
     mb = uniform_micro_batch(b, micro_batch)
     pos = torch.arange(s).expand(mb, s)
-    micro = [{"ids": ids[i:i + mb], "mask": mask[i:i + mb]} for i in range(0, b, mb)]
+    micro = [{"ids": ids[i : i + mb], "mask": mask[i : i + mb]} for i in range(0, b, mb)]
 
     def forward_step(it, m):
         x = next(it)
         if not ps.is_pipeline_last_stage():
             return m(x["ids"], pos, _causal(s)), None
         logits, sums = forward_with_capture(
-            m, lambda h: masked_sum_and_count(h, x["mask"], layout="sbd")[0], x["ids"], pos, _causal(s))
+            m,
+            lambda h: masked_sum_and_count(h, x["mask"], layout="sbd")[0],
+            x["ids"],
+            pos,
+            _causal(s),
+        )
         pooled = mean_from_sums(sums, x["mask"].sum(1).float())
-        return logits, lambda out: (out.sum() * 0.0, {"lp": logprob_fn(out, x["ids"]), "pooled": pooled})
+        return logits, lambda out: (
+            out.sum() * 0.0,
+            {"lp": logprob_fn(out, x["ids"]), "pooled": pooled},
+        )
 
     model.eval()
     with torch.no_grad():
         outs = run_schedule(model, micro, forward_step, forward_only=True, seq_length=s)
-    res = (torch.cat([o["lp"] for o in outs]), torch.cat([o["pooled"] for o in outs])) if outs else None
+    res = (
+        (torch.cat([o["lp"] for o in outs]), torch.cat([o["pooled"] for o in outs]))
+        if outs
+        else None
+    )
     return broadcast_from_last_stage(res)
 
 
-def pipeline_policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunConfig, logprob_fn=token_logprobs,
-                           clip_fn=None) -> dict[str, float]:
+def pipeline_policy_update(
+    model,
+    optimizer,
+    ids,
+    mask,
+    old_lp,
+    adv,
+    cfg: RunConfig,
+    logprob_fn=token_logprobs,
+    clip_fn=None,
+) -> dict[str, float]:
     """`policy_update` through the pipeline schedule (1F1B); metrics from the last stage, on every stage."""
     from megatron.core import parallel_state as ps
 
@@ -144,8 +188,15 @@ def pipeline_policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunCon
     mb = uniform_micro_batch(b, cfg.train.micro_batch)
     pos = torch.arange(s).expand(mb, s)
     ntok = float(mask[:, 1:].sum())
-    micro = [{"ids": ids[i:i + mb], "mask": mask[i:i + mb], "old_lp": old_lp[i:i + mb], "adv": adv[i:i + mb]}
-             for i in range(0, b, mb)]
+    micro = [
+        {
+            "ids": ids[i : i + mb],
+            "mask": mask[i : i + mb],
+            "old_lp": old_lp[i : i + mb],
+            "adv": adv[i : i + mb],
+        }
+        for i in range(0, b, mb)
+    ]
 
     def forward_step(it, m):
         x = next(it)
@@ -154,11 +205,18 @@ def pipeline_policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunCon
             return out, None
 
         def loss_fn(logits):
-            loss, stats = clipped_pg_loss(logprob_fn(logits, x["ids"]), x["old_lp"], x["adv"], x["mask"],
-                                          eps_low=cfg.train.eps_low, eps_high=cfg.train.eps_high)
+            loss, stats = clipped_pg_loss(
+                logprob_fn(logits, x["ids"]),
+                x["old_lp"],
+                x["adv"],
+                x["mask"],
+                eps_low=cfg.train.eps_low,
+                eps_high=cfg.train.eps_high,
+            )
             loss = loss * float(x["mask"].sum()) / max(ntok, 1.0)  # token-mean over the whole batch
             # The schedule divides by the number of micro-batches; the token mean already weighs them.
             return loss * len(micro), {"loss": float(loss.detach()), **stats}
+
         return out, loss_fn
 
     model.train()
@@ -167,8 +225,14 @@ def pipeline_policy_update(model, optimizer, ids, mask, old_lp, adv, cfg: RunCon
     allreduce_tied_embedding_grads(model)
     grad_norm = clip_fn(model.parameters(), cfg.train.grad_clip)
     optimizer.step()
-    stats = ({"pg/loss": sum(o["loss"] for o in outs), **{k: v for k, v in outs[-1].items() if k != "loss"}}
-             if outs else None)
+    stats = (
+        {
+            "pg/loss": sum(o["loss"] for o in outs),
+            **{k: v for k, v in outs[-1].items() if k != "loss"},
+        }
+        if outs
+        else None
+    )
     return {**broadcast_from_last_stage(stats), "pg/grad_norm": float(grad_norm)}
 
 
@@ -201,28 +265,47 @@ class Run:
         parallel.init_distributed(self.tp, self.pp)
         self.tp_group = parallel.tp_group() if self.tp > 1 else None
         self.logprob_fn = parallel.vocab_parallel_token_logprobs if self.tp > 1 else token_logprobs
-        hf, self.tok = load_hf_policy(cfg.model.source, tiny_hidden=cfg.model.tiny_hidden,
-                                      tiny_layers=cfg.model.tiny_layers, seed=cfg.seed)
+        hf, self.tok = load_hf_policy(
+            cfg.model.source,
+            tiny_hidden=cfg.model.tiny_hidden,
+            tiny_layers=cfg.model.tiny_layers,
+            seed=cfg.seed,
+        )
         self.model, self.arch = build_policy(hf, self.tp, self.pp)
         backend = cfg.rollout.backend
         if (self.tp > 1 or self.pp > 1) and backend != "hf":
             # The in-process vLLM engine would share torch.distributed's default group with the TP ranks.
             if backend == "vllm":
-                raise ValueError("rollout.backend=vllm with parallel.tp or parallel.pp > 1: the in-process vLLM "
-                                 "engine cannot share the model-parallel ranks' process group; use "
-                                 "rollout.backend=hf (or auto)")
+                raise ValueError(
+                    "rollout.backend=vllm with parallel.tp or parallel.pp > 1: the in-process vLLM "
+                    "engine cannot share the model-parallel ranks' process group; use "
+                    "rollout.backend=hf (or auto)"
+                )
             backend = "hf"
         self.gen = None
         if parallel.is_rank0():
             self.gen = build_rollout_generator(
-                backend, hf, self.tok, self.arch, export_dir=Path(cfg.output.dir) / "generator_hf",
-                seed=cfg.seed, max_model_len=max_model_len(cfg))
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr,
-                                           weight_decay=cfg.train.weight_decay)
+                backend,
+                hf,
+                self.tok,
+                self.arch,
+                export_dir=Path(cfg.output.dir) / "generator_hf",
+                seed=cfg.seed,
+                max_model_len=max_model_len(cfg),
+            )
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
+        )
         torch.manual_seed(cfg.seed + 1)
-        head = build_contrastive_head(transformer_config(self.arch), input_size=self.arch.hidden_size,
-                                      embed_dim=self.clipo.embed_dim, head_type=self.clipo.head_type)
-        if getattr(self.model, "post_process", True):  # the head is replicated; it hangs on the last stage
+        head = build_contrastive_head(
+            transformer_config(self.arch),
+            input_size=self.arch.hidden_size,
+            embed_dim=self.clipo.embed_dim,
+            head_type=self.clipo.head_type,
+        )
+        if getattr(
+            self.model, "post_process", True
+        ):  # the head is replicated; it hangs on the last stage
             attach_head(self.model, head)
         self.head = HeadTrainer(head, self.clipo)
         self.problems = load_problems(cfg.data, cfg.data.train_size, path=cfg.data.path)
@@ -244,14 +327,21 @@ class Run:
         t0 = time.perf_counter()
         ro = rewards = None
         if self.gen is not None:
-            ro = self.gen.generate([b.messages for b in batch], cfg.rollout.n, temperature=cfg.rollout.temperature,
-                                   top_p=cfg.rollout.top_p, max_tokens=cfg.rollout.max_tokens,
-                                   seed=cfg.seed * 1_000_003 + self.step_idx)
+            ro = self.gen.generate(
+                [b.messages for b in batch],
+                cfg.rollout.n,
+                temperature=cfg.rollout.temperature,
+                top_p=cfg.rollout.top_p,
+                max_tokens=cfg.rollout.max_tokens,
+                seed=cfg.seed * 1_000_003 + self.step_idx,
+            )
         t["generate"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         if self.gen is not None:
-            rewards = torch.tensor(verify_batch(ro.texts, [batch[i].answer for i in ro.prompt_index]))
+            rewards = torch.tensor(
+                verify_batch(ro.texts, [batch[i].answer for i in ro.prompt_index])
+            )
         ro, rewards = broadcast_from_rank0((ro, rewards))  # TP ranks train on rank 0's rollouts
         t["verify"] = time.perf_counter() - t0
 
@@ -273,8 +363,19 @@ class Run:
         metrics = {}
         if self.head.policy_should_update(self.step_idx):
             update = pipeline_policy_update if self.pp > 1 else policy_update
-            metrics.update(update(self.model, self.optimizer, ids, mask, old_lp, adv, cfg, self.logprob_fn,
-                                         self._clip_fn()))
+            metrics.update(
+                update(
+                    self.model,
+                    self.optimizer,
+                    ids,
+                    mask,
+                    old_lp,
+                    adv,
+                    cfg,
+                    self.logprob_fn,
+                    self._clip_fn(),
+                )
+            )
         t["train"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -282,12 +383,16 @@ class Run:
         t["sync"] = time.perf_counter() - t0
 
         metrics.update({k: v for k, v in out.metrics.items()})
-        metrics.update({
-            "step": self.step_idx, "reward/mean": float(rewards.mean()), "reward/clipo_mean": float(r_cl.mean()),
-            "reward/shaped_mean": float((rewards + r_cl).mean()),
-            "response/mean_tokens": float(mask.sum(1).float().mean()),
-            **{f"time/{k}": v for k, v in t.items()},
-        })
+        metrics.update(
+            {
+                "step": self.step_idx,
+                "reward/mean": float(rewards.mean()),
+                "reward/clipo_mean": float(r_cl.mean()),
+                "reward/shaped_mean": float((rewards + r_cl).mean()),
+                "response/mean_tokens": float(mask.sum(1).float().mean()),
+                **{f"time/{k}": v for k, v in t.items()},
+            }
+        )
         emb = {"emb": out.embeddings, "correct": rewards.clone(), "group": group_ids}
         self.embeddings.setdefault("start", emb)
         self.embeddings["end"] = emb
@@ -310,7 +415,9 @@ class Run:
     def full_policy_state(self) -> dict:
         """The policy in the TP = PP = 1 layout without `_extra_state` (collective when model-parallel)."""
         if not self._parallel:
-            return {k: v for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")}
+            return {
+                k: v for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")
+            }
         from clipo_megatron.runner.pipeline import full_from_local
 
         return full_from_local(self.model.state_dict(), self.arch, self.tp_group)
@@ -340,8 +447,12 @@ class Run:
 
             offset, by_name = layer_offset(self.arch.num_layers), {}
             for i, st in sd["state"].items():
-                full = {k: gather_tensor(names[i], v, self.tp_group) if torch.is_tensor(v) and v.dim() else v
-                        for k, v in st.items()}
+                full = {
+                    k: gather_tensor(names[i], v, self.tp_group)
+                    if torch.is_tensor(v) and v.dim()
+                    else v
+                    for k, v in st.items()
+                }
                 if not is_tied_copy(names[i], self.arch.tie_embeddings):
                     by_name[renumber(names[i], offset)] = full
             by_name = gather_stages(by_name)
@@ -349,7 +460,9 @@ class Run:
 
     def _local_optimizer_state(self, full: dict) -> dict:
         if "state_by_name" not in full:
-            raise ValueError("checkpoint optimizer state predates name-keyed checkpoints; start a new output.dir")
+            raise ValueError(
+                "checkpoint optimizer state predates name-keyed checkpoints; start a new output.dir"
+            )
         from megatron.core import parallel_state as ps
 
         from clipo_megatron.megatron.tp_state import shard
@@ -361,18 +474,29 @@ class Run:
         for i, n in enumerate(names):
             st = full["state_by_name"].get(full_name_for(n, offset, self.arch.tie_embeddings))
             if st is not None:
-                state[i] = {k: shard(n, v, rank, self.tp) if torch.is_tensor(v) and v.dim() else v
-                            for k, v in st.items()}
-        groups = self.optimizer.state_dict()["param_groups"]  # this layout's param indices, saved hyperparameters
+                state[i] = {
+                    k: shard(n, v, rank, self.tp) if torch.is_tensor(v) and v.dim() else v
+                    for k, v in st.items()
+                }
+        groups = self.optimizer.state_dict()[
+            "param_groups"
+        ]  # this layout's param indices, saved hyperparameters
         saved = {k: v for k, v in full["param_groups"][0].items() if k != "params"}
         return {"state": state, "param_groups": [{**g, **saved} for g in groups]}
 
     # ---- checkpoint / resume ----------------------------------------
     def state_dict(self) -> dict:
         """Everything to resume, in the TP = PP = 1 layout (any layout resumes it); collective if model-parallel."""
-        return {"step": self.step_idx, "policy": self.full_policy_state(), "optimizer": self._full_optimizer_state(),
-                "head": self.head.state_dict(), "history": self.history, "embeddings": self.embeddings,
-                "torch_rng": torch.get_rng_state(), "config": to_dict(self.cfg)}
+        return {
+            "step": self.step_idx,
+            "policy": self.full_policy_state(),
+            "optimizer": self._full_optimizer_state(),
+            "head": self.head.state_dict(),
+            "history": self.history,
+            "embeddings": self.embeddings,
+            "torch_rng": torch.get_rng_state(),
+            "config": to_dict(self.cfg),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         from clipo_megatron.runner.pipeline import local_from_full
@@ -382,7 +506,11 @@ class Run:
         load_local_state(self.model, local_from_full(self.model, full, self.arch))
         self.optimizer.load_state_dict(self._local_optimizer_state(state["optimizer"]))
         self.head.load_state_dict(state["head"])
-        self.step_idx, self.history, self.embeddings = state["step"], state["history"], state["embeddings"]
+        self.step_idx, self.history, self.embeddings = (
+            state["step"],
+            state["history"],
+            state["embeddings"],
+        )
         torch.set_rng_state(state["torch_rng"])
         self._sync_generator()
 
@@ -408,17 +536,33 @@ def evaluate(run: Run, seed_offset: int = 10_000) -> dict:
     e = run.cfg.eval
     probs = load_problems(run.cfg.data, e.size, seed_offset=seed_offset, path=e.path)
     t0 = time.perf_counter()
-    ro = run.gen.generate([p.messages for p in probs], e.n, temperature=e.temperature, top_p=e.top_p,
-                          max_tokens=e.max_tokens, seed=run.cfg.seed + 7)
-    ok = torch.tensor(verify_batch(ro.texts, [probs[i].answer for i in ro.prompt_index])).view(len(probs), e.n)
+    ro = run.gen.generate(
+        [p.messages for p in probs],
+        e.n,
+        temperature=e.temperature,
+        top_p=e.top_p,
+        max_tokens=e.max_tokens,
+        seed=run.cfg.seed + 7,
+    )
+    ok = torch.tensor(verify_batch(ro.texts, [probs[i].answer for i in ro.prompt_index])).view(
+        len(probs), e.n
+    )
     dt = time.perf_counter() - t0
-    return {"pass@1": float(ok.mean()), "problems": len(probs), "n": e.n, "seconds": dt,
-            "samples_per_s": len(probs) * e.n / dt}
+    return {
+        "pass@1": float(ok.mean()),
+        "problems": len(probs),
+        "n": e.n,
+        "seconds": dt,
+        "samples_per_s": len(probs) * e.n / dt,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="clipo-megatron train", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="clipo-megatron train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--config", help="YAML recipe (e.g. examples/configs/cpu_demo.yaml)")
     ap.add_argument("--algo", choices=["clipo", "grpo"], help="shortcut for algo=...")
     ap.add_argument("overrides", nargs="*", help="OmegaConf dotted overrides, key=value")
@@ -445,21 +589,32 @@ def main(argv: list[str] | None = None) -> int:
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         run.load_state_dict(state)
-        results = json.loads((out / "eval_before.json").read_text()) if (out / "eval_before.json").exists() else {}
+        results = (
+            json.loads((out / "eval_before.json").read_text())
+            if (out / "eval_before.json").exists()
+            else {}
+        )
         if rank0:
             print(f"[clipo-megatron] resumed from {ckpt} at step {run.step_idx}")
     elif cfg.eval.before_training and cfg.eval.size > 0 and rank0:
         results = evaluate(run)
         (out / "eval_before.json").write_text(json.dumps(results, indent=2))
-        print(f"[clipo-megatron] before training: pass@1 {results['pass@1']:.3f} "
-              f"({results['samples_per_s']:.1f} samples/s)")
+        print(
+            f"[clipo-megatron] before training: pass@1 {results['pass@1']:.3f} "
+            f"({results['samples_per_s']:.1f} samples/s)"
+        )
     writer = None
     if cfg.output.tensorboard and rank0:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(str(out / "tensorboard"), purge_step=run.step_idx)
-    bar = tqdm(total=cfg.train.steps, initial=run.step_idx, desc=f"{cfg.algo}", dynamic_ncols=True,
-               disable=not rank0)
+    bar = tqdm(
+        total=cfg.train.steps,
+        initial=run.step_idx,
+        desc=f"{cfg.algo}",
+        dynamic_ncols=True,
+        disable=not rank0,
+    )
     with (out / "metrics.jsonl").open("a") if rank0 else contextlib.nullcontext() as log:
         while run.step_idx < cfg.train.steps:
             m = run.step()
@@ -470,8 +625,11 @@ def main(argv: list[str] | None = None) -> int:
                 for k, v in m.items():
                     if k != "step":
                         writer.add_scalar(k, v, m["step"])
-            bar.set_postfix(reward=f"{m['reward/mean']:.2f}", cl_loss=f"{m.get('clipo/loss', 0):.2f}",
-                            valid=f"{m.get('clipo/valid_group_frac', 0):.2f}")
+            bar.set_postfix(
+                reward=f"{m['reward/mean']:.2f}",
+                cl_loss=f"{m.get('clipo/loss', 0):.2f}",
+                valid=f"{m.get('clipo/valid_group_frac', 0):.2f}",
+            )
             bar.update(1)
             if run.step_idx % cfg.output.checkpoint_every == 0 or run.step_idx == cfg.train.steps:
                 save_checkpoint(run, ckpt)
@@ -497,18 +655,38 @@ def write_results(out: Path, cfg: RunConfig, run: Run, before: dict, after: dict
     first = sum(x["reward/mean"] for x in h[:k]) / k
     last = sum(x["reward/mean"] for x in h[-k:]) / k
     steps_t = {s: sum(x[f"time/{s}"] for x in h) / len(h) for s in STAGES}
-    res = {"algo": cfg.algo, "steps": len(h), "train_reward_first_quarter": first, "train_reward_last_quarter": last,
-           "eval_before": before, "eval_after": after, "mean_step_seconds": steps_t}
+    res = {
+        "algo": cfg.algo,
+        "steps": len(h),
+        "train_reward_first_quarter": first,
+        "train_reward_last_quarter": last,
+        "eval_before": before,
+        "eval_after": after,
+        "mean_step_seconds": steps_t,
+    }
     (out / "results.json").write_text(json.dumps(res, indent=2))
-    lines = [f"# {cfg.algo} on {cfg.data.dataset} ({cfg.model.source}), {len(h)} steps", "",
-             "| metric | value |", "|---|---|",
-             f"| train reward, first quarter of steps | {first:.3f} |",
-             f"| train reward, last quarter of steps | {last:.3f} |"]
+    lines = [
+        f"# {cfg.algo} on {cfg.data.dataset} ({cfg.model.source}), {len(h)} steps",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| train reward, first quarter of steps | {first:.3f} |",
+        f"| train reward, last quarter of steps | {last:.3f} |",
+    ]
     if before:
-        lines.append(f"| held-out pass@1 before (n={before['n']}, T={cfg.eval.temperature}) | {before['pass@1']:.3f} |")
+        lines.append(
+            f"| held-out pass@1 before (n={before['n']}, T={cfg.eval.temperature}) | {before['pass@1']:.3f} |"
+        )
     if after:
-        lines.append(f"| held-out pass@1 after (n={after['n']}, T={cfg.eval.temperature}) | {after['pass@1']:.3f} |")
+        lines.append(
+            f"| held-out pass@1 after (n={after['n']}, T={cfg.eval.temperature}) | {after['pass@1']:.3f} |"
+        )
         lines.append(f"| eval throughput (samples/s) | {after['samples_per_s']:.1f} |")
-    lines.append("| mean step time (s): " + " / ".join(STAGES) + " | "
-                 + " / ".join(f"{steps_t[s]:.1f}" for s in STAGES) + " |")
+    lines.append(
+        "| mean step time (s): "
+        + " / ".join(STAGES)
+        + " | "
+        + " / ".join(f"{steps_t[s]:.1f}" for s in STAGES)
+        + " |"
+    )
     (out / "results.md").write_text("\n".join(lines) + "\n")

@@ -14,13 +14,26 @@ from clipo_megatron.verify.choice import extract_choice, verify_choice
 from clipo_megatron.verify.extract import all_boxed, last_boxed, normalize_text
 from clipo_megatron.verify.math import grade_math_answer, verify_math
 from clipo_megatron.verify.pool import (
-           KINDS,
-           Verdict,
-           VerifierPool,
-           grade_one,
-           shared_pool,
-           verify_batch,
+    KINDS,
+    Verdict,
+    VerifierPool,
+    grade_one,
+    shared_pool,
+    verify_batch,
 )
 
-__all__ = ["KINDS", "Verdict", "VerifierPool", "all_boxed", "extract_choice", "grade_math_answer", "grade_one",
-           "last_boxed", "normalize_text", "shared_pool", "verify_batch", "verify_choice", "verify_math"]
+__all__ = [
+    "KINDS",
+    "Verdict",
+    "VerifierPool",
+    "all_boxed",
+    "extract_choice",
+    "grade_math_answer",
+    "grade_one",
+    "last_boxed",
+    "normalize_text",
+    "shared_pool",
+    "verify_batch",
+    "verify_choice",
+    "verify_math",
+]

@@ -15,7 +15,8 @@ from clipo_megatron.verify.pool import verify_batch as _verify_batch
 __all__ = ["last_boxed", "verify_math", "verify_batch"]
 
 
-def verify_batch(responses: Sequence[str], ground_truths: Sequence[str], kind: str | Sequence[str] = "math",
-                 **kw) -> list[float]:
+def verify_batch(
+    responses: Sequence[str], ground_truths: Sequence[str], kind: str | Sequence[str] = "math", **kw
+) -> list[float]:
     """Math rewards for a batch (worker processes, per-answer timeout)."""
     return _verify_batch(responses, ground_truths, kind, **kw)

@@ -16,7 +16,9 @@ from clipo_megatron.verify.extract import last_boxed, normalize_text
 
 # A single option letter, optionally bracketed or followed by `.`/`)`/`:` and the option text,
 # optionally after "option"/"answer"/"choice". "AB" and "A, B" do not match.
-_LETTER = re.compile(r"^(?:(?:OPTION|ANSWER|CHOICE)\s*:?\s*)?[\(\[]?([A-Z])[\)\]]?[.:)]?(?:\s+(.*))?$")
+_LETTER = re.compile(
+    r"^(?:(?:OPTION|ANSWER|CHOICE)\s*:?\s*)?[\(\[]?([A-Z])[\)\]]?[.:)]?(?:\s+(.*))?$"
+)
 _SECOND_CHOICE = re.compile(r"^(?:OR|AND|/|&)\s")
 
 
@@ -37,5 +39,7 @@ def verify_choice(response: str, ground_truth: str) -> float:
     """1.0 if the last boxed answer of `response` names the letter `ground_truth`, else 0.0."""
     gold = extract_choice(str(ground_truth))
     if gold is None:
-        raise ValueError(f"multiple-choice ground truth {ground_truth!r} is not a single option letter")
+        raise ValueError(
+            f"multiple-choice ground truth {ground_truth!r} is not a single option letter"
+        )
     return float(extract_choice(last_boxed(response)) == gold)

@@ -25,7 +25,9 @@ def _gold_text(ground_truth: str) -> str:
     return boxed if boxed is not None else gt
 
 
-def grade_math_answer(answer: str | None, ground_truth: str, *, timeout_seconds: int | None = 5) -> bool:
+def grade_math_answer(
+    answer: str | None, ground_truth: str, *, timeout_seconds: int | None = 5
+) -> bool:
     """True if an extracted answer equals the ground truth (string-normalised or math-verify)."""
     if answer is None or not answer.strip():
         return False
@@ -46,4 +48,6 @@ def grade_math_answer(answer: str | None, ground_truth: str, *, timeout_seconds:
 def verify_math(response: str, ground_truth: str, *, timeout_seconds: int | None = 5) -> float:
     """1.0 if the last `\\boxed{}` of `response` equals the ground truth, else 0.0 (main thread only
     unless `timeout_seconds=None`)."""
-    return float(grade_math_answer(last_boxed(response), ground_truth, timeout_seconds=timeout_seconds))
+    return float(
+        grade_math_answer(last_boxed(response), ground_truth, timeout_seconds=timeout_seconds)
+    )

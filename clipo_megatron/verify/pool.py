@@ -61,8 +61,9 @@ def _on_alarm(signum, frame):  # pragma: no cover - runs in worker processes
     raise _Timeout()
 
 
-def _grade_chunk(items: list[tuple[str, str, str]], timeout: float,
-                 grader: Callable[[str, str, str], float]) -> list[Verdict]:
+def _grade_chunk(
+    items: list[tuple[str, str, str]], timeout: float, grader: Callable[[str, str, str], float]
+) -> list[Verdict]:
     """Worker side: grade each item under its own alarm (this is the worker's main thread)."""
     signal.signal(signal.SIGALRM, _on_alarm)
     out = []
@@ -90,9 +91,15 @@ def _warm() -> int:
 class VerifierPool:
     """Worker processes grading (response, ground truth, kind) triples; reuse one for many batches."""
 
-    def __init__(self, workers: int | None = None, *, timeout: float = 10.0,
-                 grader: Callable[[str, str, str], float] = grade_one, chunk_size: int = 32,
-                 slack: float = 5.0):
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        timeout: float = 10.0,
+        grader: Callable[[str, str, str], float] = grade_one,
+        chunk_size: int = 32,
+        slack: float = 5.0,
+    ):
         if timeout <= 0:
             raise ValueError(f"timeout={timeout} must be > 0 seconds")
         self.workers = workers or max(1, min(4, os.cpu_count() or 1))
@@ -100,13 +107,17 @@ class VerifierPool:
         self.grader = grader
         self.chunk_size = chunk_size
         self.slack = slack  # seconds added to a batch's hard deadline
-        self._ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+        self._ctx = mp.get_context(
+            "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        )
         self._ex: ProcessPoolExecutor | None = None
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._ex is None:
             self._ex = ProcessPoolExecutor(self.workers, mp_context=self._ctx)
-            wait([self._ex.submit(_warm) for _ in range(self.workers)])  # start-up outside the deadlines
+            wait(
+                [self._ex.submit(_warm) for _ in range(self.workers)]
+            )  # start-up outside the deadlines
         return self._ex
 
     def _kill(self) -> None:
@@ -129,12 +140,18 @@ class VerifierPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def grade(self, responses: Sequence[str], ground_truths: Sequence[str],
-              kinds: str | Sequence[str] = "math") -> list[Verdict]:
+    def grade(
+        self,
+        responses: Sequence[str],
+        ground_truths: Sequence[str],
+        kinds: str | Sequence[str] = "math",
+    ) -> list[Verdict]:
         """Verdicts in input order. Never raises for a bad answer; raises ValueError for bad arguments."""
         kinds = [kinds] * len(responses) if isinstance(kinds, str) else list(kinds)
         if not len(responses) == len(ground_truths) == len(kinds):
-            raise ValueError(f"{len(responses)} responses, {len(ground_truths)} ground truths, {len(kinds)} kinds")
+            raise ValueError(
+                f"{len(responses)} responses, {len(ground_truths)} ground truths, {len(kinds)} kinds"
+            )
         bad = sorted({k for k in kinds if k not in KINDS})
         if bad:
             raise ValueError(f"unknown answer kind(s) {bad}; expected one of {KINDS}")
@@ -142,7 +159,7 @@ class VerifierPool:
             return []
         items = [(str(r), str(g), k) for r, g, k in zip(responses, ground_truths, kinds)]
         size = max(1, min(self.chunk_size, -(-len(items) // self.workers)))
-        chunks = [items[i:i + size] for i in range(0, len(items), size)]
+        chunks = [items[i : i + size] for i in range(0, len(items), size)]
         ex = self._executor()
         futures = [ex.submit(_grade_chunk, c, self.timeout, self.grader) for c in chunks]
         # Every item may use its full timeout, the chunks share `workers` processes; plus slack.
@@ -172,8 +189,13 @@ def shared_pool() -> VerifierPool:
         return _SHARED
 
 
-def verify_batch(responses: Sequence[str], ground_truths: Sequence[str],
-                 kind: str | Sequence[str] = "math", *, pool: VerifierPool | None = None) -> list[float]:
+def verify_batch(
+    responses: Sequence[str],
+    ground_truths: Sequence[str],
+    kind: str | Sequence[str] = "math",
+    *,
+    pool: VerifierPool | None = None,
+) -> list[float]:
     """Binary rewards (1.0 / 0.0) for a batch: `kind` is "math" (\\boxed{} + math-verify) or "mc"
     (option letter), one for all or one per response. Safe to call from any thread."""
     return [v.score for v in (pool or shared_pool()).grade(responses, ground_truths, kind)]

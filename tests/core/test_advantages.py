@@ -18,8 +18,9 @@ def test_leave_one_out_hand_computed():
     r = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
     a = group_advantages(r, torch.tensor([0, 0, 0]), leave_one_out=True)
     sd = math.sqrt(0.5) + 1e-6
-    torch.testing.assert_close(a, torch.tensor([1.0, -0.5 / sd, -0.5 / sd], dtype=torch.float64),
-                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        a, torch.tensor([1.0, -0.5 / sd, -0.5 / sd], dtype=torch.float64), rtol=1e-12, atol=1e-12
+    )
     # two rollouts: others are single -> std 0 -> A = r - other = [1, -1]
     a2 = group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([3, 3]), leave_one_out=True)
     torch.testing.assert_close(a2, torch.tensor([1.0, -1.0]), rtol=0, atol=0)
@@ -41,7 +42,11 @@ def test_matches_nemo_rl_formula_loop():
                     exp = 0.0
                 else:
                     b = sum(pool) / len(pool)
-                    sd = math.sqrt(sum((x - b) ** 2 for x in pool) / (len(pool) - 1)) if len(pool) > 1 else 0.0
+                    sd = (
+                        math.sqrt(sum((x - b) ** 2 for x in pool) / (len(pool) - 1))
+                        if len(pool) > 1
+                        else 0.0
+                    )
                     exp = (float(r[i]) - b) / (sd + 1e-6) if sd > 0 else float(r[i]) - b
                 assert abs(float(a[i]) - exp) < 1e-9, (loo, i)
 

@@ -51,7 +51,9 @@ def test_clipped_pg_hand_computed():
     assert float(loss) == pytest.approx(-(1.2 + math.exp(-0.1)) / 2, abs=1e-6)
     assert m["pg/clip_frac"] == 0.5
     # DAPO's asymmetric clip (0.2 / 0.28): the first ratio clips at 1.28 instead.
-    loss, _ = clipped_pg_loss(lp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), eps_high=0.28)
+    loss, _ = clipped_pg_loss(
+        lp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), eps_high=0.28
+    )
     assert float(loss) == pytest.approx(-(1.28 + math.exp(-0.1)) / 2, abs=1e-6)
 
 

@@ -46,7 +46,9 @@ def test_group_ids_that_do_not_fit():
     with pytest.raises(ValueError, match="integer tensor"):
         group_contrastive_loss(e, c, g.float(), CLIPOConfig())
     with pytest.raises(ValueError, match="group id 1 has 4 rollouts, more than max_group_size=3"):
-        group_contrastive_loss(e, c, torch.tensor([0, 0, 1, 1, 1, 1]), CLIPOConfig(max_group_size=3))
+        group_contrastive_loss(
+            e, c, torch.tensor([0, 0, 1, 1, 1, 1]), CLIPOConfig(max_group_size=3)
+        )
     with pytest.raises(ValueError, match="unique within each group"):
         group_contrastive_loss(e, c, g, CLIPOConfig(), sample_ids=torch.tensor([0, 0, 1, 2, 3, 4]))
 

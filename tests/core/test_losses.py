@@ -54,7 +54,11 @@ def naive_losses(emb, correct, gids, cfg, step=0, sample_ids=None):
 
             if cfg.loss_type == "infonce":
                 ordered = sorted(pos, key=lambda j: int(sample_ids[j]))
-                u = float(counter_uniform(cfg.seed, step, torch.tensor(g), sample_ids[i : i + 1].long())[0])
+                u = float(
+                    counter_uniform(cfg.seed, step, torch.tensor(g), sample_ids[i : i + 1].long())[
+                        0
+                    ]
+                )
                 p = ordered[min(int(math.floor(u * len(ordered))), len(ordered) - 1)]
                 den = others if cfg.denominator == "all_others" else [p] + neg + self_
                 losses[i] = -(s[p] - lse(den))
@@ -105,7 +109,9 @@ CONFIGS = [
     dict(loss_type="supcon", denominator="positive_and_negatives"),
     dict(loss_type="infonce", anchors="all"),
     dict(loss_type="infonce", denominator_includes_anchor=True),
-    dict(loss_type="supcon", denominator="positive_and_negatives", denominator_includes_anchor=True),
+    dict(
+        loss_type="supcon", denominator="positive_and_negatives", denominator_includes_anchor=True
+    ),
     dict(loss_type="softnn", denominator_includes_anchor=True),
     dict(loss_type="supcon", anchors="incorrect"),
     dict(loss_type="infonce", similarity="dot", temperature=0.5),
@@ -142,7 +148,9 @@ def test_matches_naive_reference(kw, dtype, seed):
     torch.testing.assert_close(e1.grad, e2.grad, **tol)
 
     r = contrastive_rewards(res, cfg)
-    torch.testing.assert_close(r.double(), naive_rewards(per.detach(), mask, res.valid_group, cfg), **tol)
+    torch.testing.assert_close(
+        r.double(), naive_rewards(per.detach(), mask, res.valid_group, cfg), **tol
+    )
 
 
 def test_hand_computed_two_positives_one_negative():
@@ -154,18 +162,30 @@ def test_hand_computed_two_positives_one_negative():
     emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
     res = group_contrastive_loss(emb, torch.tensor([1, 1, 0]), torch.tensor([4, 4, 4]), cfg)
     expected = math.log(1 + math.exp(-2))
-    torch.testing.assert_close(res.per_sample_loss, torch.tensor([expected, expected, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(
+        res.per_sample_loss, torch.tensor([expected, expected, 0.0], dtype=torch.float64)
+    )
     assert res.positive_index.tolist() == [1, 0, -1]
     r = contrastive_rewards(res, cfg)
-    torch.testing.assert_close(r, torch.tensor([-0.2 * expected, -0.2 * expected, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(
+        r, torch.tensor([-0.2 * expected, -0.2 * expected, 0.0], dtype=torch.float64)
+    )
     # positive_and_negatives denominator: {p} u N = same set here -> same value.
-    res2 = group_contrastive_loss(emb, torch.tensor([1, 1, 0]), torch.tensor([4, 4, 4]),
-                                  CLIPOConfig(temperature=0.5, denominator="positive_and_negatives"))
+    res2 = group_contrastive_loss(
+        emb,
+        torch.tensor([1, 1, 0]),
+        torch.tensor([4, 4, 4]),
+        CLIPOConfig(temperature=0.5, denominator="positive_and_negatives"),
+    )
     torch.testing.assert_close(res2.per_sample_loss, res.per_sample_loss)
     # Paper's eq. form, anchor in its own denominator (s_00 = 2):
     # L0 = -(2 - log(e^2 + e^2 + e^0)) = log(2 + e^-2) = 0.761549...
-    res3 = group_contrastive_loss(emb, torch.tensor([1, 1, 0]), torch.tensor([4, 4, 4]),
-                                  CLIPOConfig(temperature=0.5, denominator_includes_anchor=True))
+    res3 = group_contrastive_loss(
+        emb,
+        torch.tensor([1, 1, 0]),
+        torch.tensor([4, 4, 4]),
+        CLIPOConfig(temperature=0.5, denominator_includes_anchor=True),
+    )
     torch.testing.assert_close(float(res3.per_sample_loss[0]), math.log(2 + math.exp(-2)))
 
 
@@ -174,11 +194,15 @@ def test_infonce_floor_log_k_minus_1_and_variant():
     # all_others keeps k-2 other positives in the denominator, so L -> log(k-1);
     # the positive_and_negatives variant drops them, so L -> 0.
     k = 14
-    emb = torch.cat([torch.ones(k, 1) @ torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]] * 2)]).double()
+    emb = torch.cat(
+        [torch.ones(k, 1) @ torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]] * 2)]
+    ).double()
     correct = torch.tensor([1] * k + [0, 0])
     gids = torch.zeros(k + 2, dtype=torch.long)
     res = group_contrastive_loss(emb, correct, gids, CLIPOConfig(temperature=0.01))
-    torch.testing.assert_close(res.per_sample_loss[:k], torch.full((k,), math.log(k - 1), dtype=torch.float64))
+    torch.testing.assert_close(
+        res.per_sample_loss[:k], torch.full((k,), math.log(k - 1), dtype=torch.float64)
+    )
     r = contrastive_rewards(res, CLIPOConfig())
     assert torch.all(r[:k] == -0.5)  # 0.2 * log(13) = 0.513 -> clamped: the full penalty
     res2 = group_contrastive_loss(
@@ -213,7 +237,9 @@ def test_group_validity(correct, expect_anchors):
 def test_group_of_size_one_and_mixed_with_valid():
     cfg = CLIPOConfig()
     emb = torch.randn(5, 8)
-    res = group_contrastive_loss(emb, torch.tensor([1, 1, 1, 0, 1]), torch.tensor([0, 0, 0, 0, 9]), cfg)
+    res = group_contrastive_loss(
+        emb, torch.tensor([1, 1, 1, 0, 1]), torch.tensor([0, 0, 0, 0, 9]), cfg
+    )
     assert res.anchor_mask.tolist() == [True, True, True, False, False]
     assert res.valid_group.tolist() == [True, True, True, True, False]
     assert float(contrastive_rewards(res, cfg)[4]) == 0.0
@@ -222,10 +248,14 @@ def test_group_of_size_one_and_mixed_with_valid():
 def test_rewards_clamp_and_constant():
     cfg = CLIPOConfig(reward_constant=0.3, reward_lambda=1.0, reward_clip_min=-0.5)
     emb = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
-    res = group_contrastive_loss(emb, torch.tensor([1, 1, 0, 1, 1, 1]), torch.tensor([0, 0, 0, 1, 1, 1]), cfg)
+    res = group_contrastive_loss(
+        emb, torch.tensor([1, 1, 0, 1, 1, 1]), torch.tensor([0, 0, 0, 1, 1, 1]), cfg
+    )
     r = contrastive_rewards(res, cfg)
     for i in range(2):
-        assert float(r[i]) == pytest.approx(max(0.3 - float(res.per_sample_loss[i]), -0.5), abs=1e-7)
+        assert float(r[i]) == pytest.approx(
+            max(0.3 - float(res.per_sample_loss[i]), -0.5), abs=1e-7
+        )
     assert float(r[2]) == pytest.approx(0.3)  # wrong rollout of a valid group: c
     assert r[3:].tolist() == [0.0, 0.0, 0.0]  # invalid group (all correct): 0
 
@@ -234,7 +264,9 @@ def test_metrics_values():
     # Valid group: e0 = e1 = [1,0] correct, e2 = [0.6, 0.8] wrong.
     # pos cos = 1 (pairs 0-1, 1-0); neg cos = 0.6 (pairs 0-2, 1-2); gap = 0.4.
     emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.6, 0.8], [1.0, 0.0]])
-    res = group_contrastive_loss(emb, torch.tensor([1, 1, 0, 1]), torch.tensor([0, 0, 0, 1]), CLIPOConfig())
+    res = group_contrastive_loss(
+        emb, torch.tensor([1, 1, 0, 1]), torch.tensor([0, 0, 0, 1]), CLIPOConfig()
+    )
     m = contrastive_metrics(res, contrastive_rewards(res, CLIPOConfig()))
     assert m["clipo/valid_group_frac"] == pytest.approx(0.5)
     assert m["clipo/pos_cos"] == pytest.approx(1.0, abs=1e-6)
@@ -273,9 +305,16 @@ def test_sum_reduce_sharded_embedding_dim_equals_full():
     totals = iter([gram])
     shard0 = shards[0].clone().requires_grad_(True)
     sharded = group_contrastive_loss(
-        shard0, correct, gids, cfg, sample_ids=sids, sum_reduce=lambda t: t + (next(totals) - t).detach()
+        shard0,
+        correct,
+        gids,
+        cfg,
+        sample_ids=sids,
+        sum_reduce=lambda t: t + (next(totals) - t).detach(),
     )
-    torch.testing.assert_close(sharded.per_sample_loss, full.per_sample_loss, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        sharded.per_sample_loss, full.per_sample_loss, rtol=1e-12, atol=1e-12
+    )
     sharded.loss.backward()
     torch.testing.assert_close(shard0.grad, full_e.grad[:, :4], rtol=1e-10, atol=1e-12)
 
@@ -302,7 +341,9 @@ def test_contiguous_fast_path_equals_gather_path():
     r1 = group_contrastive_loss(e1, correct, gids, CLIPOConfig(loss_type="supcon"))
     r1.loss.backward()
     e2 = emb[perm].clone().requires_grad_(True)
-    r2 = group_contrastive_loss(e2, correct[perm], gids[perm], CLIPOConfig(loss_type="supcon"), sample_ids=perm)
+    r2 = group_contrastive_loss(
+        e2, correct[perm], gids[perm], CLIPOConfig(loss_type="supcon"), sample_ids=perm
+    )
     r2.loss.backward()
     torch.testing.assert_close(r2.per_sample_loss, r1.per_sample_loss[perm], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(e2.grad, e1.grad[perm], rtol=1e-12, atol=1e-12)

@@ -42,23 +42,45 @@ def _naive(lp, old, adv, mask, ref, objective, el, eh, agg, kl):
                 ratios = [math.exp(float(lp[i, t] - old[i, t])) for t in idx]
             terms = [-min(r * a, min(max(r, 1 - el), 1 + eh) * a) for r in ratios]
         if kl:
-            terms = [x + kl * (math.exp(float(ref[i, t] - lp[i, t])) - float(ref[i, t] - lp[i, t]) - 1)
-                     for x, t in zip(terms, idx)]
+            terms = [
+                x + kl * (math.exp(float(ref[i, t] - lp[i, t])) - float(ref[i, t] - lp[i, t]) - 1)
+                for x, t in zip(terms, idx)
+            ]
         seq_terms.append(sum(terms) / len(terms))
         tok_terms.extend(terms)
-    return sum(tok_terms) / len(tok_terms) if agg == "token-mean" else sum(seq_terms) / len(seq_terms)
+    return (
+        sum(tok_terms) / len(tok_terms) if agg == "token-mean" else sum(seq_terms) / len(seq_terms)
+    )
 
 
-@pytest.mark.parametrize("objective,el,eh,agg", [
-    ("grpo", 0.2, 0.2, "token-mean"), ("dapo", 0.2, 0.28, "token-mean"),
-    ("grpo", 0.2, 0.2, "seq-mean-token-mean"), ("gspo", 3e-4, 4e-4, "seq-mean-token-mean"),
-    ("gspo", 0.05, 0.05, "seq-mean-token-mean"), ("gmpo", 0.4, 0.4, "seq-mean-token-mean"),
-    ("gmpo", 0.1, 0.1, "seq-mean-token-mean"), ("gmpo", 0.4, 0.4, "token-mean")])
+@pytest.mark.parametrize(
+    "objective,el,eh,agg",
+    [
+        ("grpo", 0.2, 0.2, "token-mean"),
+        ("dapo", 0.2, 0.28, "token-mean"),
+        ("grpo", 0.2, 0.2, "seq-mean-token-mean"),
+        ("gspo", 3e-4, 4e-4, "seq-mean-token-mean"),
+        ("gspo", 0.05, 0.05, "seq-mean-token-mean"),
+        ("gmpo", 0.4, 0.4, "seq-mean-token-mean"),
+        ("gmpo", 0.1, 0.1, "seq-mean-token-mean"),
+        ("gmpo", 0.4, 0.4, "token-mean"),
+    ],
+)
 @pytest.mark.parametrize("kl", [0.0, 0.05])
 def test_objectives_vs_naive_loop(objective, el, eh, agg, kl):
     lp, old, adv, mask, ref = _batch()
-    loss, met = policy_objective_loss(lp, old, adv, mask, objective=objective, eps_low=el, eps_high=eh,
-                                      aggregation=agg, ref_logprobs=ref, kl_coef=kl)
+    loss, met = policy_objective_loss(
+        lp,
+        old,
+        adv,
+        mask,
+        objective=objective,
+        eps_low=el,
+        eps_high=eh,
+        aggregation=agg,
+        ref_logprobs=ref,
+        kl_coef=kl,
+    )
     assert abs(float(loss) - _naive(lp, old, adv, mask, ref, objective, el, eh, agg, kl)) < 1e-6
     assert 0 <= met["pg/clip_frac"] <= 1 and met["pg/approx_kl"] >= 0 and met["pg/kl_ref"] >= 0
 
@@ -66,7 +88,11 @@ def test_objectives_vs_naive_loop(objective, el, eh, agg, kl):
 def test_defaults_per_objective_hand_computed():
     # one sequence, tokens log-ratios [0.5, -0.1], A = 1
     lp = torch.tensor([[0.5, -0.1]], dtype=torch.float64)
-    old, adv, mask = torch.zeros(1, 2, dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 2)
+    old, adv, mask = (
+        torch.zeros(1, 2, dtype=torch.float64),
+        torch.tensor([1.0], dtype=torch.float64),
+        torch.ones(1, 2),
+    )
     # DAPO: ratios 1.648721 -> clip 1.28, 0.904837 -> -(1.28 + 0.904837)/2 = -1.0924187
     loss, _ = policy_objective_loss(lp, old, adv, mask, objective="dapo")
     assert abs(float(loss) + (1.28 + math.exp(-0.1)) / 2) < 1e-9
@@ -81,10 +107,19 @@ def test_defaults_per_objective_hand_computed():
 def test_gspo_gradient_is_sequence_level():
     # d loss / d logp_t = -A * s / |y| for every token when unclipped (A = 1, s = exp(0.01))
     lp = torch.tensor([[0.02, 0.0]], dtype=torch.float64, requires_grad=True)
-    loss, _ = policy_objective_loss(lp, torch.zeros(1, 2, dtype=torch.float64), torch.tensor([1.0]),
-                                    torch.ones(1, 2), objective="gspo", eps_low=1, eps_high=1)
+    loss, _ = policy_objective_loss(
+        lp,
+        torch.zeros(1, 2, dtype=torch.float64),
+        torch.tensor([1.0]),
+        torch.ones(1, 2),
+        objective="gspo",
+        eps_low=1,
+        eps_high=1,
+    )
     loss.backward()
-    torch.testing.assert_close(lp.grad, torch.full((1, 2), -math.exp(0.01) / 2, dtype=torch.float64))
+    torch.testing.assert_close(
+        lp.grad, torch.full((1, 2), -math.exp(0.01) / 2, dtype=torch.float64)
+    )
 
 
 def test_global_normalisers_make_shards_sum():
@@ -92,8 +127,10 @@ def test_global_normalisers_make_shards_sum():
     for obj in ("dapo", "gspo", "gmpo"):
         full, _ = policy_objective_loss(lp, old, adv, mask, objective=obj)
         kw = {"num_tokens": float(mask.sum()), "num_seqs": 6.0}
-        parts = [policy_objective_loss(lp[s], old[s], adv[s], mask[s], objective=obj, **kw)[0]
-                 for s in (slice(0, 2), slice(2, 6))]
+        parts = [
+            policy_objective_loss(lp[s], old[s], adv[s], mask[s], objective=obj, **kw)[0]
+            for s in (slice(0, 2), slice(2, 6))
+        ]
         assert abs(float(sum(parts)) - float(full)) < 1e-12
 
 

@@ -39,19 +39,31 @@ def test_padded_bsd_and_sbd_equal_loop():
     h, mask = _batch()
     ref = _loop_mean(h, mask)
     torch.testing.assert_close(masked_mean(h, mask).double(), ref, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(masked_mean(h.transpose(0, 1).contiguous(), mask, layout="sbd").double(), ref, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        masked_mean(h.transpose(0, 1).contiguous(), mask, layout="sbd").double(),
+        ref,
+        rtol=1e-6,
+        atol=1e-6,
+    )
 
 
 def test_bf16_hidden_pooled_in_fp32():
     h, mask = _batch(1)
     sums, counts = masked_sum_and_count(h.bfloat16(), mask)
     assert sums.dtype == torch.float32 and counts.dtype == torch.float32
-    torch.testing.assert_close(mean_from_sums(sums, counts).double(), _loop_mean(h.bfloat16().float(), mask), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        mean_from_sums(sums, counts).double(),
+        _loop_mean(h.bfloat16().float(), mask),
+        rtol=1e-6,
+        atol=1e-6,
+    )
 
 
 def test_packed_thd_equals_padded():
     h, mask = _batch(2)
-    lengths = mask.shape[1] - torch.arange(mask.shape[0])  # pack each row truncated to a different length
+    lengths = mask.shape[1] - torch.arange(
+        mask.shape[0]
+    )  # pack each row truncated to a different length
     rows, masks = [], []
     for i, n in enumerate(lengths.tolist()):
         rows.append(h[i, :n])
@@ -63,7 +75,9 @@ def test_packed_thd_equals_padded():
     for i, n in enumerate(lengths.tolist()):
         trunc[i, n:] = False
     sums, counts = packed_sum_and_count(packed.unsqueeze(1), cu, tmask)  # Megatron's [T, 1, D]
-    torch.testing.assert_close(mean_from_sums(sums, counts).double(), _loop_mean(h, trunc), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        mean_from_sums(sums, counts).double(), _loop_mean(h, trunc), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_partial_sums_over_shards_equal_full():
@@ -73,7 +87,9 @@ def test_partial_sums_over_shards_equal_full():
     parts = [masked_sum_and_count(hs, ms) for hs, ms in zip(h.split(4, 1), mask.split(4, 1))]
     sums = sum(p[0] for p in parts)
     counts = sum(p[1] for p in parts)
-    torch.testing.assert_close(mean_from_sums(sums, counts), masked_mean(h, mask), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        mean_from_sums(sums, counts), masked_mean(h, mask), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_segment_ids_and_ignore():

@@ -55,7 +55,9 @@ def test_same_positive_under_permutation_and_shards():
     cfg = CLIPOConfig(seed=11)
     ref = group_contrastive_loss(emb, correct, gids, cfg, step=2, sample_ids=sids)
     perm = torch.randperm(b, generator=gen)
-    res = group_contrastive_loss(emb[perm], correct[perm], gids[perm], cfg, step=2, sample_ids=sids[perm])
+    res = group_contrastive_loss(
+        emb[perm], correct[perm], gids[perm], cfg, step=2, sample_ids=sids[perm]
+    )
     # Map positive rows back to sample ids and compare per sample id.
     ref_pos = torch.where(ref.positive_index >= 0, sids[ref.positive_index.clamp_min(0)], -1)
     res_pos = torch.where(res.positive_index >= 0, sids[perm][res.positive_index.clamp_min(0)], -1)
@@ -64,4 +66,8 @@ def test_same_positive_under_permutation_and_shards():
     # Sampled positives are other correct rollouts of the same group.
     a = ref.anchor_mask
     p = ref.positive_index[a]
-    assert torch.all(gids[p] == gids[a]) and torch.all(correct[p] == 1) and torch.all(p != torch.nonzero(a).flatten())
+    assert (
+        torch.all(gids[p] == gids[a])
+        and torch.all(correct[p] == 1)
+        and torch.all(p != torch.nonzero(a).flatten())
+    )

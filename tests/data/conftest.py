@@ -11,5 +11,7 @@ PAPER = REPO.parent / "shared" / "paper" / "clipo-paper.tex"
 @pytest.fixture
 def shared_data() -> Path:
     if not (SHARED / "test").is_dir():
-        pytest.skip(f"the authors' parquet files are not at {SHARED} (see docs/eval.md: how to get each dataset)")
+        pytest.skip(
+            f"the authors' parquet files are not at {SHARED} (see docs/eval.md: how to get each dataset)"
+        )
     return SHARED

@@ -10,9 +10,24 @@ from clipo_megatron.verify.choice import extract_choice
 pytest.importorskip("pandas")
 
 # data/README.md's table
-ROWS = {"gsm8k_train": 7473, "math_train": 7500, "gsm8k": 1319, "gsm_symbolic": 5000, "gsm_p1": 5000, "gsm_p2": 2500,
-        "commonsense_qa": 1221, "truthfulqa": 1634, "theoremqa": 1494, "mmlu": 2000, "math500": 500,
-        "math_perturb_simple": 279, "math_perturb_hard": 279, "amc23": 83, "aime24": 30, "aime25": 30}
+ROWS = {
+    "gsm8k_train": 7473,
+    "math_train": 7500,
+    "gsm8k": 1319,
+    "gsm_symbolic": 5000,
+    "gsm_p1": 5000,
+    "gsm_p2": 2500,
+    "commonsense_qa": 1221,
+    "truthfulqa": 1634,
+    "theoremqa": 1494,
+    "mmlu": 2000,
+    "math500": 500,
+    "math_perturb_simple": 279,
+    "math_perturb_hard": 279,
+    "amc23": 83,
+    "aime24": 30,
+    "aime25": 30,
+}
 
 
 @pytest.mark.parametrize("name", list(ROWS))
@@ -21,7 +36,9 @@ def test_row_counts_prompts_and_answers(shared_data, name):
     assert len(recs) == ROWS[name] == SPECS[name].rows
     ins = instruction_for(name)
     # The authors' prompts already end with the paper's instruction: nothing appended twice.
-    assert all(r.prompt.endswith(ins) and r.prompt.count("Let's think step by step") == 1 for r in recs)
+    assert all(
+        r.prompt.endswith(ins) and r.prompt.count("Let's think step by step") == 1 for r in recs
+    )
     assert [r.index for r in recs] == list(range(len(recs)))
     # Two MATH training solutions end in an empty \boxed{} in the published file (a defect of the data).
     empty = {r.index for r in recs if not r.ground_truth.strip()}

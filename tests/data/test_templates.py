@@ -42,7 +42,7 @@ def test_table_text_is_the_papers():
         pytest.skip(f"paper not at {PAPER}")
     tex = PAPER.read_text()
     start = tex.index("\\label{tab:app_prompt_template}")
-    body = tex[start: tex.index("\\end{tabularx}", start)]
+    body = tex[start : tex.index("\\end{tabularx}", start)]
     rows = {}
     for m in re.finditer(r"^(.+?) &\s*\n(.+?) \\\\\s*$", body, flags=re.M):
         name, text = m.group(1).strip(), m.group(2).strip()
@@ -58,15 +58,18 @@ def test_every_dataset_has_an_instruction_and_mc_ones_name_letters():
 
 
 def test_aliases():
-    assert [canonical_name(n) for n in ("MATH", "mmlu2k", "aime", "AIME2025", "commonsenseqa", "amc")] == [
-        "math500", "mmlu", "aime24", "aime25", "commonsense_qa", "amc23"]
+    assert [
+        canonical_name(n) for n in ("MATH", "mmlu2k", "aime", "AIME2025", "commonsenseqa", "amc")
+    ] == ["math500", "mmlu", "aime24", "aime25", "commonsense_qa", "amc23"]
     with pytest.raises(ValueError, match="unknown dataset 'gsm9k'; known: aime24"):
         canonical_name("gsm9k")
 
 
 def test_build_prompt_appends_once():
     p = build_prompt("What is 2+3?  ", "gsm8k")
-    assert p == "What is 2+3?\nLet's think step by step and output the final answer within \\boxed{}."
+    assert (
+        p == "What is 2+3?\nLet's think step by step and output the final answer within \\boxed{}."
+    )
     assert build_prompt(p, "gsm8k") == p  # the authors' files already carry it
 
 

@@ -39,8 +39,10 @@ def test_track2_averages_reproduce_table2():
 
 
 def test_delta_row_reproduces_the_papers():
-    runs = {name: {**dict(zip(T1, r[0])), **averages(dict(zip(T1, r[0])))}
-            for name, r in (("GRPO", GRPO_1), ("GRPO+CLIPO", CLIPO_1))}
+    runs = {
+        name: {**dict(zip(T1, r[0])), **averages(dict(zip(T1, r[0])))}
+        for name, r in (("GRPO", GRPO_1), ("GRPO+CLIPO", CLIPO_1))
+    }
     c = compare(runs)
     assert c["baseline"] == "GRPO" and c["columns"] == T1 + ["M-Avg", "G-Avg", "Avg"]
     assert list(c["deltas"]["GRPO+CLIPO"].values()) == pytest.approx(DELTA_1, abs=0.011)
@@ -53,19 +55,24 @@ def test_dataset_score_and_partial_groups():
         dataset_score([])
     # Only two Track I datasets: M-Avg over the one present math set, G-Avg over MMLU, Avg over both.
     assert averages({"gsm8k": 10.0, "mmlu": 40.0}) == {"M-Avg": 10.0, "G-Avg": 40.0, "Avg": 25.0}
-    assert group_members(["gsm8k", "math500"]) == {"Avg": ["gsm8k", "math500"]}  # no suite holds both
+    assert group_members(["gsm8k", "math500"]) == {
+        "Avg": ["gsm8k", "math500"]
+    }  # no suite holds both
     assert suite_for(["aime24"]) is TRACK2
 
 
 def test_markdown_table_and_missing_columns():
-    c = compare({"a": {"gsm8k": 50.0, "Avg": 50.0}, "b": {"gsm8k": 62.5, "mmlu": 25.0, "Avg": 43.75}})
+    c = compare(
+        {"a": {"gsm8k": 50.0, "Avg": 50.0}, "b": {"gsm8k": 62.5, "mmlu": 25.0, "Avg": 43.75}}
+    )
     assert c["deltas"]["b"] == {"gsm8k": 12.5, "Avg": -6.25, "mmlu": None}
     assert markdown_table(c) == (
         "| run | GSM8K | Avg | MMLU |\n"
         "|---|---|---|---|\n"
         "| a | 50.00 | 50.00 | - |\n"
         "| b | 62.50 | 43.75 | 25.00 |\n"
-        "| Δ vs a | +12.50 | -6.25 | - |\n")
+        "| Δ vs a | +12.50 | -6.25 | - |\n"
+    )
     with pytest.raises(ValueError, match="two or more runs"):
         compare({"a": {}})
 

@@ -23,18 +23,48 @@ def tiny(tmp_path_factory):
 @pytest.fixture
 def fixtures(tmp_path):
     g = tmp_path / "gsm.jsonl"
-    g.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
-                         for i in range(4)))
+    g.write_text(
+        "".join(
+            json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
+            for i in range(4)
+        )
+    )
     m = tmp_path / "mmlu.jsonl"
-    m.write_text("".join(json.dumps({"question": f"Pick {i}", "choices": ["w", "x", "y", "z"], "answer": i})
-                         + "\n" for i in range(3)))
+    m.write_text(
+        "".join(
+            json.dumps({"question": f"Pick {i}", "choices": ["w", "x", "y", "z"], "answer": i})
+            + "\n"
+            for i in range(3)
+        )
+    )
     return g, m
 
 
 def _args(tiny, g, m, out, *extra):
-    return ["--datasets", "gsm8k,mmlu", "--model", str(tiny), "--backend", "hf", "--source", f"gsm8k={g}",
-            "--source", f"mmlu={m}", "--limit", "3", "--max-tokens", "6", "--chunk", "2", "--out", str(out),
-            "--verify-workers", "1", "--no-progress", *extra]
+    return [
+        "--datasets",
+        "gsm8k,mmlu",
+        "--model",
+        str(tiny),
+        "--backend",
+        "hf",
+        "--source",
+        f"gsm8k={g}",
+        "--source",
+        f"mmlu={m}",
+        "--limit",
+        "3",
+        "--max-tokens",
+        "6",
+        "--chunk",
+        "2",
+        "--out",
+        str(out),
+        "--verify-workers",
+        "1",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def test_eval_writes_results_samples_chart_and_throughput(tiny, fixtures, tmp_path, capsys):
@@ -42,8 +72,16 @@ def test_eval_writes_results_samples_chart_and_throughput(tiny, fixtures, tmp_pa
     out = tmp_path / "run"
     assert main(_args(tiny, g, m, out)) == 0
     res = json.loads((out / "results.json").read_text())
-    assert list(res["scores"]) == ["gsm8k", "mmlu"] and list(res["averages"]) == ["M-Avg", "G-Avg", "Avg"]
-    assert res["settings"]["n"] == 1 and res["settings"]["temperature"] == 0.6 and res["settings"]["top_p"] == 0.95
+    assert list(res["scores"]) == ["gsm8k", "mmlu"] and list(res["averages"]) == [
+        "M-Avg",
+        "G-Avg",
+        "Avg",
+    ]
+    assert (
+        res["settings"]["n"] == 1
+        and res["settings"]["temperature"] == 0.6
+        and res["settings"]["top_p"] == 0.95
+    )
     assert res["datasets"]["gsm8k"]["questions"] == 3 and res["datasets"]["mmlu"]["samples"] == 3
     rows = [json.loads(x) for x in (out / "samples" / "gsm8k.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and rows[0]["prompt"].endswith("within \\boxed{}.")
@@ -63,7 +101,9 @@ def test_eval_writes_results_samples_chart_and_throughput(tiny, fixtures, tmp_pa
     out2 = tmp_path / "run2"
     assert main(_args(tiny, g, m, out2, "--seed", "1")) == 0
     cmp_dir = tmp_path / "cmp"
-    assert main(["compare", str(out), str(out2), "--names", "base,seed1", "--out", str(cmp_dir)]) == 0
+    assert (
+        main(["compare", str(out), str(out2), "--names", "base,seed1", "--out", str(cmp_dir)]) == 0
+    )
     c = json.loads((cmp_dir / "compare.json").read_text())
     assert c["baseline"] == "base" and set(c["deltas"]) == {"seed1"}
     assert "| Δ vs base |" in (cmp_dir / "compare.md").read_text()
@@ -79,5 +119,7 @@ def test_missing_dataset_fails_before_loading_the_model(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="NAME=SOURCE"):
         main(["--datasets", "gsm8k", "--source", "gsm8k", "--model", "smollm2"])
     assert main([]) == 2
-    with pytest.raises(FileNotFoundError, match="a does not exist: pass `clipo-megatron eval` output dirs"):
+    with pytest.raises(
+        FileNotFoundError, match="a does not exist: pass `clipo-megatron eval` output dirs"
+    ):
         main(["compare", str(tmp_path / "a"), str(tmp_path / "b")])

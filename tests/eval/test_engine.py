@@ -30,8 +30,13 @@ class FakeGen:
         if self.fail_after is not None and len(self.calls) >= self.fail_after:
             raise KeyboardInterrupt  # the user pressed Ctrl-C
         self.calls.append((tuple(prompts), seed))
-        return [[f"so \\boxed{{{GT[p]}}}" if zlib.crc32(f"{p}{seed}{s}".encode()) % 2 == 0 else "hmm"
-                 for s in range(n)] for p in prompts]
+        return [
+            [
+                f"so \\boxed{{{GT[p]}}}" if zlib.crc32(f"{p}{seed}{s}".encode()) % 2 == 0 else "hmm"
+                for s in range(n)
+            ]
+            for p in prompts
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +46,12 @@ def pool():
 
 
 def _expected(gen_calls, n):
-    right = sum(zlib.crc32(f"{p}{seed}{s}".encode()) % 2 == 0 for ps, seed in gen_calls for p in ps for s in range(n))
+    right = sum(
+        zlib.crc32(f"{p}{seed}{s}".encode()) % 2 == 0
+        for ps, seed in gen_calls
+        for p in ps
+        for s in range(n)
+    )
     return right
 
 
@@ -51,7 +61,13 @@ def test_records_scores_and_throughput(tmp_path, pool):
     res = evaluate(gen, RECS, s, tmp_path, pool=pool, progress=False)
     assert len(gen.calls) == 3 + 2  # ceil(5/2) + ceil(3/2) chunks
     rows = [json.loads(x) for x in (tmp_path / "samples" / "gsm8k.jsonl").read_text().splitlines()]
-    assert len(rows) == 10 and set(rows[0]) >= {"prompt", "response", "extracted", "verdict", "ground_truth"}
+    assert len(rows) == 10 and set(rows[0]) >= {
+        "prompt",
+        "response",
+        "extracted",
+        "verdict",
+        "ground_truth",
+    }
     for r in rows:  # the verdict is the fake's coin, the extracted answer its box
         assert r["verdict"] == (1.0 if r["response"].startswith("so") else 0.0)
         assert r["extracted"] == (r["ground_truth"] if r["verdict"] else None)
@@ -60,7 +76,9 @@ def test_records_scores_and_throughput(tmp_path, pool):
     assert res["datasets"]["gsm8k"]["no_answer"] == 10 - right
     m = [json.loads(x) for x in (tmp_path / "samples" / "mmlu.jsonl").read_text().splitlines()]
     assert all(r["extracted"] == (r["ground_truth"] if r["verdict"] else None) for r in m)
-    assert res["averages"]["Avg"] == pytest.approx((res["scores"]["gsm8k"] + res["scores"]["mmlu"]) / 2)
+    assert res["averages"]["Avg"] == pytest.approx(
+        (res["scores"]["gsm8k"] + res["scores"]["mmlu"]) / 2
+    )
     assert res["throughput"]["new_samples"] == 16 and res["throughput"]["samples_per_s"] > 0
 
 
@@ -69,13 +87,19 @@ def test_resume_after_interrupt_matches_an_uninterrupted_run(tmp_path, pool):
     ref = evaluate(FakeGen(), RECS, s, tmp_path / "ref", pool=pool, progress=False)
     with pytest.raises(KeyboardInterrupt):
         evaluate(FakeGen(fail_after=2), RECS, s, tmp_path / "x", pool=pool, progress=False)
-    assert len((tmp_path / "x" / "samples" / "gsm8k.jsonl").read_text().splitlines()) == 8  # 2 chunks x 2 q x n
+    assert (
+        len((tmp_path / "x" / "samples" / "gsm8k.jsonl").read_text().splitlines()) == 8
+    )  # 2 chunks x 2 q x n
     # A kill mid-write leaves a torn line: it is dropped and that sample redone.
     with (tmp_path / "x" / "samples" / "gsm8k.jsonl").open("a") as f:
         f.write('{"dataset": "gsm8k", "ind')
     gen = FakeGen()
     res = evaluate(gen, RECS, s, tmp_path / "x", pool=pool, progress=False)
-    assert [len(p) for p, _ in gen.calls] == [1, 2, 1]  # only the rest: gsm8k chunk 3, both mmlu chunks
+    assert [len(p) for p, _ in gen.calls] == [
+        1,
+        2,
+        1,
+    ]  # only the rest: gsm8k chunk 3, both mmlu chunks
     assert res["scores"] == ref["scores"] and res["throughput"]["new_samples"] == 2 + 6
     a = sorted((tmp_path / "ref" / "samples" / "gsm8k.jsonl").read_text().splitlines())
     b = sorted((tmp_path / "x" / "samples" / "gsm8k.jsonl").read_text().splitlines())

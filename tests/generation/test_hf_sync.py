@@ -28,9 +28,17 @@ def _logits_mg(mg, ids):
 
 
 def test_sync_from_megatron_moves_generator_to_policy_weights(mcore_single_process):
-    cfg = transformers.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                   tie_word_embeddings=True, rms_norm_eps=1e-5)
+    cfg = transformers.LlamaConfig(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+    )
     torch.manual_seed(0)
     hf = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
     arch = arch_from_hf_config(hf.config)

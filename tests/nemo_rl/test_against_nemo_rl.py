@@ -16,7 +16,9 @@ from clipo_megatron.nemo_rl.losses import policy_loss_config
 from clipo_megatron.nemo_rl.rewards import GroupNormalizedEstimator
 
 pytestmark = pytest.mark.nemo_rl
-nemo_rl = pytest.importorskip("nemo_rl", reason="NeMo-RL not installed: see docs/nemo_rl.md (Install)")
+nemo_rl = pytest.importorskip(
+    "nemo_rl", reason="NeMo-RL not installed: see docs/nemo_rl.md (Install)"
+)
 
 
 def _data(seed=0, b=6, s=9):
@@ -27,10 +29,16 @@ def _data(seed=0, b=6, s=9):
     adv = torch.randn(b, generator=gen)
     tm = torch.zeros(b, s)
     for i in range(b):
-        tm[i, 2 + i % 3: s - i % 2] = 1
-    data = {"token_mask": tm, "sample_mask": torch.ones(b), "prev_logprobs": prev, "generation_logprobs": prev,
-            "reference_policy_logprobs": ref, "advantages": adv.unsqueeze(1).expand(b, s).clone(),
-            "input_ids": torch.zeros(b, s, dtype=torch.long)}
+        tm[i, 2 + i % 3 : s - i % 2] = 1
+    data = {
+        "token_mask": tm,
+        "sample_mask": torch.ones(b),
+        "prev_logprobs": prev,
+        "generation_logprobs": prev,
+        "reference_policy_logprobs": ref,
+        "advantages": adv.unsqueeze(1).expand(b, s).clone(),
+        "input_ids": torch.zeros(b, s, dtype=torch.long),
+    }
     return lp, data, adv
 
 
@@ -43,11 +51,21 @@ def test_clipped_pg_matches_core_objective(objective):
     fn = ClippedPGLossFn(ClippedPGLossConfig(**cfg))
     lp, data, adv = _data()
     mask = data["token_mask"][:, 1:]
-    loss, _ = fn(lp[:, 1:], BatchedDataDict(data), global_valid_seqs=torch.tensor(6.0),
-                 global_valid_toks=mask.sum())
-    ours, _ = policy_objective_loss(lp[:, 1:], data["prev_logprobs"][:, 1:], adv, mask, objective=objective,
-                                    ref_logprobs=data["reference_policy_logprobs"][:, 1:],
-                                    kl_coef=cfg["reference_policy_kl_penalty"])
+    loss, _ = fn(
+        lp[:, 1:],
+        BatchedDataDict(data),
+        global_valid_seqs=torch.tensor(6.0),
+        global_valid_toks=mask.sum(),
+    )
+    ours, _ = policy_objective_loss(
+        lp[:, 1:],
+        data["prev_logprobs"][:, 1:],
+        adv,
+        mask,
+        objective=objective,
+        ref_logprobs=data["reference_policy_logprobs"][:, 1:],
+        kl_coef=cfg["reference_policy_kl_penalty"],
+    )
     assert abs(float(loss) - float(ours)) < 1e-5, (float(loss), float(ours))
 
 
@@ -57,11 +75,16 @@ def test_group_estimator_matches_nemo_rl(loo):
 
     gen = torch.Generator().manual_seed(2)
     prompts = torch.randint(0, 4, (40, 1), generator=gen).expand(40, 3).clone()
-    rewards = torch.randint(0, 2, (40,), generator=gen).float() + torch.rand(40, generator=gen) * 0.3
+    rewards = (
+        torch.randint(0, 2, (40,), generator=gen).float() + torch.rand(40, generator=gen) * 0.3
+    )
     mask = torch.ones(40, 5)
-    theirs = GRPOAdvantageEstimator(AdvEstimatorConfig(use_leave_one_out_baseline=loo), None).compute_advantage(
-        prompt_ids=prompts, rewards=rewards.clone(), mask=mask)
-    ours = GroupNormalizedEstimator(use_leave_one_out_baseline=loo).compute_advantage(prompts, rewards, mask)
+    theirs = GRPOAdvantageEstimator(
+        AdvEstimatorConfig(use_leave_one_out_baseline=loo), None
+    ).compute_advantage(prompt_ids=prompts, rewards=rewards.clone(), mask=mask)
+    ours = GroupNormalizedEstimator(use_leave_one_out_baseline=loo).compute_advantage(
+        prompts, rewards, mask
+    )
     torch.testing.assert_close(ours, theirs.float(), rtol=1e-5, atol=1e-5)
 
 

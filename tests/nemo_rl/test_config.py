@@ -14,7 +14,11 @@ from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, load_recipe, valida
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "configs"
-RECIPES = sorted(p for p in CONFIGS.rglob("*.yaml") if p.name != "cpu_demo.yaml" and p.parent.name != "objectives")
+RECIPES = sorted(
+    p
+    for p in CONFIGS.rglob("*.yaml")
+    if p.name != "cpu_demo.yaml" and p.parent.name != "objectives"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +40,10 @@ def test_track_settings_match_the_paper():
     t1 = load_recipe(CONFIGS / "track1_qwen3b.yaml")
     c1 = validate_master_config(t1)
     assert t1["policy"]["model_name"] == "Qwen/Qwen2.5-3B-Instruct"
-    assert (t1["grpo"]["num_prompts_per_step"], t1["grpo"]["num_generations_per_prompt"]) == (512, 16)
+    assert (t1["grpo"]["num_prompts_per_step"], t1["grpo"]["num_generations_per_prompt"]) == (
+        512,
+        16,
+    )
     assert t1["policy"]["generation"]["max_new_tokens"] == 2048
     assert t1["policy"]["max_total_sequence_length"] == 512 + 2048
     assert (c1.method.embed_dim, c1.method.warmup_steps, c1.method.max_group_size) == (512, 14, 16)
@@ -45,17 +52,33 @@ def test_track_settings_match_the_paper():
     t2 = load_recipe(CONFIGS / "track2_qwen7b.yaml")
     c2 = validate_master_config(t2)
     assert t2["policy"]["model_name"] == "Qwen/Qwen2.5-7B-Instruct"
-    assert (t2["grpo"]["num_prompts_per_step"], t2["policy"]["generation"]["max_new_tokens"]) == (128, 4096)
+    assert (t2["grpo"]["num_prompts_per_step"], t2["policy"]["generation"]["max_new_tokens"]) == (
+        128,
+        4096,
+    )
     assert (c2.method.embed_dim, c2.method.warmup_steps) == (2048, 58)
     assert t2["data"]["train"]["data_path"].endswith("train/math75.parquet")
 
 
-@pytest.mark.parametrize("objective,expect", [
-    ("dapo", {"ratio_clip_min": 0.2, "ratio_clip_max": 0.28, "reference_policy_kl_penalty": 0.0}),
-    ("gspo", {"ratio_clip_min": 3e-4, "ratio_clip_max": 4e-4, "sequence_level_importance_ratios": True,
-              "token_level_loss": False}),
-    ("gmpo", {"ratio_clip_min": 0.4, "ratio_clip_max": 0.4, "token_level_loss": True}),
-])
+@pytest.mark.parametrize(
+    "objective,expect",
+    [
+        (
+            "dapo",
+            {"ratio_clip_min": 0.2, "ratio_clip_max": 0.28, "reference_policy_kl_penalty": 0.0},
+        ),
+        (
+            "gspo",
+            {
+                "ratio_clip_min": 3e-4,
+                "ratio_clip_max": 4e-4,
+                "sequence_level_importance_ratios": True,
+                "token_level_loss": False,
+            },
+        ),
+        ("gmpo", {"ratio_clip_min": 0.4, "ratio_clip_max": 0.4, "token_level_loss": True}),
+    ],
+)
 def test_objective_variants(objective, expect):
     from clipo_megatron.nemo_rl.losses import policy_loss_config
 
@@ -65,23 +88,35 @@ def test_objective_variants(objective, expect):
         assert cfg["loss_fn"][k] == v, k
         assert policy_loss_config(objective)[k] == v, k
     assert cfg["grpo"]["use_dynamic_sampling"] is (objective == "dapo")
-    assert cfg["policy"]["model_name"] == "Qwen/Qwen2.5-3B-Instruct"  # the track survives the mix-in
+    assert (
+        cfg["policy"]["model_name"] == "Qwen/Qwen2.5-3B-Instruct"
+    )  # the track survives the mix-in
 
 
 def test_scaling_recipes_shard_the_head():
     cfg = load_recipe(CONFIGS / "scaling" / "qwen32b_tp8_pp2.yaml")
     clipo = validate_master_config(cfg)
     m = cfg["policy"]["megatron_cfg"]
-    assert (m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"], m["context_parallel_size"]) == (8, 2, 2)
+    assert (
+        m["tensor_model_parallel_size"],
+        m["pipeline_model_parallel_size"],
+        m["context_parallel_size"],
+    ) == (8, 2, 2)
     assert clipo.head_tensor_parallel and clipo.method.embed_dim % 8 == 0
     assert cfg["policy"]["make_sequence_length_divisible_by"] == 8
-    assert load_recipe(CONFIGS / "scaling" / "llama70b_tp8_pp4.yaml")["policy"]["megatron_cfg"][
-        "pipeline_model_parallel_size"] == 4
+    assert (
+        load_recipe(CONFIGS / "scaling" / "llama70b_tp8_pp4.yaml")["policy"]["megatron_cfg"][
+            "pipeline_model_parallel_size"
+        ]
+        == 4
+    )
 
 
 def test_overrides():
-    cfg = load_recipe(CONFIGS / "track1_qwen3b.yaml", ["clipo.method.temperature=0.02", "grpo.max_num_steps=20",
-                                                        "+clipo.method.extra={a: 1}"])
+    cfg = load_recipe(
+        CONFIGS / "track1_qwen3b.yaml",
+        ["clipo.method.temperature=0.02", "grpo.max_num_steps=20", "+clipo.method.extra={a: 1}"],
+    )
     assert cfg["clipo"]["method"]["temperature"] == 0.02 and cfg["grpo"]["max_num_steps"] == 20
     with pytest.raises(ValueError, match=r"not in the recipe; write \+"):
         load_recipe(CONFIGS / "track1_qwen3b.yaml", ["clipo.method.temprature=0.02"])
@@ -102,7 +137,9 @@ def test_defaults_cycle_and_missing(tmp_path):
 def test_nemo_rl_parent_merged_when_root_given(tmp_path, monkeypatch):
     base = tmp_path / "examples" / "configs"
     base.mkdir(parents=True)
-    (base / "grpo_math_1B_megatron.yaml").write_text("from_nemo_rl: 7\npolicy:\n  model_name: base\n")
+    (base / "grpo_math_1B_megatron.yaml").write_text(
+        "from_nemo_rl: 7\npolicy:\n  model_name: base\n"
+    )
     monkeypatch.setenv("NEMO_RL_ROOT", str(tmp_path))
     cfg = load_recipe(CONFIGS / "track1_qwen3b.yaml")
     assert cfg["from_nemo_rl"] == 7 and cfg["policy"]["model_name"] == "Qwen/Qwen2.5-3B-Instruct"
@@ -112,25 +149,52 @@ def _base():
     return copy.deepcopy(load_recipe(CONFIGS / "track1_qwen3b.yaml"))
 
 
-@pytest.mark.parametrize("edit,match", [
-    (lambda c: c["policy"]["megatron_cfg"].update(enabled=False), "Megatron backend"),
-    (lambda c: c["policy"]["dtensor_cfg"].update(enabled=True), "both true"),
-    (lambda c: (c["policy"]["megatron_cfg"].update(context_parallel_size=2),
-                c["policy"]["sequence_packing"].update(enabled=False)), "sequence_packing"),
-    (lambda c: (c["policy"]["megatron_cfg"].update(tensor_model_parallel_size=3),
-                c["clipo"].update(head_tensor_parallel=True)), "not divisible by tensor_model_parallel_size=3"),
-    (lambda c: c["grpo"].update(num_generations_per_prompt=2), ">= 3 generations"),
-    (lambda c: c["policy"].update(train_global_batch_size=3000), "multiple of policy.train_global_batch_size"),
-    (lambda c: c["grpo"].update(max_num_steps=10), "never be updated"),
-    (lambda c: c["grpo"]["adv_estimator"].update(name="gdpo"), "adv_estimator.name=grpo"),
-    (lambda c: c["clipo"].update(objective="gspo"), "sequence_level_importance_ratios=true"),
-    (lambda c: c["loss_fn"].update(sequence_level_importance_ratios=True, token_level_loss=False), "GSPO's ratio"),
-    (lambda c: c["clipo"].update(objective="dapo"), "use_dynamic_sampling=true"),
-    (lambda c: (c["clipo"].update(objective="dapo"), c["grpo"].update(use_dynamic_sampling=True)), "asymmetric"),
-    (lambda c: c["clipo"].update(objectve="dapo"), "unknown clipo"),
-    (lambda c: c["clipo"]["method"].update(temperature=0), "temperature"),
-    (lambda c: c["clipo"].update(objective="ppo"), "objective"),
-])
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        (lambda c: c["policy"]["megatron_cfg"].update(enabled=False), "Megatron backend"),
+        (lambda c: c["policy"]["dtensor_cfg"].update(enabled=True), "both true"),
+        (
+            lambda c: (
+                c["policy"]["megatron_cfg"].update(context_parallel_size=2),
+                c["policy"]["sequence_packing"].update(enabled=False),
+            ),
+            "sequence_packing",
+        ),
+        (
+            lambda c: (
+                c["policy"]["megatron_cfg"].update(tensor_model_parallel_size=3),
+                c["clipo"].update(head_tensor_parallel=True),
+            ),
+            "not divisible by tensor_model_parallel_size=3",
+        ),
+        (lambda c: c["grpo"].update(num_generations_per_prompt=2), ">= 3 generations"),
+        (
+            lambda c: c["policy"].update(train_global_batch_size=3000),
+            "multiple of policy.train_global_batch_size",
+        ),
+        (lambda c: c["grpo"].update(max_num_steps=10), "never be updated"),
+        (lambda c: c["grpo"]["adv_estimator"].update(name="gdpo"), "adv_estimator.name=grpo"),
+        (lambda c: c["clipo"].update(objective="gspo"), "sequence_level_importance_ratios=true"),
+        (
+            lambda c: c["loss_fn"].update(
+                sequence_level_importance_ratios=True, token_level_loss=False
+            ),
+            "GSPO's ratio",
+        ),
+        (lambda c: c["clipo"].update(objective="dapo"), "use_dynamic_sampling=true"),
+        (
+            lambda c: (
+                c["clipo"].update(objective="dapo"),
+                c["grpo"].update(use_dynamic_sampling=True),
+            ),
+            "asymmetric",
+        ),
+        (lambda c: c["clipo"].update(objectve="dapo"), "unknown clipo"),
+        (lambda c: c["clipo"]["method"].update(temperature=0), "temperature"),
+        (lambda c: c["clipo"].update(objective="ppo"), "objective"),
+    ],
+)
 def test_validation_errors(edit, match):
     cfg = _base()
     edit(cfg)
@@ -144,8 +208,20 @@ def test_typed_block_roundtrip():
 
 
 def test_cli_validate_only_prints_config():
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / "run_grpo_clipo.py"), "--config",
-                          str(CONFIGS / "track2_qwen7b_gmpo.yaml"), "--validate-only", "grpo.max_num_steps=100"],
-                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "run_grpo_clipo.py"),
+            "--config",
+            str(CONFIGS / "track2_qwen7b_gmpo.yaml"),
+            "--validate-only",
+            "grpo.max_num_steps=100",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     assert '"objective": "gmpo"' in out.stdout and '"max_num_steps": 100' in out.stdout

@@ -32,16 +32,21 @@ class _Tok:
 
 def test_prompts_follow_the_paper():
     assert build_prompt("What is 2+2?", "gsm8k") == "What is 2+2?\n" + MATH_INSTRUCTION
-    assert build_prompt("Q\n" + MATH_INSTRUCTION, "math") == "Q\n" + MATH_INSTRUCTION  # no double suffix
-    assert "(eg, A, B, C, D)" in instruction_for("mmlu") and "(eg, A, B, C, D, E)" in instruction_for(
-        "commonsenseqa")
+    assert (
+        build_prompt("Q\n" + MATH_INSTRUCTION, "math") == "Q\n" + MATH_INSTRUCTION
+    )  # no double suffix
+    assert "(eg, A, B, C, D)" in instruction_for(
+        "mmlu"
+    ) and "(eg, A, B, C, D, E)" in instruction_for("commonsenseqa")
     with pytest.raises(ValueError, match="unknown dataset"):
         instruction_for("imagenet")
 
 
 def test_processor_nemo_rl_layout_and_truncation():
-    d = {"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}],
-         "task_name": "math"}
+    d = {
+        "messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}],
+        "task_name": "math",
+    }
     out = PROCESSORS["clipo_gsm8k"](d, None, _Tok(), 1000, 3)
     assert out["message_log"][0]["content"] == "<u>1+1?\n" + MATH_INSTRUCTION + "<a>"
     assert out["length"] == len(out["message_log"][0]["content"]) and out["loss_multiplier"] == 1.0
@@ -50,7 +55,9 @@ def test_processor_nemo_rl_layout_and_truncation():
     assert short["loss_multiplier"] == 0.0 and short["message_log"][0]["token_ids"].numel() == 4
 
 
-@pytest.mark.skipif(not DATA.exists(), reason="the paper's parquet files are not at ../shared/data/clipo")
+@pytest.mark.skipif(
+    not DATA.exists(), reason="the paper's parquet files are not at ../shared/data/clipo"
+)
 def test_processor_on_the_authors_parquet():
     import pandas as pd
 
@@ -60,7 +67,9 @@ def test_processor_on_the_authors_parquet():
     assert out["extra_env_info"]["ground_truth"] == str(gsm["reward_model"]["ground_truth"])
     math_row = pd.read_parquet(DATA / "train" / "math75.parquet").iloc[0].to_dict()
     gt = PROCESSORS["clipo_math"](math_row, None, _Tok(), 4096, 0)["extra_env_info"]["ground_truth"]
-    assert "\\boxed" not in gt and len(gt) < len(math_row["reward_model"]["ground_truth"])  # last box only
+    assert "\\boxed" not in gt and len(gt) < len(
+        math_row["reward_model"]["ground_truth"]
+    )  # last box only
     mmlu = pd.read_parquet(DATA / "test" / "mmlu2k.parquet").iloc[0].to_dict()
     out = PROCESSORS["clipo_mmlu"](mmlu, None, _Tok(), 8192, 0)
     assert out["extra_env_info"]["clipo_kind"] == "mmlu"
@@ -69,8 +78,18 @@ def test_processor_on_the_authors_parquet():
 @pytest.mark.runner
 def test_rewards_math_verify_and_letters():
     pytest.importorskip("math_verify")
-    r = score_batch(["so \\boxed{\\frac{1}{2}}", "\\boxed{0.5}", "\\boxed{3}", "no box", "\\boxed{B}", "\\boxed{(c)}"],
-                    ["1/2", "\\frac12", "4", "4", "B", "D"], ["math", "math", "math", "math", "mmlu", "mmlu"])
+    r = score_batch(
+        [
+            "so \\boxed{\\frac{1}{2}}",
+            "\\boxed{0.5}",
+            "\\boxed{3}",
+            "no box",
+            "\\boxed{B}",
+            "\\boxed{(c)}",
+        ],
+        ["1/2", "\\frac12", "4", "4", "B", "D"],
+        ["math", "math", "math", "math", "mmlu", "mmlu"],
+    )
     assert r == [1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
     with pytest.raises(ValueError, match="ground truths"):
         score_batch(["a"], [])

@@ -36,7 +36,11 @@ def _head_batch(seed=0):
     groups = torch.tensor([0, 1, 0, 2, 1, 0, 2, 1, 0, 2, 2])
     correct = torch.tensor([1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 0])
     emb = l2_normalize(torch.randn(11, 8, generator=gen, dtype=torch.float64)).requires_grad_(True)
-    return emb, {"clipo_correct": correct, "clipo_group_ids": groups, "clipo_sample_ids": torch.arange(11)}
+    return emb, {
+        "clipo_correct": correct,
+        "clipo_group_ids": groups,
+        "clipo_sample_ids": torch.arange(11),
+    }
 
 
 def test_head_loss_protocol_and_dp_shares_add_up():
@@ -47,9 +51,18 @@ def test_head_loss_protocol_and_dp_shares_add_up():
     emb, data = _head_batch()
     n_anchor = ContrastiveHeadLossFn.count_anchors(data, cfg)
     full, m = fn(emb, data, n_anchor, None, step=3)
-    ref = group_contrastive_loss(emb, data["clipo_correct"], data["clipo_group_ids"], cfg, step=3,
-                                 sample_ids=data["clipo_sample_ids"])
-    assert abs(float(full.detach()) - float(ref.loss.detach())) < 1e-12 and m["clipo_num_anchors"] == ref.num_anchors == 7
+    ref = group_contrastive_loss(
+        emb,
+        data["clipo_correct"],
+        data["clipo_group_ids"],
+        cfg,
+        step=3,
+        sample_ids=data["clipo_sample_ids"],
+    )
+    assert (
+        abs(float(full.detach()) - float(ref.loss.detach())) < 1e-12
+        and m["clipo_num_anchors"] == ref.num_anchors == 7
+    )
     g_full = torch.autograd.grad(full, emb)[0]
     # two DP shards (rows interleaved), each with the gathered embeddings and its own local mask
     total, g_sum = 0.0, torch.zeros_like(emb)
@@ -73,11 +86,16 @@ def _pg_data(seed=0, b=6, s=9):
     adv = torch.randn(b, generator=gen, dtype=torch.float64)
     token_mask = torch.zeros(b, s)
     for i in range(b):
-        token_mask[i, 2 + i % 3: s - i % 2] = 1  # prompt of 2-4 tokens, ragged ends
+        token_mask[i, 2 + i % 3 : s - i % 2] = 1  # prompt of 2-4 tokens, ragged ends
     sample_mask = torch.ones(b)
     sample_mask[4] = 0  # a filtered sample
-    data = {"token_mask": token_mask, "sample_mask": sample_mask, "prev_logprobs": prev,
-            "reference_policy_logprobs": ref, "advantages": adv.unsqueeze(1).expand(b, s).clone()}
+    data = {
+        "token_mask": token_mask,
+        "sample_mask": sample_mask,
+        "prev_logprobs": prev,
+        "reference_policy_logprobs": ref,
+        "advantages": adv.unsqueeze(1).expand(b, s).clone(),
+    }
     return lp, data, adv
 
 
@@ -88,19 +106,34 @@ def test_gmpo_protocol_matches_core_and_microbatches_add_up():
     mask = (data["token_mask"] * data["sample_mask"].unsqueeze(1))[:, 1:]
     n_tok, n_seq = mask.sum(), (mask.sum(1) > 0).sum()
     full, m = fn(lp[:, 1:], data, n_seq, n_tok)
-    ref, _ = policy_objective_loss(lp[:, 1:], data["prev_logprobs"][:, 1:], adv * (mask.sum(1) > 0), mask,
-                                   objective="gmpo", ref_logprobs=data["reference_policy_logprobs"][:, 1:],
-                                   kl_coef=0.01)
-    assert abs(float(full) - float(ref)) < 1e-6 and m["num_valid_samples"] == 5  # fp32 inside, as NeMo-RL
-    parts = [fn(lp[sl, 1:], {k: v[sl] for k, v in data.items()}, n_seq, n_tok)[0]
-             for sl in (slice(0, 2), slice(2, 5), slice(5, 6))]
+    ref, _ = policy_objective_loss(
+        lp[:, 1:],
+        data["prev_logprobs"][:, 1:],
+        adv * (mask.sum(1) > 0),
+        mask,
+        objective="gmpo",
+        ref_logprobs=data["reference_policy_logprobs"][:, 1:],
+        kl_coef=0.01,
+    )
+    assert (
+        abs(float(full) - float(ref)) < 1e-6 and m["num_valid_samples"] == 5
+    )  # fp32 inside, as NeMo-RL
+    parts = [
+        fn(lp[sl, 1:], {k: v[sl] for k, v in data.items()}, n_seq, n_tok)[0]
+        for sl in (slice(0, 2), slice(2, 5), slice(5, 6))
+    ]
     assert abs(float(sum(parts)) - float(full)) < 1e-6
     # hand value: one sequence, log-ratios [0.5, -0.1] on its 2 response tokens, A = -1 (eps 0.4):
     # sgn = -1 -> max(0.5, 0.4) = 0.5, max(-0.1, -0.1) = -0.1 -> mean 0.2 -> loss = +exp(0.2) = 1.221403
-    one = {"token_mask": torch.tensor([[0.0, 1, 1]]), "sample_mask": torch.ones(1),
-           "prev_logprobs": torch.zeros(1, 3, dtype=torch.float64), "advantages": -torch.ones(1, 3)}
-    loss, _ = GMPOLossFn()(torch.tensor([[0.5, -0.1]], dtype=torch.float64), one, torch.tensor(1.0),
-                           torch.tensor(2.0))
+    one = {
+        "token_mask": torch.tensor([[0.0, 1, 1]]),
+        "sample_mask": torch.ones(1),
+        "prev_logprobs": torch.zeros(1, 3, dtype=torch.float64),
+        "advantages": -torch.ones(1, 3),
+    }
+    loss, _ = GMPOLossFn()(
+        torch.tensor([[0.5, -0.1]], dtype=torch.float64), one, torch.tensor(1.0), torch.tensor(2.0)
+    )
     assert abs(float(loss) - math.exp(0.2)) < 1e-6
 
 

@@ -22,7 +22,9 @@ from clipo_megatron.nemo_rl.rewards import (
 )
 
 # Rows in train_data order; prompts A = [5, 6, 0], B = [7, 0, 0], C = [5, 6, 1] (right-padded).
-PROMPTS = torch.tensor([[5, 6, 0], [7, 0, 0], [5, 6, 0], [5, 6, 1], [5, 6, 0], [7, 0, 0], [5, 6, 0]])
+PROMPTS = torch.tensor(
+    [[5, 6, 0], [7, 0, 0], [5, 6, 0], [5, 6, 1], [5, 6, 0], [7, 0, 0], [5, 6, 0]]
+)
 REWARDS = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])
 # A head step's contrastive rewards: anchors = correct rows of the valid group A (rows 0, 2, 6).
 R_CL = torch.tensor([-0.3, 0.0, -0.1, 0.0, 0.0, 0.0, -0.5])
@@ -38,8 +40,13 @@ def _estimator(r_cl=R_CL, *, loo=False, enabled=True, warmup=0):
     cfg = ClipoNemoRLConfig.from_dict({"enabled": enabled, "method": {"warmup_steps": warmup}})
     state = ClipoRunState(warmup_steps=warmup)
     logged = []
-    est = ClipoAdvantageEstimator(GroupNormalizedEstimator(use_leave_one_out_baseline=loo), head_step, cfg, state,
-                                  metrics_sink=lambda m, s: logged.append((s, m)))
+    est = ClipoAdvantageEstimator(
+        GroupNormalizedEstimator(use_leave_one_out_baseline=loo),
+        head_step,
+        cfg,
+        state,
+        metrics_sink=lambda m, s: logged.append((s, m)),
+    )
     return est, calls, state, logged
 
 
@@ -83,8 +90,9 @@ def test_leave_one_out_variant_and_disabled():
     off, calls, state, _ = _estimator(enabled=False)
     plain = off.compute_advantage(prompt_ids=PROMPTS, rewards=REWARDS, mask=torch.ones(7, 1))
     assert not calls and state.step == 0
-    ref = GroupNormalizedEstimator(use_leave_one_out_baseline=False).compute_advantage(PROMPTS, REWARDS,
-                                                                                       torch.ones(7, 1))
+    ref = GroupNormalizedEstimator(use_leave_one_out_baseline=False).compute_advantage(
+        PROMPTS, REWARDS, torch.ones(7, 1)
+    )
     assert torch.equal(plain, ref)
 
 
@@ -92,10 +100,15 @@ def test_dynamic_sampling_filtered_batch():
     # DAPO: NeMo-RL drops groups with equal rewards *before* the logprob pass; the estimator then sees only
     # the kept rows (C, alone, is dropped; A and B kept), and r' / advantages equal the unfiltered ones there.
     ds = dynamic_sampling_filter(REWARDS, group_ids_from_prompts(PROMPTS))
-    assert ds.keep.tolist() == [True, True, True, False, True, True, True] and ds.num_dropped_groups == 1
+    assert (
+        ds.keep.tolist() == [True, True, True, False, True, True, True]
+        and ds.num_dropped_groups == 1
+    )
     keep = ds.keep
     est_f, calls, _, _ = _estimator(R_CL[keep])
-    adv_f = est_f.compute_advantage(prompt_ids=PROMPTS[keep], rewards=REWARDS[keep], mask=torch.ones(6, 1))
+    adv_f = est_f.compute_advantage(
+        prompt_ids=PROMPTS[keep], rewards=REWARDS[keep], mask=torch.ones(6, 1)
+    )
     est, _, _, _ = _estimator()
     adv = est.compute_advantage(prompt_ids=PROMPTS, rewards=REWARDS, mask=torch.ones(7, 1))
     torch.testing.assert_close(adv_f[:, 0], adv[keep, 0], rtol=0, atol=0)
@@ -104,9 +117,15 @@ def test_dynamic_sampling_filtered_batch():
 
 def test_unshaped_reward_picks_positives():
     est, calls, _, _ = _estimator()
-    shaped = REWARDS * 0.5 + 0.25  # e.g. NeMo-RL reward scaling: positives must come from the raw reward
-    est.compute_advantage(prompt_ids=PROMPTS, rewards=shaped, mask=torch.ones(7, 1),
-                          repeated_batch={"unshaped_total_reward": REWARDS})
+    shaped = (
+        REWARDS * 0.5 + 0.25
+    )  # e.g. NeMo-RL reward scaling: positives must come from the raw reward
+    est.compute_advantage(
+        prompt_ids=PROMPTS,
+        rewards=shaped,
+        mask=torch.ones(7, 1),
+        repeated_batch={"unshaped_total_reward": REWARDS},
+    )
     assert calls[0][0].tolist() == (REWARDS >= 0.5).tolist()
     assert correct_from_rewards(torch.tensor([0.49, 0.5, 1.0]), 0.5).tolist() == [False, True, True]
 

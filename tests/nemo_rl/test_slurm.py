@@ -22,15 +22,34 @@ def test_bash_n(script):
 
 def _run(script, env, cwd):
     base = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
-    return subprocess.run(["bash", str(ROOT / script)], env={**base, **env}, cwd=cwd, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        ["bash", str(ROOT / script)],
+        env={**base, **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-@pytest.mark.parametrize("script,nodes,recipe", [("slurm/track1_qwen3b.sh", 1, "track1_qwen3b.yaml"),
-                                                 ("slurm/track2_qwen7b.sh", 2, "track2_qwen7b.yaml")])
+@pytest.mark.parametrize(
+    "script,nodes,recipe",
+    [
+        ("slurm/track1_qwen3b.sh", 1, "track1_qwen3b.yaml"),
+        ("slurm/track2_qwen7b.sh", 2, "track2_qwen7b.yaml"),
+    ],
+)
 def test_dry_run_prints_commands_from_any_directory(script, nodes, recipe, tmp_path):
-    out = _run(script, {"DRY_RUN": "1", "CONTAINER": "nemo-rl.sqsh", "BASE_LOG_DIR": str(tmp_path),
-                        "OVERRIDES": "grpo.max_num_steps=3"}, cwd=tmp_path)  # not from a NeMo-RL checkout
+    out = _run(
+        script,
+        {
+            "DRY_RUN": "1",
+            "CONTAINER": "nemo-rl.sqsh",
+            "BASE_LOG_DIR": str(tmp_path),
+            "OVERRIDES": "grpo.max_num_steps=3",
+        },
+        cwd=tmp_path,
+    )  # not from a NeMo-RL checkout
     assert out.returncode == 0, out.stderr
     cmds = [ln[2:] for ln in out.stdout.splitlines() if ln.startswith("+ ")]
     srun = [c for c in cmds if c.startswith("srun")]
@@ -49,21 +68,39 @@ def test_fake_cluster_run_quotes_survive(tmp_path):
     # Not DRY_RUN: a fake srun / scontrol log their arguments; every `bash -c` payload must parse.
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    logdir = tmp_path / "srun-calls"  # one file per call: concurrent background sruns cannot interleave
+    logdir = (
+        tmp_path / "srun-calls"
+    )  # one file per call: concurrent background sruns cannot interleave
     logdir.mkdir()
-    (bindir / "srun").write_text(f'#!/bin/bash\nf=$(mktemp -p {logdir})\nprintf "%s\\0" "$@" > "$f.tmp"\n'
-                                 'mv "$f.tmp" "$f.call"\necho 10.0.0.1\n')
+    (bindir / "srun").write_text(
+        f'#!/bin/bash\nf=$(mktemp -p {logdir})\nprintf "%s\\0" "$@" > "$f.tmp"\n'
+        'mv "$f.tmp" "$f.call"\necho 10.0.0.1\n'
+    )
     (bindir / "scontrol").write_text("#!/bin/bash\necho n0; echo n1; echo n2\n")
     for f in bindir.iterdir():
         f.chmod(0o755)
-    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[0-2]",
-           "VENV": "/opt/venv", "BASE_LOG_DIR": str(tmp_path / "logs"), "RAY_HEAD_WAIT_S": "0",
-           "CLIPO_ROOT": str(ROOT)}
-    out = subprocess.run(["bash", str(ROOT / "slurm/track2_qwen7b.sh")], env=env, capture_output=True, text=True,
-                         timeout=60, cwd=tmp_path)
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NODELIST": "n[0-2]",
+        "VENV": "/opt/venv",
+        "BASE_LOG_DIR": str(tmp_path / "logs"),
+        "RAY_HEAD_WAIT_S": "0",
+        "CLIPO_ROOT": str(ROOT),
+    }
+    out = subprocess.run(
+        ["bash", str(ROOT / "slurm/track2_qwen7b.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
-    deadline = time.monotonic() + 60  # the Ray head / worker sruns run in the background: on a loaded CI box
-    while True:                       # they can take seconds to start, so wait for all of them
+    deadline = (
+        time.monotonic() + 60
+    )  # the Ray head / worker sruns run in the background: on a loaded CI box
+    while True:  # they can take seconds to start, so wait for all of them
         calls = [f.read_text().strip("\0").split("\0") for f in sorted(logdir.glob("*.call"))]
         payloads = [c[c.index("-c") + 1] for c in calls if "-c" in c]
         if len(payloads) >= 6 or time.monotonic() > deadline:

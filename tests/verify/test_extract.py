@@ -17,7 +17,10 @@ from clipo_megatron.verify.extract import all_boxed, last_boxed, normalize_text
         ("\\fbox{6} and \\boxed{5}", "5"),
         ("the answer is 18", None),  # no box
         ("\\boxed{18", None),  # unclosed box
-        ("\\boxed{1} then \\boxed{2", "1"),  # an unclosed last box does not hide a closed earlier one
+        (
+            "\\boxed{1} then \\boxed{2",
+            "1",
+        ),  # an unclosed last box does not hide a closed earlier one
         ("\\boxed{}", ""),
         ("\\boxed{\\text{Yes}}", "\\text{Yes}"),
         ("so $x = \\boxed 9$.", "9"),  # TeX's brace-less single token (two MATH train solutions)
@@ -34,8 +37,13 @@ def test_all_boxed_in_order():
 
 @pytest.mark.parametrize(
     "raw, expected",
-    [("\\text{True}", "true"), ("\\text{ Yes. }", "yes"), ("$18$", "18"), ("\\textbf{\\text{(c)}}", "(c)"),
-     ("42.", "42")],
+    [
+        ("\\text{True}", "true"),
+        ("\\text{ Yes. }", "yes"),
+        ("$18$", "18"),
+        ("\\textbf{\\text{(c)}}", "(c)"),
+        ("42.", "42"),
+    ],
 )
 def test_normalize_text(raw, expected):
     assert normalize_text(raw) == expected
@@ -43,9 +51,28 @@ def test_normalize_text(raw, expected):
 
 @pytest.mark.parametrize(
     "answer, letter",
-    [("B", "B"), ("(B)", "B"), ("B.", "B"), ("B)", "B"), ("b", "B"), ("\\text{B}", "B"), ("\\text{(C)}", "C"),
-     ("B. Paris", "B"), ("(D) mall", "D"), ("Option B", "B"), ("Answer: C", "C"), (" [E] ", "E"), ("T", "T"),
-     ("A or B", None), ("A, B", None), ("AB", None), ("A/B", None), ("Paris", None), ("", None), (None, None)],
+    [
+        ("B", "B"),
+        ("(B)", "B"),
+        ("B.", "B"),
+        ("B)", "B"),
+        ("b", "B"),
+        ("\\text{B}", "B"),
+        ("\\text{(C)}", "C"),
+        ("B. Paris", "B"),
+        ("(D) mall", "D"),
+        ("Option B", "B"),
+        ("Answer: C", "C"),
+        (" [E] ", "E"),
+        ("T", "T"),
+        ("A or B", None),
+        ("A, B", None),
+        ("AB", None),
+        ("A/B", None),
+        ("Paris", None),
+        ("", None),
+        (None, None),
+    ],
 )
 def test_extract_choice(answer, letter):
     assert extract_choice(answer) == letter
