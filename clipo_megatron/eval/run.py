@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from clipo_megatron.eval.suites import get_suite, suite_for
+from clipo_megatron.generation.factory import BACKENDS
 
 
 def _parse_sources(items: list[str]) -> dict[str, str]:
@@ -51,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--suite", help="track1 | track2")
     what.add_argument("--datasets", help="comma-separated dataset names (e.g. gsm8k,mmlu)")
     ap.add_argument("--model", help="smollm2 | HF model dir | clipo-megatron train output dir")
-    ap.add_argument("--backend", default="auto", choices=["auto", "hf", "vllm"])
+    ap.add_argument("--backend", default="auto", choices=BACKENDS)
     ap.add_argument(
         "--data-dir",
         help="dir in the authors' layout (test/gsm8k.parquet, ...); default $CLIPO_DATA_DIR",

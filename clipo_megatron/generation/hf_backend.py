@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from clipo_megatron.models.hf_convert import megatron_to_hf
+from clipo_megatron.models.hf_convert import load_hf_from_megatron
 
 
 @dataclass
@@ -24,16 +24,17 @@ class Rollouts:
     prompt_index: list[int]  # which prompt each rollout answers
 
 
+def chat_text(tokenizer, prompt: str | list[dict[str, str]]) -> str:
+    """A user string or a full message list, formatted with the model's chat template (every backend)."""
+    msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+
+
 class HFGenerator:
     def __init__(self, model, tokenizer, arch):
         self.model = model.eval()
         self.tok = tokenizer
         self.arch = arch
-
-    def chat_prompt(self, prompt: str | list[dict[str, str]]) -> str:
-        """A user string or a full message list, formatted with the model's chat template."""
-        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-        return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
 
     @torch.no_grad()
     def generate(
@@ -48,7 +49,7 @@ class HFGenerator:
     ) -> Rollouts:
         """n samples per prompt; `seed` makes the whole batch reproducible."""
         torch.manual_seed(seed)
-        chats = [self.chat_prompt(p) for p in prompts for _ in range(n)]
+        chats = [chat_text(self.tok, p) for p in prompts for _ in range(n)]
         enc = self.tok(chats, return_tensors="pt", padding=True, add_special_tokens=False)
         out = self.model.generate(
             **enc,
@@ -77,9 +78,4 @@ class HFGenerator:
 
     @torch.no_grad()
     def sync_from_megatron(self, megatron_state: dict) -> None:
-        state = megatron_to_hf(megatron_state, self.arch)
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        if unexpected or [k for k in missing if "rotary" not in k]:
-            raise ValueError(
-                f"weight sync mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}"
-            )
+        load_hf_from_megatron(self.model, megatron_state, self.arch, "weight sync mismatch")

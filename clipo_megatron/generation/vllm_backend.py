@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from clipo_megatron.generation.hf_backend import Rollouts
+from clipo_megatron.generation.hf_backend import Rollouts, chat_text
 from clipo_megatron.models.hf_convert import megatron_to_hf
 
 
@@ -54,12 +54,10 @@ def export_hf_dir(hf_model, tokenizer, out_dir: str | Path) -> Path:
 
 
 def _configure_env() -> None:
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = (
-        "0"  # in-process engine: in-place weight sync, our RNG
-    )
-    os.environ.setdefault(
-        "VLLM_LOGGING_LEVEL", "WARNING"
-    )  # the engine's INFO lines would bury the progress bar
+    # In-process engine: in-place weight sync, our RNG.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # The engine's INFO lines would bury the progress bar.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     if not torch.cuda.is_available():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{max(os.cpu_count() or 1, 1) - 1}")
@@ -102,10 +100,6 @@ class VLLMGenerator:
             gpu_memory_utilization=gpu_memory_utilization,
         )
 
-    def chat_prompt(self, prompt: str | list[dict[str, str]]) -> str:
-        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-        return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-
     def generate(
         self,
         prompts: list[str | list[dict[str, str]]],
@@ -121,7 +115,7 @@ class VLLMGenerator:
         from vllm.inputs import TokensPrompt
 
         prompt_ids = [
-            self.tok(self.chat_prompt(p), add_special_tokens=False).input_ids for p in prompts
+            self.tok(chat_text(self.tok, p), add_special_tokens=False).input_ids for p in prompts
         ]
         params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens)
         torch.manual_seed(seed)
@@ -132,9 +126,8 @@ class VLLMGenerator:
         ro = Rollouts([], [], [], [])
         for i, o in enumerate(outs):
             for c in o.outputs:
-                resp = list(c.token_ids) or [
-                    eos
-                ]  # an empty response still has its EOS token to pool
+                # An empty response still has its EOS token to pool.
+                resp = list(c.token_ids) or [eos]
                 ro.prompt_ids.append(list(prompt_ids[i]))
                 ro.response_ids.append(resp)
                 ro.texts.append(self.tok.decode(resp, skip_special_tokens=True))

@@ -110,13 +110,29 @@ def megatron_to_hf(mg: dict[str, torch.Tensor], arch: GPTArch) -> dict[str, torc
     return {k: v.detach() for k, v in out.items()}
 
 
-def load_megatron_from_hf(model, hf_model, arch: GPTArch) -> None:
-    """Copy an HF model's weights into a freshly built GPTModel (strict: every key must match)."""
-    state = hf_to_megatron(hf_model.state_dict(), arch)
+def load_megatron_state(model, state: dict[str, torch.Tensor]) -> None:
+    """Strict load of a GPTModel's tensors; its `_extra_state` entries (TE metadata) are kept as built."""
     own = model.state_dict()
-    extra = [k for k in own if k not in state and not k.endswith("._extra_state")]
-    if extra:
-        raise ValueError(f"GPTModel keys the converter does not fill: {extra[:5]}")
+    want = {k for k in own if not k.endswith("_extra_state")}
+    if set(state) != want:
+        raise ValueError(
+            f"GPTModel state mismatch: missing {sorted(want - set(state))[:5]}, "
+            f"unexpected {sorted(set(state) - want)[:5]}"
+        )
     model.load_state_dict(
         {**{k: v for k, v in own.items() if k not in state}, **state}, strict=True
     )
+
+
+def load_megatron_from_hf(model, hf_model, arch: GPTArch) -> None:
+    """Copy an HF model's weights into a freshly built GPTModel (strict: every key must match)."""
+    load_megatron_state(model, hf_to_megatron(hf_model.state_dict(), arch))
+
+
+def load_hf_from_megatron(hf_model, megatron_state: dict, arch: GPTArch, what: str) -> None:
+    """Load a GPTModel's weights into an HF model; every HF tensor but the rotary buffers must be set."""
+    missing, unexpected = hf_model.load_state_dict(
+        megatron_to_hf(megatron_state, arch), strict=False
+    )
+    if unexpected or [k for k in missing if "rotary" not in k]:
+        raise ValueError(f"{what}: missing {missing[:5]}, unexpected {unexpected[:5]}")

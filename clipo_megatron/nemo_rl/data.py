@@ -6,8 +6,8 @@ prompt, then the tokenizer's chat template with the generation prompt.
 Rewards: 1 if the last `\\boxed{}` answer matches the ground truth
 (math-verify for math, letter match for multiple choice), else 0.
 
-The verifier and instruction strings are engineer B's
-(`clipo_megatron.verify`, `clipo_megatron.data`); this module wraps them in
+The verifier and instruction strings come from `clipo_megatron.verify` and
+`clipo_megatron.data.templates`; this module wraps them in
 NeMo-RL's processor signature
 `(datum_dict, task_data_spec, tokenizer, max_seq_length, idx) -> DatumSpec`
 and registers them (`register_with_nemo_rl`). Plain Python: tests call the
@@ -19,14 +19,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-MATH_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
-# Paper Table "Prompt Construction and Instruction Templates".
-_PAPER_INSTRUCTIONS = {
-    "math": MATH_INSTRUCTION,
-    "mmlu": "Let's think step by step and output the final answer (eg, A, B, C, D) within \\boxed{}.",
-    "truthfulqa": "Let's think step by step and output the final answer (eg, A, B, C, D, ...) within \\boxed{}.",
-    "commonsenseqa": "Let's think step by step and output the final answer (eg, A, B, C, D, E) within \\boxed{}.",
-}
+from clipo_megatron.data import templates
+
+MATH_INSTRUCTION = templates.MATH
 MC_KINDS = ("mmlu", "truthfulqa", "commonsenseqa")
 KIND_ALIASES = {
     "gsm8k": "math",
@@ -43,16 +38,10 @@ KIND_ALIASES = {
 
 
 def instruction_for(dataset: str) -> str:
-    """The paper's instruction for a dataset (engineer B's table when available)."""
-    kind = KIND_ALIASES.get(dataset.lower())
-    if kind is None:
+    """The paper's instruction for a dataset (the data package's appendix table)."""
+    if dataset.lower() not in KIND_ALIASES:
         raise ValueError(f"unknown dataset {dataset!r}; known: {sorted(KIND_ALIASES)}")
-    try:  # prefer the data package's table (single source of truth once it lands)
-        from clipo_megatron.data import templates  # type: ignore[attr-defined]
-
-        return templates.instruction_for(dataset)
-    except (ImportError, AttributeError):
-        return _PAPER_INSTRUCTIONS[kind]
+    return templates.instruction_for(dataset)
 
 
 def build_prompt(problem: str, dataset: str) -> str:

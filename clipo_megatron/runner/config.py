@@ -10,6 +10,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from clipo_megatron.core.config import CLIPOConfig
+from clipo_megatron.generation.factory import BACKENDS
 
 
 @dataclass
@@ -22,9 +23,8 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     dataset: str = "basic_arithmetic"  # a reasoning-gym generator
-    path: str = (
-        ""  # a local jsonl (GSM8K / MATH style) instead of reasoning-gym; see runner/problems.py
-    )
+    # A local jsonl (GSM8K / MATH style) instead of reasoning-gym; see runner/problems.py.
+    path: str = ""
     train_size: int = 1024
     seed: int = 0
     one_shot: bool = True
@@ -60,9 +60,8 @@ class EvalConfig:
     top_p: float = 0.95
     max_tokens: int = 48
     before_training: bool = True
-    path: str = (
-        ""  # held-out local jsonl (e.g. a GSM8K test split); empty: reasoning-gym, another seed
-    )
+    # Held-out local jsonl (e.g. a GSM8K test split); empty: reasoning-gym, another seed.
+    path: str = ""
 
 
 @dataclass
@@ -112,8 +111,8 @@ class RunConfig:
         need(self.rollout.prompts_per_step >= 1, "rollout.prompts_per_step must be >= 1")
         need(self.rollout.max_tokens >= 1, "rollout.max_tokens must be >= 1")
         need(
-            self.rollout.backend in ("auto", "hf", "vllm"),
-            f"rollout.backend={self.rollout.backend!r} must be 'auto', 'hf' or 'vllm'",
+            self.rollout.backend in BACKENDS,
+            f"rollout.backend={self.rollout.backend!r} must be one of {', '.join(BACKENDS)}",
         )
         need(0 < self.rollout.top_p <= 1, f"rollout.top_p={self.rollout.top_p} must be in (0, 1]")
         need(self.train.steps >= 1, f"train.steps={self.train.steps} must be >= 1")

@@ -118,33 +118,45 @@ def uniform_micro_batch(batch: int, wanted: int) -> int:
     return max(d for d in range(1, min(batch, wanted) + 1) if batch % d == 0)
 
 
-def local_from_full(model, full: dict, arch) -> dict:
-    """This rank's tensors (its stage's layers, its TP shard) from a full (TP = PP = 1) state dict."""
+def local_from_full(names, full: dict, arch, shard_value=None) -> dict:
+    """This rank's {local name: value} (its stage's layers, its TP shard) from a full (TP = PP = 1) dict.
+
+    `names` are this rank's keys (a state dict's or the parameters'); those absent from `full` are
+    left out, for the caller's strict loader to name. `shard_value(name, value, rank, size)` cuts one
+    value (default: a tensor, `tp_state.shard`).
+    """
     from clipo_megatron.megatron.tp_state import shard
 
     ps = _ps()
+    shard_value = shard_value or shard
     offset, rank, size = (
         layer_offset(arch.num_layers),
         ps.get_tensor_model_parallel_rank(),
         ps.get_tensor_model_parallel_world_size(),
     )
-    return {
-        k: shard(k, full[full_name_for(k, offset, arch.tie_embeddings)], rank, size)
-        for k in model.state_dict()
-        if not k.endswith("_extra_state")
-    }
+    local = {}
+    for k in names:
+        full_name = full_name_for(k, offset, arch.tie_embeddings)
+        if not k.endswith("_extra_state") and full_name in full:
+            local[k] = shard_value(k, full[full_name], rank, size)
+    return local
 
 
-def full_from_local(named: dict, arch, tp_group) -> dict:
-    """{local name: tensor} of this rank -> {full name: full tensor}, merged over TP and PP (collective)."""
+def full_from_local(named: dict, arch, tp_group, gather_value=None) -> dict:
+    """{local name: value} of this rank -> {full name: full value}, merged over TP and PP (collective).
+
+    `gather_value(name, value, tp_group)` reassembles one value (default: a tensor,
+    `tp_state.gather_tensor`); every rank calls it for every name, in the same order.
+    """
     from clipo_megatron.megatron.tp_state import gather_tensor
 
+    gather_value = gather_value or gather_tensor
     offset = layer_offset(arch.num_layers)
     local = {}
     for k, v in named.items():
         if k.endswith("_extra_state"):
             continue
-        full = gather_tensor(k, v, tp_group)
+        full = gather_value(k, v, tp_group)
         if not is_tied_copy(k, arch.tie_embeddings):
             local[renumber(k, offset)] = full
     return gather_stages(local)

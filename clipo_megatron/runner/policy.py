@@ -16,6 +16,7 @@ from clipo_megatron.models.hf_convert import (
     arch_from_hf_config,
     hf_to_megatron,
     load_megatron_from_hf,
+    load_megatron_state,
 )
 
 
@@ -74,21 +75,8 @@ def build_policy(hf_model, tp: int = 1, pp: int = 1):
         pre_process=ps.is_pipeline_first_stage(),
         post_process=ps.is_pipeline_last_stage(),
     )
-    load_local_state(
-        model, local_from_full(model, hf_to_megatron(hf_model.state_dict(), arch), arch)
+    load_megatron_state(
+        model,
+        local_from_full(model.state_dict(), hf_to_megatron(hf_model.state_dict(), arch), arch),
     )
     return model, arch
-
-
-def load_local_state(model, local: dict) -> None:
-    """Strict load of this rank's tensors (`_extra_state` entries are kept as built)."""
-    own = model.state_dict()
-    want = {k for k in own if not k.endswith("_extra_state")}
-    if set(local) != want:
-        raise ValueError(
-            f"policy state mismatch: missing {sorted(want - set(local))[:5]}, "
-            f"unexpected {sorted(set(local) - want)[:5]}"
-        )
-    model.load_state_dict(
-        {**{k: v for k, v in own.items() if k not in local}, **local}, strict=True
-    )

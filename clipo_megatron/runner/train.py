@@ -60,10 +60,26 @@ def _causal(s: int) -> torch.Tensor:
     return torch.triu(torch.ones(s, s, dtype=torch.bool), 1).view(1, 1, s, s)
 
 
-def logprob_and_pool(model, ids, mask, micro_batch: int, logprob_fn=token_logprobs):
-    """The fused logprob pass: token logprobs [B, S] and mean response hidden states [B, D]."""
+def _forward_and_pool(model, ids, mask, pos, s: int):
+    """One last-stage forward: logits, and the mean response hidden state [B, D] captured inside it."""
     from clipo_megatron.megatron.capture import forward_with_capture
 
+    logits, sums = forward_with_capture(
+        model, lambda h: masked_sum_and_count(h, mask, layout="sbd")[0], ids, pos, _causal(s)
+    )
+    return logits, mean_from_sums(sums, mask.sum(1).float())
+
+
+def _micro_pg_loss(lp, old_lp, adv, mask, ntok: float, cfg: RunConfig):
+    """A micro-batch's clipped PG loss, scaled so the micro-batches sum to the batch's token mean."""
+    loss, stats = clipped_pg_loss(
+        lp, old_lp, adv, mask, eps_low=cfg.train.eps_low, eps_high=cfg.train.eps_high
+    )
+    return loss * float(mask.sum()) / max(ntok, 1.0), stats
+
+
+def logprob_and_pool(model, ids, mask, micro_batch: int, logprob_fn=token_logprobs):
+    """The fused logprob pass: token logprobs [B, S] and mean response hidden states [B, D]."""
     lps, pooled = [], []
     s = ids.shape[1]
     pos = torch.arange(s).expand(min(micro_batch, ids.shape[0]), s)
@@ -71,15 +87,9 @@ def logprob_and_pool(model, ids, mask, micro_batch: int, logprob_fn=token_logpro
     with torch.no_grad():
         for i in range(0, ids.shape[0], micro_batch):
             x, m = ids[i : i + micro_batch], mask[i : i + micro_batch]
-            logits, sums = forward_with_capture(
-                model,
-                lambda h, m=m: masked_sum_and_count(h, m, layout="sbd")[0],
-                x,
-                pos[: x.shape[0]],
-                _causal(s),
-            )
+            logits, p = _forward_and_pool(model, x, m, pos[: x.shape[0]], s)
             lps.append(logprob_fn(logits, x))
-            pooled.append(mean_from_sums(sums, m.sum(1).float()))
+            pooled.append(p)
     return torch.cat(lps), torch.cat(pooled)
 
 
@@ -103,15 +113,8 @@ def policy_update(
         x, m = ids[i : i + cfg.train.micro_batch], mask[i : i + cfg.train.micro_batch]
         pos = torch.arange(s).expand(x.shape[0], s)
         lp = logprob_fn(model(x, pos, _causal(s)), x)
-        loss, stats = clipped_pg_loss(
-            lp,
-            old_lp[i : i + x.shape[0]],
-            adv[i : i + x.shape[0]],
-            m,
-            eps_low=cfg.train.eps_low,
-            eps_high=cfg.train.eps_high,
-        )
-        loss = loss * float(m.sum()) / max(ntok, 1.0)  # token-mean over the whole batch
+        j = slice(i, i + x.shape[0])
+        loss, stats = _micro_pg_loss(lp, old_lp[j], adv[j], m, ntok, cfg)
         loss.backward()
         total += float(loss.detach())
     grad_norm = clip_fn(model.parameters(), cfg.train.grad_clip)
@@ -123,7 +126,6 @@ def pipeline_logprob_and_pool(model, ids, mask, micro_batch: int, logprob_fn=tok
     """`logprob_and_pool` through Megatron-Core's pipeline schedule (forward only); every stage gets the result."""
     from megatron.core import parallel_state as ps
 
-    from clipo_megatron.megatron.capture import forward_with_capture
     from clipo_megatron.runner.pipeline import (
         broadcast_from_last_stage,
         run_schedule,
@@ -139,14 +141,7 @@ def pipeline_logprob_and_pool(model, ids, mask, micro_batch: int, logprob_fn=tok
         x = next(it)
         if not ps.is_pipeline_last_stage():
             return m(x["ids"], pos, _causal(s)), None
-        logits, sums = forward_with_capture(
-            m,
-            lambda h: masked_sum_and_count(h, x["mask"], layout="sbd")[0],
-            x["ids"],
-            pos,
-            _causal(s),
-        )
-        pooled = mean_from_sums(sums, x["mask"].sum(1).float())
+        logits, pooled = _forward_and_pool(m, x["ids"], x["mask"], pos, s)
         return logits, lambda out: (
             out.sum() * 0.0,
             {"lp": logprob_fn(out, x["ids"]), "pooled": pooled},
@@ -205,15 +200,8 @@ def pipeline_policy_update(
             return out, None
 
         def loss_fn(logits):
-            loss, stats = clipped_pg_loss(
-                logprob_fn(logits, x["ids"]),
-                x["old_lp"],
-                x["adv"],
-                x["mask"],
-                eps_low=cfg.train.eps_low,
-                eps_high=cfg.train.eps_high,
-            )
-            loss = loss * float(x["mask"].sum()) / max(ntok, 1.0)  # token-mean over the whole batch
+            lp = logprob_fn(logits, x["ids"])
+            loss, stats = _micro_pg_loss(lp, x["old_lp"], x["adv"], x["mask"], ntok, cfg)
             # The schedule divides by the number of micro-batches; the token mean already weighs them.
             return loss * len(micro), {"loss": float(loss.detach()), **stats}
 
@@ -234,6 +222,13 @@ def pipeline_policy_update(
         else None
     )
     return {**broadcast_from_last_stage(stats), "pg/grad_norm": float(grad_norm)}
+
+
+def _per_tensor(fn):
+    """Apply a per-tensor layout function (`shard`, `gather_tensor`) to an optimizer state entry's tensors."""
+    return lambda name, state, *args: {
+        k: fn(name, v, *args) if torch.is_tensor(v) and v.dim() else v for k, v in state.items()
+    }
 
 
 def max_model_len(cfg: RunConfig) -> int:
@@ -434,28 +429,14 @@ class Run:
         """AdamW state keyed by full parameter name (so any TP / PP layout resumes it); collective."""
         sd = self.optimizer.state_dict()
         names = self._param_names()
-        if not self._parallel:
-            by_name = {names[i]: st for i, st in sd["state"].items()}
-        else:
+        by_name = {names[i]: st for i, st in sd["state"].items()}
+        if self._parallel:
             from clipo_megatron.megatron.tp_state import gather_tensor
-            from clipo_megatron.runner.pipeline import (
-                gather_stages,
-                is_tied_copy,
-                layer_offset,
-                renumber,
-            )
+            from clipo_megatron.runner.pipeline import full_from_local
 
-            offset, by_name = layer_offset(self.arch.num_layers), {}
-            for i, st in sd["state"].items():
-                full = {
-                    k: gather_tensor(names[i], v, self.tp_group)
-                    if torch.is_tensor(v) and v.dim()
-                    else v
-                    for k, v in st.items()
-                }
-                if not is_tied_copy(names[i], self.arch.tie_embeddings):
-                    by_name[renumber(names[i], offset)] = full
-            by_name = gather_stages(by_name)
+            by_name = full_from_local(
+                by_name, self.arch, self.tp_group, gather_value=_per_tensor(gather_tensor)
+            )
         return {"state_by_name": by_name, "param_groups": sd["param_groups"]}
 
     def _local_optimizer_state(self, full: dict) -> dict:
@@ -463,24 +444,16 @@ class Run:
             raise ValueError(
                 "checkpoint optimizer state predates name-keyed checkpoints; start a new output.dir"
             )
-        from megatron.core import parallel_state as ps
-
         from clipo_megatron.megatron.tp_state import shard
-        from clipo_megatron.runner.pipeline import full_name_for, layer_offset
+        from clipo_megatron.runner.pipeline import local_from_full
 
-        names, rank = self._param_names(), ps.get_tensor_model_parallel_rank()
-        offset = layer_offset(self.arch.num_layers)
-        state = {}
-        for i, n in enumerate(names):
-            st = full["state_by_name"].get(full_name_for(n, offset, self.arch.tie_embeddings))
-            if st is not None:
-                state[i] = {
-                    k: shard(n, v, rank, self.tp) if torch.is_tensor(v) and v.dim() else v
-                    for k, v in st.items()
-                }
-        groups = self.optimizer.state_dict()[
-            "param_groups"
-        ]  # this layout's param indices, saved hyperparameters
+        names = self._param_names()
+        by_name = local_from_full(
+            names, full["state_by_name"], self.arch, shard_value=_per_tensor(shard)
+        )
+        state = {i: by_name[n] for i, n in enumerate(names) if n in by_name}
+        # This layout's param indices, the saved hyperparameters.
+        groups = self.optimizer.state_dict()["param_groups"]
         saved = {k: v for k, v in full["param_groups"][0].items() if k != "params"}
         return {"state": state, "param_groups": [{**g, **saved} for g in groups]}
 
@@ -499,11 +472,11 @@ class Run:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        from clipo_megatron.models.hf_convert import load_megatron_state
         from clipo_megatron.runner.pipeline import local_from_full
-        from clipo_megatron.runner.policy import load_local_state
 
         full = {k: v for k, v in state["policy"].items() if not k.endswith("_extra_state")}
-        load_local_state(self.model, local_from_full(self.model, full, self.arch))
+        load_megatron_state(self.model, local_from_full(self.model.state_dict(), full, self.arch))
         self.optimizer.load_state_dict(self._local_optimizer_state(state["optimizer"]))
         self.head.load_state_dict(state["head"])
         self.step_idx, self.history, self.embeddings = (
