@@ -46,16 +46,42 @@ def step_dir_of(weights_path: str) -> str:
     return os.path.dirname(os.path.dirname(os.path.normpath(weights_path)))
 
 
-def warmup_train_result() -> dict[str, Any]:
-    """What `Policy.train` returns when the policy is held during warm-up (keys grpo_train reads)."""
-    return {
-        "loss": torch.zeros(1),
-        "grad_norm": torch.zeros(1),
-        "all_mb_metrics": {"clipo_warmup": [1.0]},
-    }
+def warmup_train_result(data, loss_fn) -> dict[str, Any]:
+    """What `Policy.train` returns while the policy is held (warm-up): no update, the same metrics.
+
+    grpo_train reads the metrics a real update reports (`global_valid_toks`, `global_valid_seqs`,
+    `token_mult_prob_error`, `gen_kl_error`, ...). They are measured, not invented: the loss
+    function is evaluated once on the whole batch at the rollout policy (`prev_logprobs` as the
+    current logprobs, ratio 1, no forward, no gradient), with the same global counts NeMo-RL's
+    worker computes (`process_global_batch`). Loss and grad norm are 0: nothing is updated.
+    """
+    token_mask = data["token_mask"][:, 1:].float()  # [B, S-1]
+    sample_mask = data["sample_mask"].float()  # [B]
+    global_valid_seqs = sample_mask.sum()
+    global_valid_toks = (token_mask * sample_mask.unsqueeze(-1)).sum()
+    with torch.no_grad():
+        _, metrics = loss_fn(
+            next_token_logprobs=data["prev_logprobs"][:, 1:].float(),
+            data=data,
+            global_valid_seqs=global_valid_seqs,
+            global_valid_toks=global_valid_toks,
+        )
+    metrics = {k: [v] for k, v in metrics.items()}
+    metrics.update(
+        loss=[0.0],
+        global_valid_seqs=[float(global_valid_seqs)],
+        global_valid_toks=[float(global_valid_toks)],
+        clipo_warmup=[1.0],
+    )
+    return {"loss": torch.zeros(1), "grad_norm": torch.zeros(1), "all_mb_metrics": metrics}
 
 
-def make_clipo_policy_class(cfg: ClipoNemoRLConfig, state: ClipoRunState):
+def make_clipo_policy_class(
+    cfg: ClipoNemoRLConfig, state: ClipoRunState, *, worker_fqn: str = WORKER_FQN
+):
+    """`worker_fqn`: the worker class (the GPU extension by default; the contract suite passes the
+    CPU worker, `cpu_worker.CPU_WORKER_FQN`). Used with CLIPO on and off, so the baseline runs
+    the same worker code path with the CLIPO methods idle."""
     from clipo_megatron.nemo_rl import require_nemo_rl
 
     require_nemo_rl()
@@ -66,22 +92,29 @@ def make_clipo_policy_class(cfg: ClipoNemoRLConfig, state: ClipoRunState):
     )
     from nemo_rl.models.policy.lm_policy import Policy
 
-    ACTOR_ENVIRONMENT_REGISTRY.setdefault(WORKER_FQN, MCORE_EXECUTABLE)
+    if worker_fqn == WORKER_FQN:
+        ACTOR_ENVIRONMENT_REGISTRY.setdefault(WORKER_FQN, MCORE_EXECUTABLE)
+    elif worker_fqn not in ACTOR_ENVIRONMENT_REGISTRY:
+        raise ValueError(
+            f"worker class {worker_fqn} has no Python environment in NeMo-RL's "
+            "ACTOR_ENVIRONMENT_REGISTRY; register it before building the policy"
+        )
 
     class ClipoPolicy(Policy):
         def __init__(self, *args: Any, **kwargs: Any):
-            if cfg.enabled:
-                kwargs.setdefault("worker_extension_cls_fqn", WORKER_FQN)
+            kwargs.setdefault("worker_extension_cls_fqn", worker_fqn)
             super().__init__(*args, **kwargs)
             self.clipo_cfg = cfg
             self.clipo_state = state
             if not cfg.enabled:
                 return
-            self.run_all_workers_single_data("clipo_setup", cfg.to_dict())
+            # NeMo-RL's worker group takes keyword arguments only (worker_groups.py, "Please use
+            # kwargs instead"): every worker call below names its arguments.
+            self.run_all_workers_single_data("clipo_setup", clipo_cfg=cfg.to_dict())
             weights_path = kwargs.get("weights_path")
             if weights_path:
                 extras = self.run_all_workers_single_data(
-                    "clipo_load_head", step_dir_of(str(weights_path))
+                    "clipo_load_head", step_dir=step_dir_of(str(weights_path))
                 )
                 saved = next((e for e in extras if e), None)
                 if saved:
@@ -97,19 +130,21 @@ def make_clipo_policy_class(cfg: ClipoNemoRLConfig, state: ClipoRunState):
         def clipo_head_step(
             self, correct: torch.Tensor, group_ids: torch.Tensor, step: int
         ) -> HeadStepResult:
-            results = self.run_all_workers_single_data("clipo_head_step", correct, group_ids, step)
+            results = self.run_all_workers_single_data(
+                "clipo_head_step", correct=correct, group_ids=group_ids, step=step
+            )
             return collect_head_step(results, int(correct.numel()))
 
         def train(self, data, loss_fn, *args: Any, **kwargs: Any):
             if cfg.enabled and not state.policy_should_update():
-                return warmup_train_result()
+                return warmup_train_result(data, loss_fn)
             return super().train(data, loss_fn, *args, **kwargs)
 
         def save_checkpoint(self, weights_path: str, *args: Any, **kwargs: Any) -> None:
             super().save_checkpoint(weights_path, *args, **kwargs)
             if cfg.enabled:
                 self.run_all_workers_single_data(
-                    "clipo_save_head", step_dir_of(weights_path), state.state_dict()
+                    "clipo_save_head", step_dir=step_dir_of(weights_path), extra=state.state_dict()
                 )
 
     return ClipoPolicy

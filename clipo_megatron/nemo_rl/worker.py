@@ -329,8 +329,58 @@ class ClipoWorkerMixin:
             self._clipo.record(*pooler.result())
         return out
 
+    def _clipo_model_config(self):
+        """The policy's TransformerConfig (the concrete worker says where it keeps it)."""
+        raise NotImplementedError
+
+    def clipo_setup(self, *, clipo_cfg: dict[str, Any]) -> bool:
+        """Build the head on the last pipeline stage (called once by the policy after init)."""
+        from megatron.core import parallel_state as ps
+
+        from clipo_megatron.megatron.head import build_contrastive_head
+        from clipo_megatron.megatron.parallel import ParallelGroups
+
+        cfg = ClipoNemoRLConfig.from_dict(clipo_cfg)
+        mcfg = self._clipo_model_config()
+        self._clipo_groups = ParallelGroups.from_parallel_state(
+            sequence_parallel=bool(mcfg.sequence_parallel)
+        )
+        if not ps.is_pipeline_last_stage(ignore_virtual=True):
+            return False
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.method.seed)  # identical replicated head on every DP / TP rank
+            head = build_contrastive_head(
+                _fp32_config(mcfg),
+                input_size=mcfg.hidden_size,
+                embed_dim=cfg.method.embed_dim,
+                head_type=cfg.method.head_type,
+                tensor_parallel=cfg.head_tensor_parallel,
+                tp_group=self._clipo_groups.tp,
+            )
+        head = head.to(torch.cuda.current_device() if torch.cuda.is_available() else "cpu")
+        self._clipo = ClipoWorkerState(cfg, head, dp_group=self._clipo_groups.dp)
+        return True
+
+    def clipo_save_head(self, *, step_dir: str, extra: dict | None = None) -> None:
+        """Every worker joins; dp_rank 0 / cp_rank 0 of each TP rank on the last stage writes."""
+        from megatron.core import parallel_state as ps
+
+        if self._clipo is not None:
+            writer = ps.get_data_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
+            self._clipo.save(
+                step_dir, tp_rank=ps.get_tensor_model_parallel_rank(), writer=writer, extra=extra
+            )
+        torch.distributed.barrier()
+
+    def clipo_load_head(self, *, step_dir: str) -> dict:
+        from megatron.core import parallel_state as ps
+
+        if self._clipo is None:
+            return {}
+        return self._clipo.load(step_dir, tp_rank=ps.get_tensor_model_parallel_rank())
+
     def clipo_head_step(
-        self, correct: torch.Tensor, group_ids: torch.Tensor, step: int
+        self, *, correct: torch.Tensor, group_ids: torch.Tensor, step: int
     ) -> dict[str, Any]:
         if self._clipo is None:  # not the last pipeline stage: nothing pooled here
             return {
@@ -340,3 +390,14 @@ class ClipoWorkerMixin:
             }
         dev = self._clipo.pooled.device if self._clipo.pooled is not None else torch.device("cpu")
         return self._clipo.head_step(correct.to(dev), group_ids.to(dev), step)
+
+
+def _fp32_config(model_cfg):
+    """A copy of the model's TransformerConfig with fp32 params (the head trains in fp32)."""
+    import copy
+
+    cfg = copy.copy(model_cfg)
+    cfg.params_dtype = torch.float32
+    cfg.bf16 = False
+    cfg.fp16 = False
+    return cfg

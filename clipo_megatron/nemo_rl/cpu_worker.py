@@ -1,0 +1,296 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""A CPU policy worker in NeMo-RL's worker protocol, for running NeMo-RL's real GRPO loop on CPU.
+
+NeMo-RL's `MegatronPolicyWorker` cannot be built without a GPU
+(Megatron-Bridge, TransformerEngine, `torch.cuda.set_device`, NCCL, CUDA
+tensors). Everything around it can: `Policy`, `RayWorkerGroup` on a
+`RayVirtualCluster(use_gpus=False)`, `MegatronGeneration(policy=...)` and
+`grpo_train`. This worker stands in for the GPU worker with the same method
+names and keyword-only calls, over this project's Megatron-Core CPU policy
+(`megatron.model_builder` + `models.hf_convert`, the runner's model) and its
+passes (`megatron.policy_passes`, the runner's logprob pass and sampler):
+
+- `get_logprobs(data=)` reads its microbatches from this module's
+  `get_microbatch_iterator`, the seam the GPU worker reads from
+  `megatron_policy_worker`; the CLIPO mixin tees it and hooks the final norm,
+  exactly as on the GPU;
+- `train(data=, loss_fn=, gbs=, mbs=)` follows `MegatronPolicyWorker.train`:
+  global batches, `global_valid_seqs/toks` all-reduced over DP, the loss
+  function called per microbatch as the worker's post-processor calls it,
+  gradients summed over DP, one AdamW step per global batch, the metrics
+  NeMo-RL's worker adds (`lr`, `wd`, `global_valid_*`);
+- `generate(data=, greedy=)` samples on the same weights (colocated
+  generation: nothing to refit), seeded from the prompt tokens so a resumed
+  run samples what the uninterrupted run sampled;
+- `save_checkpoint` / construction with `weights_path` + `optimizer_path`
+  restore model, reference model and optimizer exactly.
+
+Only TP = PP = CP = 1 here (DP >= 1 over gloo); the parallel layouts are
+proved by the gloo equivalence tests in tests/megatron/.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+from typing import Any
+
+import torch
+
+from clipo_megatron.megatron.policy_passes import forward_logits, sample, token_logprobs
+from clipo_megatron.nemo_rl.worker import ClipoWorkerMixin
+
+CPU_WORKER_FQN = "clipo_megatron.nemo_rl.cpu_worker.ClipoCpuPolicyWorker"
+
+
+def get_microbatch_iterator(data, micro_batch_size: int):
+    """(iterator over [mbs]-row BatchedDataDicts, number of microbatches) — the pooler's seam."""
+    n = (data.size + micro_batch_size - 1) // micro_batch_size
+    return data.make_microbatch_iterator(micro_batch_size), n
+
+
+def _dp_all_reduce(t: torch.Tensor, group) -> torch.Tensor:
+    if group is not None and torch.distributed.get_world_size(group) > 1:
+        torch.distributed.all_reduce(t, group=group)
+    return t
+
+
+class CpuMegatronPolicyWorkerImpl:
+    """The policy worker protocol over a Megatron-Core GPTModel on CPU (TP = PP = CP = 1)."""
+
+    def __init__(
+        self,
+        config: dict,
+        tokenizer=None,
+        weights_path: str | None = None,
+        optimizer_path: str | None = None,
+        init_optimizer: bool = True,
+        init_reference_model: bool = True,
+        **_: Any,
+    ):
+        from megatron.core import parallel_state as ps
+
+        from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
+        from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config
+        from clipo_megatron.models.hf_convert import arch_from_hf_config, load_megatron_from_hf
+
+        torch.set_num_threads(int(os.environ.get("CLIPO_CPU_WORKER_THREADS", "1")))
+        mcfg = config["megatron_cfg"]
+        sizes = [mcfg[k] for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size")]
+        sizes.append(mcfg.get("context_parallel_size", 1))
+        if sizes != [1, 1, 1]:
+            raise ValueError(f"the CPU policy worker runs TP = PP = CP = 1 only, got {sizes}")
+        if not torch.distributed.is_initialized():
+            torch.distributed.init_process_group("gloo")  # RANK / WORLD_SIZE / MASTER_* from Ray
+        enable_cpu_shims()
+        if not ps.model_parallel_is_initialized():
+            ps.initialize_model_parallel(1, 1)
+        self.cfg = config
+        self.tokenizer = tokenizer
+        self.dp_group = ps.get_data_parallel_group()
+        self.rank = torch.distributed.get_rank()
+
+        import transformers
+
+        torch.manual_seed(int(config.get("seed", 0)))
+        hf = transformers.AutoModelForCausalLM.from_pretrained(
+            config["model_name"], torch_dtype=torch.float32
+        )
+        self.arch = arch_from_hf_config(hf.config)
+        self.model = build_gpt_model(self.arch, transformer_config(self.arch))
+        load_megatron_from_hf(self.model, hf, self.arch)
+        del hf
+        if weights_path:
+            self.model.load_state_dict(_load(weights_path, "model.pt"), strict=False)
+        # The reference policy: the weights the run started from (NeMo-RL keeps it beside the policy).
+        self.reference_state = (
+            {k: v.clone() for k, v in self.model.state_dict().items()}
+            if init_reference_model
+            else None
+        )
+        if weights_path and init_reference_model:
+            self.reference_state = _load(weights_path, "reference.pt")
+        opt = mcfg["optimizer"]
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=float(opt["lr"]),
+            weight_decay=float(opt.get("weight_decay", 0.0)),
+            betas=(float(opt.get("adam_beta1", 0.9)), float(opt.get("adam_beta2", 0.999))),
+            eps=float(opt.get("adam_eps", 1e-8)),
+        )
+        self.clip_grad = float(opt.get("clip_grad", 0.0) or 0.0)
+        if optimizer_path and init_optimizer:
+            self.optimizer.load_state_dict(_load(optimizer_path, "optim.pt"))
+
+    # ---- what NeMo-RL's RayWorkerGroup / Policy call ---------------------------------------
+    def is_alive(self) -> bool:
+        return True
+
+    def _clipo_model_config(self):
+        return self.model.config
+
+    def get_logprobs(self, *, data, micro_batch_size: int | None = None):
+        from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+        mbs = micro_batch_size or self.cfg["logprob_batch_size"]
+        it, _ = get_microbatch_iterator(data, mbs)  # a module global, looked up per call
+        self.model.eval()
+        out = []
+        with torch.no_grad():
+            for mb in it:
+                ids = mb["input_ids"]
+                out.append(token_logprobs(forward_logits(self.model, ids), ids))  # [b, S]
+        return BatchedDataDict({"logprobs": torch.cat(out)})
+
+    def get_reference_policy_logprobs(self, *, data, micro_batch_size: int | None = None):
+        from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+        if self.reference_state is None:
+            raise RuntimeError("the policy was built with init_reference_model=False")
+        current = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(self.reference_state)
+        try:
+            lp = CpuMegatronPolicyWorkerImpl.get_logprobs(
+                self, data=data, micro_batch_size=micro_batch_size
+            )
+        finally:
+            self.model.load_state_dict(current)
+        return BatchedDataDict({"reference_logprobs": lp["logprobs"]})
+
+    def train(self, *, data, loss_fn, eval_mode=False, gbs=None, mbs=None, **_: Any):
+        """NeMo-RL's Megatron `train`, step for step, on CPU (see the module docstring)."""
+        gbs = gbs or self.cfg["train_global_batch_size"]
+        mbs = mbs or self.cfg["train_micro_batch_size"]
+        dp = torch.distributed.get_world_size(self.dp_group)
+        total = int(_dp_all_reduce(torch.tensor(data.size), self.dp_group))
+        all_mb_metrics: list[dict[str, Any]] = []
+        losses: list[float] = []
+        grad_norm = torch.zeros(())
+        self.model.train(not eval_mode)
+        for gb_idx in range(total // gbs):
+            batch = data.get_batch(batch_idx=gb_idx, batch_size=gbs // dp)
+            sample_mask = batch["sample_mask"].float()
+            counts = torch.stack(
+                [sample_mask.sum(), (batch["token_mask"][:, 1:] * sample_mask[:, None]).sum()]
+            )
+            global_valid_seqs, global_valid_toks = _dp_all_reduce(counts, self.dp_group)
+            self.optimizer.zero_grad(set_to_none=True)
+            gb_metrics, gb_loss = [], 0.0
+            with torch.set_grad_enabled(not eval_mode):
+                for mb in batch.make_microbatch_iterator(mbs):
+                    lp = token_logprobs(
+                        forward_logits(self.model, mb["input_ids"]), mb["input_ids"]
+                    )
+                    loss, metrics = loss_fn(
+                        next_token_logprobs=lp[:, 1:],
+                        data=mb,
+                        global_valid_seqs=global_valid_seqs,
+                        global_valid_toks=global_valid_toks,
+                    )
+                    if not eval_mode:
+                        loss.backward()
+                    gb_loss += float(loss.detach())
+                    gb_metrics.append(dict(metrics))
+            if not eval_mode:
+                for p in self.model.parameters():  # shares of a global loss: sum over DP
+                    if p.grad is not None:
+                        _dp_all_reduce(p.grad, self.dp_group)
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), self.clip_grad if self.clip_grad > 0 else float("inf")
+                )
+                self.optimizer.step()
+            group = self.optimizer.param_groups[0]
+            for m in gb_metrics:  # as MegatronPolicyWorker.train adds them
+                for k in list(m):
+                    if "_min" not in k and "_max" not in k:
+                        m[k] = m[k] / (total // gbs)
+                m.update(
+                    lr=group["lr"],
+                    wd=group["weight_decay"],
+                    global_valid_seqs=float(global_valid_seqs),
+                    global_valid_toks=float(global_valid_toks),
+                )
+            all_mb_metrics.extend(gb_metrics)
+            losses.append(gb_loss)
+        global_loss = _dp_all_reduce(torch.tensor(losses, dtype=torch.float64), self.dp_group)
+        mb_metrics: dict[str, list] = {}
+        for m in all_mb_metrics:
+            for k, v in m.items():
+                mb_metrics.setdefault(k, []).append(v)
+        return {
+            "global_loss": global_loss.float(),
+            "grad_norm": torch.tensor([float(grad_norm)]),
+            "all_mb_metrics": mb_metrics,
+            "rank": self.rank,
+            "gpu_name": "cpu",
+            "model_dtype": torch.float32,
+        }
+
+    def generate(self, *, data, greedy: bool = False):
+        from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+        gen = self.cfg["generation"]
+        ids = data["input_ids"]
+        seed = zlib.crc32(ids.numpy().tobytes()) ^ int(self.cfg.get("seed", 0))
+        out = sample(
+            self.model,
+            ids,
+            data["input_lengths"],
+            max_new_tokens=int(gen["max_new_tokens"]),
+            stop_token_ids=list(gen.get("stop_token_ids") or [self.tokenizer.eos_token_id]),
+            pad_id=self.tokenizer.pad_token_id,
+            temperature=float(gen.get("temperature", 1.0)),
+            top_k=gen.get("top_k"),
+            greedy=greedy,
+            generator=torch.Generator().manual_seed(seed),
+        )
+        return BatchedDataDict(out)
+
+    def save_checkpoint(self, *, weights_path: str, optimizer_path=None, tokenizer_path=None, **_):
+        if self.rank == 0:  # DP replicas hold identical weights and optimizer state
+            _save(self.model.state_dict(), weights_path, "model.pt")
+            if self.reference_state is not None:
+                _save(self.reference_state, weights_path, "reference.pt")
+            if optimizer_path:
+                _save(self.optimizer.state_dict(), optimizer_path, "optim.pt")
+            if tokenizer_path and self.tokenizer is not None:
+                self.tokenizer.save_pretrained(tokenizer_path)
+        torch.distributed.barrier()
+
+    # Phases of a colocated GPU worker (memory moves, engines) have nothing to do on CPU.
+    def _noop(self, *_: Any, **__: Any) -> bool:
+        return True
+
+    prepare_for_generation = finish_generation = prepare_for_training = finish_training = _noop
+    prepare_for_lp_inference = finish_inference = offload_before_refit = _noop
+    offload_after_refit = invalidate_kv_cache = finalize_async_save = _noop
+    start_gpu_profiling = stop_gpu_profiling = _noop
+
+    def shutdown(self) -> bool:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        return True
+
+
+def _save(obj, directory: str, name: str) -> None:
+    os.makedirs(directory, exist_ok=True)
+    torch.save(obj, os.path.join(directory, name))
+
+
+def _load(directory: str, name: str):
+    return torch.load(os.path.join(directory, name), map_location="cpu", weights_only=False)
+
+
+class ClipoCpuPolicyWorkerImpl(ClipoWorkerMixin, CpuMegatronPolicyWorkerImpl):
+    """The CPU worker + the same CLIPO worker mixin the GPU extension uses."""
+
+    _clipo_iterator_module = sys.modules[__name__]
+
+
+try:  # the Ray actor class NeMo-RL's RayWorkerBuilder instantiates (CPU_WORKER_FQN)
+    import ray
+except ImportError:  # pragma: no cover - Ray comes with NeMo-RL
+    ClipoCpuPolicyWorker = None
+else:
+    ClipoCpuPolicyWorker = ray.remote(ClipoCpuPolicyWorkerImpl)
