@@ -1,24 +1,32 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 # shellcheck shell=bash
-# Shared body of the CLIPO sbatch scripts (sourced by track*.sh): a Ray cluster over the job's nodes
-# (head on node 0, `ray start --block` workers on the others, the pattern of NeMo-RL's ray.sub), then
-# the CLIPO driver on the head node. Needs no NeMo-RL checkout at submit time: NeMo-RL lives in the
-# container (CONTAINER) or in a venv (VENV); this project is found at CLIPO_ROOT.
+# Shared body of the CLIPO sbatch scripts (sourced by track*.sh). Follows NeMo-RL's ray.sub where it
+# matters (docs/slurm.md maps each step): the recipe is validated first (nothing else starts when it
+# fails); the Ray head runs in a step whose container is named `ray-head` and that same step, after
+# every node joined, runs the driver (ray.sub's COMMAND), so the job's exit status is the driver's;
+# workers wait for the head's signal file on the shared log dir, then `ray start --block`; Ray steps
+# claim the node's CPUs (--cpus-per-task). Needs no NeMo-RL checkout at submit time: NeMo-RL lives in
+# the container (CONTAINER) or in a venv (VENV); this project is found at CLIPO_ROOT.
 #
 # Environment (defaults in brackets):
 #   RECIPE            recipe YAML, relative to CLIPO_ROOT or absolute        [set by the track script]
 #   OVERRIDES         extra dotted overrides, space separated                 []
-#   CONTAINER         enroot/pyxis image with NeMo-RL (uses srun --container-image) []
+#   CONTAINER         enroot/pyxis image with NeMo-RL (srun --container-image) []
 #   MOUNTS            extra container mounts, comma separated                 []
 #   VENV              venv with NeMo-RL + clipo_megatron (used without CONTAINER) []
 #   NEMO_RL_ROOT      NeMo-RL checkout inside the container / venv host       [/opt/nemo-rl]
-#   CLIPO_DATA_DIR    parquet data root (train/, test/)                       [$CLIPO_ROOT/data/clipo]
+#   CLIPO_DATA_DIR    parquet data root (train/, test/); mounted              [$CLIPO_ROOT/data/clipo]
+#   CHECKPOINT_DIR    -> checkpointing.checkpoint_dir=...; created, mounted   [the recipe's, under CLIPO_ROOT]
+#   HF_HOME           Hugging Face cache (shared filesystem); exported, mounted [inherited]
+#   NRL_MEGATRON_CHECKPOINT_DIR  NeMo-RL's HF->Megatron cache; exported, mounted [$HF_HOME/nemo_rl]
 #   GPUS_PER_NODE     GPUs per node                                           [8]
+#   CPUS_PER_WORKER   --cpus-per-task of the Ray steps           [CPUTot of the first node, as ray.sub]
+#   TORCH_CUDA_ARCH_LIST  needed by NeMo-RL's Megatron Policy; VENV mode only [9.0 10.0 (the image's)]
 #   RAY_PORT          Ray GCS port                                            [6379]
-#   BASE_LOG_DIR      logs go to $BASE_LOG_DIR/<jobid>-logs                   [$CLIPO_ROOT/slurm-logs]
-#   HF_HOME           Hugging Face cache (shared filesystem)                  [inherited]
-#   RAY_HEAD_WAIT_S   seconds to let the Ray head start before workers join  [10]
-#   DRY_RUN=1         print the srun / ray / driver commands, run nothing (works off-cluster)
+#   RAY_WAIT_TIMEOUT_S  seconds for all nodes to join (ray.sub: 30 min)       [1800]
+#   RAY_POLL_S        seconds between polls of the head's signal file         [5]
+#   BASE_LOG_DIR      logs go to $BASE_LOG_DIR/<jobid>[-<restart>]-logs (shared FS) [$CLIPO_ROOT/slurm-logs]
+#   DRY_RUN=1         print the srun commands, run nothing (works off-cluster)
 
 set -euo pipefail
 
@@ -29,8 +37,11 @@ MOUNTS="${MOUNTS:-}"
 VENV="${VENV:-}"
 NEMO_RL_ROOT="${NEMO_RL_ROOT:-/opt/nemo-rl}"
 CLIPO_DATA_DIR="${CLIPO_DATA_DIR:-$CLIPO_ROOT/data/clipo}"
+CHECKPOINT_DIR="${CHECKPOINT_DIR:-}"
 GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
 RAY_PORT="${RAY_PORT:-6379}"
+RAY_WAIT_TIMEOUT_S="${RAY_WAIT_TIMEOUT_S:-1800}"
+RAY_POLL_S="${RAY_POLL_S:-5}"
 BASE_LOG_DIR="${BASE_LOG_DIR:-$CLIPO_ROOT/slurm-logs}"
 DRY_RUN="${DRY_RUN:-0}"
 
@@ -39,64 +50,149 @@ if [[ "$DRY_RUN" == "1" ]]; then
   SLURM_JOB_NUM_NODES="${SLURM_JOB_NUM_NODES:-${DRY_RUN_NODES:-2}}"
   NODES=()
   for ((i = 0; i < SLURM_JOB_NUM_NODES; i++)); do NODES+=("node$i"); done
+  CPUS_PER_WORKER="${CPUS_PER_WORKER:-$((16 * GPUS_PER_NODE))}" # off-cluster: no scontrol to ask
 else
   : "${SLURM_JOB_ID:?not inside a Slurm job: submit with sbatch, or set DRY_RUN=1 to print the commands}"
   mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+  if [[ -z "${CPUS_PER_WORKER:-}" ]]; then # ray.sub's detect_cpus_per_node: CPUTot of the first node
+    CPUS_PER_WORKER="$(scontrol show node "${NODES[0]}" -o 2>/dev/null || true)"
+    CPUS_PER_WORKER="${CPUS_PER_WORKER#*CPUTot=}"
+    CPUS_PER_WORKER="${CPUS_PER_WORKER%% *}"
+    if ! [[ "$CPUS_PER_WORKER" =~ ^[1-9][0-9]*$ ]]; then
+      echo "[clipo] cannot read CPUTot of ${NODES[0]} from scontrol: set CPUS_PER_WORKER" >&2
+      exit 2
+    fi
+  fi
 fi
 NUM_NODES=${#NODES[@]}
 HEAD_NODE="${NODES[0]}"
-LOG_DIR="$BASE_LOG_DIR/${SLURM_JOB_ID}-logs"
+LOG_DIR="$BASE_LOG_DIR/${SLURM_JOB_ID}${SLURM_RESTART_COUNT:+-$SLURM_RESTART_COUNT}-logs"
 
-if [[ "$RECIPE" != /* ]]; then RECIPE="$CLIPO_ROOT/$RECIPE"; fi
-
-run() {  # run or (DRY_RUN) print a command line
-  if [[ "$DRY_RUN" == "1" ]]; then
-    printf '+ %s\n' "$*"
-  else
-    eval "$@"
+abspath() { if [[ "$1" == /* ]]; then echo "$1"; else echo "$CLIPO_ROOT/$1"; fi; }
+RECIPE="$(abspath "$RECIPE")"
+for ov in $OVERRIDES; do # a checkpoint dir given as an override must be mounted too
+  if [[ -z "$CHECKPOINT_DIR" && "$ov" == checkpointing.checkpoint_dir=* ]]; then
+    CKPT_FROM_OVERRIDES="$(abspath "${ov#*=}")"
   fi
-}
+done
+CKPT_OVERRIDE=""
+if [[ -n "$CHECKPOINT_DIR" ]]; then
+  CHECKPOINT_DIR="$(abspath "$CHECKPOINT_DIR")"
+  CKPT_OVERRIDE=" checkpointing.checkpoint_dir=$CHECKPOINT_DIR"
+elif [[ -n "${CKPT_FROM_OVERRIDES:-}" ]]; then
+  CHECKPOINT_DIR="$CKPT_FROM_OVERRIDES"
+fi
 
+q() { printf '%q' "$1"; } # quote a value for a `bash -c` payload
+
+# --- the environment every step starts from ---------------------------------------------------
+EXPORTS=(
+  "NEMO_RL_ROOT=$(q "$NEMO_RL_ROOT")" "CLIPO_DATA_DIR=$(q "$CLIPO_DATA_DIR")"
+  "PYTHONPATH=$(q "$CLIPO_ROOT:$NEMO_RL_ROOT")\${PYTHONPATH:+:\$PYTHONPATH}"
+  "RAY_DEDUP_LOGS=0" "RAY_ENABLE_UV_RUN_RUNTIME_ENV=0" "OMP_NUM_THREADS=${OMP_NUM_THREADS:-16}"
+)
+for var in HF_HOME NRL_MEGATRON_CHECKPOINT_DIR NEMO_RL_VENV_DIR; do
+  if [[ -n "${!var:-}" ]]; then EXPORTS+=("$var=$(q "${!var}")"); fi
+done
 if [[ -n "$CONTAINER" ]]; then
-  CONTAINER_MOUNTS="$CLIPO_ROOT:$CLIPO_ROOT,$LOG_DIR:$LOG_DIR"
-  if [[ "$CLIPO_DATA_DIR" != "$CLIPO_ROOT"/* ]]; then CONTAINER_MOUNTS="$CONTAINER_MOUNTS,$CLIPO_DATA_DIR:$CLIPO_DATA_DIR"; fi
+  # the image sets TORCH_CUDA_ARCH_LIST itself; forward only an explicit choice
+  if [[ -n "${TORCH_CUDA_ARCH_LIST:-}" ]]; then EXPORTS+=("TORCH_CUDA_ARCH_LIST=$(q "$TORCH_CUDA_ARCH_LIST")"); fi
+  MOUNT_LIST=()
+  add_mount() { # DIR: bind it at the same path unless a mounted dir already holds it
+    local m
+    for m in "${MOUNT_LIST[@]}"; do if [[ "$1" == "$m" || "$1" == "$m"/* ]]; then return; fi; done
+    MOUNT_LIST+=("$1")
+  }
+  for dir in "$CLIPO_ROOT" "$LOG_DIR" "$CLIPO_DATA_DIR" "${HF_HOME:-}" \
+    "${NRL_MEGATRON_CHECKPOINT_DIR:-}" "$CHECKPOINT_DIR"; do
+    if [[ -n "$dir" ]]; then add_mount "$dir"; fi
+  done
+  CONTAINER_MOUNTS=""
+  for m in "${MOUNT_LIST[@]}"; do CONTAINER_MOUNTS="${CONTAINER_MOUNTS:+$CONTAINER_MOUNTS,}$m:$m"; done
   CONTAINER_MOUNTS="$CONTAINER_MOUNTS${MOUNTS:+,$MOUNTS}"
-  SRUN_CONTAINER="--container-image=$CONTAINER --container-mounts=$CONTAINER_MOUNTS --no-container-mount-home"
+  # one named container per node for the whole job, as ray.sub's --container-name=ray-head/ray-worker
+  CONTAINER_ARGS=(--container-image="$CONTAINER" --container-mounts="$CONTAINER_MOUNTS"
+    --container-workdir="$CLIPO_ROOT" --no-container-mount-home)
   ACTIVATE="true"
 elif [[ -n "$VENV" ]]; then
-  SRUN_CONTAINER=""
-  ACTIVATE="source $VENV/bin/activate"
+  # NeMo-RL's Megatron Policy raises without it (lm_policy.py); the NeMo-RL image sets "9.0 10.0"
+  EXPORTS+=("TORCH_CUDA_ARCH_LIST=$(q "${TORCH_CUDA_ARCH_LIST:-9.0 10.0}")")
+  CONTAINER_ARGS=()
+  ACTIVATE="source $(q "$VENV/bin/activate")"
 else
   echo "set CONTAINER (NeMo-RL image) or VENV (a venv with NeMo-RL and clipo_megatron)" >&2
   exit 2
 fi
+PREAMBLE="$ACTIVATE && export ${EXPORTS[*]} && cd $(q "$CLIPO_ROOT")"
 
-ENV_EXPORTS="export NEMO_RL_ROOT=$NEMO_RL_ROOT CLIPO_DATA_DIR=$CLIPO_DATA_DIR PYTHONPATH=$CLIPO_ROOT:$NEMO_RL_ROOT:\${PYTHONPATH:-} RAY_DEDUP_LOGS=0"
-if [[ -n "${HF_HOME:-}" ]]; then ENV_EXPORTS="$ENV_EXPORTS HF_HOME=$HF_HOME"; fi
-PREAMBLE="$ACTIVATE && $ENV_EXPORTS && cd $CLIPO_ROOT"
-SRUN="srun --overlap --nodes=1 --ntasks=1 $SRUN_CONTAINER"
+step_args() { # NAME NODE [CPUS]: srun arguments of one single-node step in container NAME
+  local args=(--overlap --nodes=1 --ntasks=1 -w "$2")
+  if [[ -n "${3:-}" ]]; then args+=(--cpus-per-task="$3"); fi
+  if [[ -n "$CONTAINER" ]]; then args+=(--container-name="$1" "${CONTAINER_ARGS[@]}"); fi
+  printf '%s\0' "${args[@]}"
+}
+show() { # SUFFIX CMD...: print a command line (quoting only where needed), then SUFFIX verbatim
+  local out="+" a suffix="$1"
+  shift
+  for a in "$@"; do if [[ "$a" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then out+=" $a"; else out+=" ${a@Q}"; fi; done
+  printf '%s%s\n' "$out" "${suffix:+ $suffix}"
+}
 
-run mkdir -p "$LOG_DIR"
-echo "[clipo] job $SLURM_JOB_ID: $NUM_NODES nodes x $GPUS_PER_NODE GPUs, head $HEAD_NODE, recipe $RECIPE, logs $LOG_DIR"
+LD=$(q "$LOG_DIR")
+DRIVER_ARGS="--config $(q "$RECIPE") cluster.num_nodes=$NUM_NODES cluster.gpus_per_node=$GPUS_PER_NODE${OVERRIDES:+ $OVERRIDES}$CKPT_OVERRIDE"
+PREFLIGHT="$PREAMBLE && python examples/run_grpo_clipo.py --validate-only $DRIVER_ARGS > $LD/config.json"
+# The head step: ray start (returns once the GCS listens), signal file with its address, wait for
+# all nodes, then the driver in this same container; its status is the step's (ray.sub's head_cmd).
+HEAD_SCRIPT="set -o pipefail; $PREAMBLE || exit 1; ip=\$(hostname --ip-address | cut -d\" \" -f1)"
+HEAD_SCRIPT+="; ray start --head --disable-usage-stats --node-ip-address=\$ip --port=$RAY_PORT"
+HEAD_SCRIPT+=" --num-gpus=$GPUS_PER_NODE >> $LD/ray-head.log 2>&1 || { touch $LD/ENDED; exit 1; }"
+HEAD_SCRIPT+="; echo \$ip:$RAY_PORT > $LD/STARTED_RAY_HEAD"
+HEAD_SCRIPT+="; python -m clipo_megatron.nemo_rl.ray_wait --nodes $NUM_NODES --timeout $RAY_WAIT_TIMEOUT_S"
+HEAD_SCRIPT+=" || { touch $LD/ENDED; exit 1; }"
+HEAD_SCRIPT+="; RAY_ADDRESS=\$ip:$RAY_PORT python examples/run_grpo_clipo.py $DRIVER_ARGS 2>&1 | tee $LD/driver.log"
+WORKER_SCRIPT="$PREAMBLE || exit 1; until [[ -f $LD/STARTED_RAY_HEAD ]]; do [[ -f $LD/ENDED ]] && exit 1"
+WORKER_SCRIPT+="; sleep $RAY_POLL_S; done; ray start --address=\$(cat $LD/STARTED_RAY_HEAD)"
+WORKER_SCRIPT+=" --disable-usage-stats --num-gpus=$GPUS_PER_NODE --block"
 
-# 0. validate the recipe before spending GPU time
-DRIVER_ARGS="--config $RECIPE cluster.num_nodes=$NUM_NODES cluster.gpus_per_node=$GPUS_PER_NODE $OVERRIDES"
-run "$SRUN -w $HEAD_NODE bash -c '$PREAMBLE && python examples/run_grpo_clipo.py --validate-only $DRIVER_ARGS > $LOG_DIR/config.json'"
+echo "[clipo] job $SLURM_JOB_ID: $NUM_NODES nodes x $GPUS_PER_NODE GPUs ($CPUS_PER_WORKER CPUs), head $HEAD_NODE, recipe $RECIPE, logs $LOG_DIR"
+if [[ "$DRY_RUN" != "1" ]]; then mkdir -p "$LOG_DIR" ${CHECKPOINT_DIR:+"$CHECKPOINT_DIR"}; fi
 
-# 1. Ray head on node 0, workers on the others (each blocks for the job's lifetime)
-HEAD_IP_CMD="\$(hostname --ip-address | cut -d\" \" -f1)"
-run "$SRUN -w $HEAD_NODE bash -c '$PREAMBLE && ray start --head --node-ip-address=$HEAD_IP_CMD --port=$RAY_PORT --num-gpus=$GPUS_PER_NODE --block' > $LOG_DIR/ray-head.log 2>&1 &"
-if [[ "$DRY_RUN" == "1" ]]; then HEAD_ADDR="$HEAD_NODE:$RAY_PORT"; else
-  sleep "${RAY_HEAD_WAIT_S:-10}"
-  HEAD_ADDR="$(srun --overlap --nodes=1 --ntasks=1 -w "$HEAD_NODE" hostname --ip-address | cut -d" " -f1):$RAY_PORT"
+# 0. preflight: validate the recipe before spending GPU time; on failure stop here, nothing started
+mapfile -d '' -t ARGS < <(step_args ray-head "$HEAD_NODE")
+if [[ "$DRY_RUN" == "1" ]]; then show "" srun "${ARGS[@]}" bash -c "$PREFLIGHT"; else
+  set +e
+  srun "${ARGS[@]}" bash -c "$PREFLIGHT"
+  rc=$?
+  set -e
+  if ((rc != 0)); then
+    echo "[clipo] preflight failed (exit $rc): the recipe did not validate, see the message above;" \
+      "no Ray cluster was started. Reproduce: python examples/run_grpo_clipo.py --validate-only $DRIVER_ARGS" >&2
+    exit "$rc"
+  fi
+fi
+
+# 1. Ray head + driver on node 0 (background), 2. workers on the others (each blocks)
+mapfile -d '' -t ARGS < <(step_args ray-head "$HEAD_NODE" "$CPUS_PER_WORKER")
+if [[ "$DRY_RUN" == "1" ]]; then show "&" srun "${ARGS[@]}" bash -c "$HEAD_SCRIPT"; else
+  srun "${ARGS[@]}" bash -c "$HEAD_SCRIPT" &
+  HEAD_PID=$!
 fi
 for ((i = 1; i < NUM_NODES; i++)); do
-  run "$SRUN -w ${NODES[$i]} bash -c '$PREAMBLE && ray start --address=$HEAD_ADDR --num-gpus=$GPUS_PER_NODE --block' > $LOG_DIR/ray-worker-$i.log 2>&1 &"
+  mapfile -d '' -t ARGS < <(step_args ray-worker "${NODES[$i]}" "$CPUS_PER_WORKER")
+  if [[ "$DRY_RUN" == "1" ]]; then
+    show "> $(q "$LOG_DIR/ray-worker-$i.log") 2>&1 &" srun "${ARGS[@]}" bash -c "$WORKER_SCRIPT"
+  else
+    srun "${ARGS[@]}" bash -c "$WORKER_SCRIPT" > "$LOG_DIR/ray-worker-$i.log" 2>&1 &
+  fi
 done
+if [[ "$DRY_RUN" == "1" ]]; then exit 0; fi
+echo "[clipo] attach: srun --overlap --jobid $SLURM_JOB_ID -w $HEAD_NODE${CONTAINER:+ --container-name=ray-head} --pty bash"
 
-# 2. wait until every node has joined
-WAIT_CMD="python -m clipo_megatron.nemo_rl.ray_wait --nodes $NUM_NODES --timeout 600"
-run "$SRUN -w $HEAD_NODE bash -c '$PREAMBLE && $WAIT_CMD'"
-
-# 3. the driver on the head node
-run "$SRUN -w $HEAD_NODE bash -c '$PREAMBLE && RAY_ADDRESS=$HEAD_ADDR python examples/run_grpo_clipo.py $DRIVER_ARGS' 2>&1 | tee $LOG_DIR/driver.log"
+# 3. the job ends with the head step (= the driver); workers see ENDED, Slurm reaps the rest
+set +e
+wait "$HEAD_PID"
+rc=$?
+set -e
+touch "$LOG_DIR/ENDED"
+echo "[clipo] driver exited with $rc (log $LOG_DIR/driver.log)"
+exit "$rc"

@@ -8,8 +8,12 @@
 #   OVERRIDES="grpo.max_num_steps=100 clipo.method.temperature=0.02" sbatch slurm/track2_qwen7b.sh
 #   RECIPE=examples/configs/track2_qwen7b_dapo.yaml sbatch slurm/track2_qwen7b.sh   # another objective
 #
+#   HF_HOME=/shared/hf CHECKPOINT_DIR=/shared/ckpt/run1 CONTAINER=... sbatch ...  # both get mounted
+#
 # Submit from the clipo_megatron checkout (or set CLIPO_ROOT); no NeMo-RL checkout is needed.
-# See slurm/common.sh for every variable and docs/nemo_rl.md.
+# The recipe is validated first (the job stops there, with the reason, if it does not); then a Ray
+# cluster as NeMo-RL's ray.sub builds it, with the driver inside the head's container.
+# See slurm/common.sh for every variable and docs/slurm.md for the mapping to ray.sub.
 #SBATCH --job-name=clipo-track2_qwen7b
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
@@ -31,5 +35,5 @@ fi
 export CLIPO_ROOT
 RECIPE="${RECIPE:-examples/configs/track2_qwen7b.yaml}"
 export DRY_RUN_NODES="${DRY_RUN_NODES:-2}"
-# shellcheck source=common.sh
+# shellcheck source-path=SCRIPTDIR source=common.sh
 source "$CLIPO_ROOT/slurm/common.sh"

@@ -1,18 +1,163 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""sbatch scripts: `bash -n`, DRY_RUN prints the commands, a fake-srun run whose every `bash -c` payload parses."""
+"""sbatch scripts: `bash -n`, DRY_RUN, and full runs on a fake cluster.
+
+The fake `srun` logs its arguments and *executes* the `bash -c` payload (container flags
+ignored) with fake `ray` / `python` / `hostname` that log what ran in which srun step, so the
+tests see the real control flow: preflight first and fatal, the driver inside the head step.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ["slurm/track1_qwen3b.sh", "slurm/track2_qwen7b.sh", "slurm/common.sh"]
+BAD_RECIPE = "ValueError: clipo.method.temperature must be > 0"
+
+FAKE_SRUN = r"""#!/bin/bash
+# log the arguments (one file per step), then run the `bash -c` payload as the step would
+step=$(mktemp -p "$FAKE_CALLS" step.XXXXXX)
+printf '%s\0' "$@" > "$step.args"
+args=("$@")
+for ((i = 0; i < ${#args[@]} - 2; i++)); do
+  if [[ "${args[i]}" == bash && "${args[i+1]}" == -c ]]; then
+    FAKE_STEP=$(basename "$step") exec bash -c "${args[i+2]}"
+  fi
+done
+echo "fake srun: no bash -c in $*" >&2; exit 97
+"""
+FAKE_LOG = 'echo "${FAKE_STEP:-none}|$(basename "$0")|${TORCH_CUDA_ARCH_LIST:-}|$*" >> "$FAKE_CALLS/events"\n'
+FAKE_PYTHON = (
+    "#!/bin/bash\n" + FAKE_LOG + 'case "$*" in\n'
+    f'  *--validate-only*) [[ -n "${{FAKE_PREFLIGHT_FAIL:-}}" ]] && {{ echo "{BAD_RECIPE}" >&2; exit 1; }}\n'
+    '    echo \'{"config": "ok"}\' ;;\n'
+    # like the real ray_wait: return once the other nodes' `ray start --address` ran
+    "  *ray_wait*) n=$(($4 - 1)); for _ in $(seq 200); do\n"
+    '      (($(grep -c -- "--address=" "$FAKE_CALLS/events") >= n)) && exit 0; sleep 0.02; done\n'
+    "    exit 1 ;;\n"
+    '  *) echo "fake driver ran"; exit "${FAKE_DRIVER_RC:-0}" ;;\n'
+    "esac\n"
+)
+
+
+def _fake_cluster(tmp_path, mode, **env):
+    """Run track2 on a fake 3-node cluster; return (process, {step: srun args}, events)."""
+    bindir, calls = tmp_path / "bin", tmp_path / "calls"
+    bindir.mkdir()
+    calls.mkdir()
+    (bindir / "srun").write_text(FAKE_SRUN)
+    (bindir / "scontrol").write_text(
+        '#!/bin/bash\nif [[ "$2" == hostnames ]]; then echo n0; echo n1; echo n2; '
+        'else echo "NodeName=$3 Arch=x86_64 CPUTot=96 CPULoad=0.1"; fi\n'
+    )
+    (bindir / "ray").write_text("#!/bin/bash\n" + FAKE_LOG)
+    (bindir / "python").write_text(FAKE_PYTHON)
+    (bindir / "hostname").write_text("#!/bin/bash\necho 10.0.0.1 fe80::1\n")
+    for f in bindir.iterdir():
+        f.chmod(0o755)
+    base = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "FAKE_CALLS": str(calls),
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NODELIST": "n[0-2]",
+        "BASE_LOG_DIR": str(tmp_path / "logs"),
+        "RAY_POLL_S": "0.05",
+        "CLIPO_ROOT": str(ROOT),
+    }
+    if mode == "venv":
+        (tmp_path / "venv" / "bin").mkdir(parents=True)
+        (tmp_path / "venv" / "bin" / "activate").write_text("")
+        base["VENV"] = str(tmp_path / "venv")
+    else:
+        base["CONTAINER"] = "nemo-rl.sqsh"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "slurm/track2_qwen7b.sh")],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    steps = {
+        p.name[: -len(".args")]: p.read_text().strip("\0").split("\0") for p in calls.glob("*.args")
+    }
+    events_file = calls / "events"
+    lines = events_file.read_text().splitlines() if events_file.exists() else []
+    events = [ln.split("|", 3) for ln in lines]  # step, program, TORCH_CUDA_ARCH_LIST, args
+    return proc, steps, events
+
+
+def _step_named(steps, flag):
+    return [k for k, a in steps.items() if flag in a]
+
+
+def test_container_run_driver_in_head_step_with_mounts_and_cpus(tmp_path):
+    hf, ckpt = tmp_path / "hf", tmp_path / "ckpt" / "run1"
+    proc, steps, events = _fake_cluster(
+        tmp_path, "container", HF_HOME=str(hf), CHECKPOINT_DIR=str(ckpt), OVERRIDES="grpo.x=1"
+    )
+    assert proc.returncode == 0, proc.stderr
+    logs = tmp_path / "logs" / "77-logs"
+    assert len(steps) == 1 + 1 + 2  # preflight, head (+ driver), 2 workers
+    heads = _step_named(steps, "--container-name=ray-head")
+    (head,) = [h for h in heads if "--cpus-per-task=96" in steps[h]]  # the other is the preflight
+    assert len(heads) == 2
+    workers = _step_named(steps, "--container-name=ray-worker")
+    assert len(workers) == 2 and all("--cpus-per-task=96" in steps[w] for w in workers)
+    for a in steps.values():
+        mounts = next(x for x in a if x.startswith("--container-mounts="))
+        assert mounts.split("=", 1)[1].split(",") == [
+            f"{ROOT}:{ROOT}",
+            f"{logs}:{logs}",
+            f"{hf}:{hf}",
+            f"{ckpt}:{ckpt}",
+        ]
+        assert "--container-image=nemo-rl.sqsh" in a and f"--container-workdir={ROOT}" in a
+    by_step = [(s, prog, args.split()[:2]) for s, prog, _, args in events]
+    assert (head, "ray", ["start", "--head"]) in by_step
+    driver = [e for e in events if e[1] == "python" and "run_grpo_clipo.py --config" in e[3]]
+    assert [d[0] for d in driver] == [head]  # the driver ran inside the head step's container
+    assert "grpo.x=1" in driver[0][3] and f"checkpointing.checkpoint_dir={ckpt}" in driver[0][3]
+    starts = [e for e in events if e[1] == "ray" and "--address=10.0.0.1:6379" in e[3]]
+    assert sorted(e[0] for e in starts) == sorted(workers) and all(
+        "--block" in e[3] for e in starts
+    )
+    assert events[0][1:3] == ["python", ""] and "--validate-only" in events[0][3]  # preflight first
+    assert "fake driver ran" in (logs / "driver.log").read_text()
+    assert (logs / "config.json").read_text().strip() == '{"config": "ok"}'
+    assert (logs / "STARTED_RAY_HEAD").read_text().strip() == "10.0.0.1:6379"
+    assert (logs / "ENDED").exists() and ckpt.is_dir()
+
+
+@pytest.mark.parametrize("given,expected", [(None, "9.0 10.0"), ("8.0", "8.0")])
+def test_venv_mode_sets_torch_cuda_arch_list_only_if_unset(tmp_path, given, expected):
+    env = {"TORCH_CUDA_ARCH_LIST": given} if given else {}
+    proc, steps, events = _fake_cluster(tmp_path, "venv", **env)
+    assert proc.returncode == 0, proc.stderr
+    assert not any(a for a in steps.values() if any(x.startswith("--container") for x in a))
+    assert {e[1] for e in events} == {"python", "ray"}
+    assert {e[2] for e in events} == {expected}  # preflight, ray head/workers, ray_wait, driver
+
+
+def test_preflight_failure_stops_the_job_and_shows_why(tmp_path):
+    proc, steps, events = _fake_cluster(tmp_path, "container", FAKE_PREFLIGHT_FAIL="1")
+    assert proc.returncode == 1
+    assert BAD_RECIPE in proc.stderr and "[clipo] preflight failed (exit 1)" in proc.stderr
+    assert "no Ray cluster was started" in proc.stderr
+    assert len(steps) == 1 and [e[1] for e in events] == ["python"]  # no ray anywhere
+    assert not (tmp_path / "logs" / "77-logs" / "STARTED_RAY_HEAD").exists()
+
+
+def test_driver_status_is_the_job_status(tmp_path):
+    proc, _, events = _fake_cluster(tmp_path, "venv", FAKE_DRIVER_RC="3")
+    assert proc.returncode == 3 and "[clipo] driver exited with 3" in proc.stdout
+    assert (tmp_path / "logs" / "77-logs" / "ENDED").exists()
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -46,72 +191,55 @@ def test_dry_run_prints_commands_from_any_directory(script, nodes, recipe, tmp_p
             "DRY_RUN": "1",
             "CONTAINER": "nemo-rl.sqsh",
             "BASE_LOG_DIR": str(tmp_path),
-            "OVERRIDES": "grpo.max_num_steps=3",
+            "OVERRIDES": f"grpo.max_num_steps=3 checkpointing.checkpoint_dir={tmp_path}/ck",
+            "HF_HOME": "/shared/hf",
         },
         cwd=tmp_path,
     )  # not from a NeMo-RL checkout
     assert out.returncode == 0, out.stderr
-    cmds = [ln[2:] for ln in out.stdout.splitlines() if ln.startswith("+ ")]
-    srun = [c for c in cmds if c.startswith("srun")]
-    assert len(srun) == 1 + 1 + (nodes - 1) + 1 + 1  # validate, head, workers, wait, driver
-    assert "--container-image=nemo-rl.sqsh" in srun[0] and "--validate-only" in srun[0]
-    assert sum("ray start --head" in c for c in srun) == 1
-    assert sum("ray start --address=node0:6379" in c for c in srun) == nodes - 1
-    assert f"ray_wait --nodes {nodes}" in srun[-2]
-    driver = srun[-1]
-    assert f"examples/configs/{recipe}" in driver and "grpo.max_num_steps=3" in driver
-    assert f"cluster.num_nodes={nodes}" in driver and f"{tmp_path}/dryrun-logs/driver.log" in driver
-    assert not (tmp_path / "dryrun-logs").exists()  # dry run creates nothing
+    srun = [ln[2:] for ln in out.stdout.splitlines() if ln.startswith("+ srun")]
+    assert len(srun) == 1 + 1 + (nodes - 1)  # preflight, head (+ wait + driver), workers
+    pre, head, workers = srun[0], srun[1], srun[2:]
+    assert "--validate-only" in pre and "ray " not in pre and "--cpus-per-task" not in pre
+    assert "--container-name=ray-head" in pre and "--container-name=ray-head" in head
+    assert "--cpus-per-task=128" in head and head.endswith("' &")
+    assert head.index("ray start --head") < head.index(f"ray_wait --nodes {nodes}")
+    assert head.index("ray_wait") < head.index("run_grpo_clipo.py --config")
+    assert f"examples/configs/{recipe}" in head and "grpo.max_num_steps=3" in head
+    assert f"cluster.num_nodes={nodes}" in head and f"{tmp_path}/dryrun-logs/driver.log" in head
+    mounts = re.search(r"--container-mounts=(\S+)", head).group(1).split(",")
+    assert "/shared/hf:/shared/hf" in mounts and f"{tmp_path}/ck:{tmp_path}/ck" in mounts
+    assert len(workers) == nodes - 1
+    for i, w in enumerate(workers, 1):
+        assert f"-w node{i} " in w and "--container-name=ray-worker" in w
+        assert "--block" in w and w.endswith(f"> {tmp_path}/dryrun-logs/ray-worker-{i}.log 2>&1 &")
+    assert not (tmp_path / "dryrun-logs").exists() and not (tmp_path / "ck").exists()
 
 
-def test_fake_cluster_run_quotes_survive(tmp_path):
-    # Not DRY_RUN: a fake srun / scontrol log their arguments; every `bash -c` payload must parse.
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    logdir = (
-        tmp_path / "srun-calls"
-    )  # one file per call: concurrent background sruns cannot interleave
-    logdir.mkdir()
-    (bindir / "srun").write_text(
-        f'#!/bin/bash\nf=$(mktemp -p {logdir})\nprintf "%s\\0" "$@" > "$f.tmp"\n'
-        'mv "$f.tmp" "$f.call"\necho 10.0.0.1\n'
-    )
-    (bindir / "scontrol").write_text("#!/bin/bash\necho n0; echo n1; echo n2\n")
-    for f in bindir.iterdir():
-        f.chmod(0o755)
-    env = {
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "SLURM_JOB_ID": "77",
-        "SLURM_JOB_NODELIST": "n[0-2]",
-        "VENV": "/opt/venv",
-        "BASE_LOG_DIR": str(tmp_path / "logs"),
-        "RAY_HEAD_WAIT_S": "0",
-        "CLIPO_ROOT": str(ROOT),
-    }
-    out = subprocess.run(
-        ["bash", str(ROOT / "slurm/track2_qwen7b.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+def test_dry_run_cpus_per_worker_and_venv_arch(tmp_path):
+    out = _run(
+        "slurm/track1_qwen3b.sh",
+        {"DRY_RUN": "1", "VENV": "/opt/v", "CPUS_PER_WORKER": "7", "BASE_LOG_DIR": str(tmp_path)},
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
-    deadline = (
-        time.monotonic() + 60
-    )  # the Ray head / worker sruns run in the background: on a loaded CI box
-    while True:  # they can take seconds to start, so wait for all of them
-        calls = [f.read_text().strip("\0").split("\0") for f in sorted(logdir.glob("*.call"))]
-        payloads = [c[c.index("-c") + 1] for c in calls if "-c" in c]
-        if len(payloads) >= 6 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert len(payloads) == 1 + 1 + 2 + 1 + 1  # validate, head, 2 workers, wait, driver
-    for p in payloads:
-        subprocess.run(["bash", "-n", "-c", p], check=True, timeout=10)
-        assert p.startswith("source /opt/venv/bin/activate && export NEMO_RL_ROOT=/opt/nemo-rl")
-    assert any("--address=10.0.0.1:6379" in p for p in payloads)
-    assert (tmp_path / "logs" / "77-logs").is_dir()
+    head = [ln for ln in out.stdout.splitlines() if "ray start --head" in ln][0]
+    assert "--cpus-per-task=7" in head and "TORCH_CUDA_ARCH_LIST=9.0\\ 10.0" in head
+    assert "source /opt/v/bin/activate" in head and "--container" not in head
+
+
+def test_unreadable_cputot_says_how(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "scontrol").write_text("#!/bin/bash\necho n0\n")
+    (bindir / "scontrol").chmod(0o755)
+    env = {
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "1",
+        "SLURM_JOB_NODELIST": "n0",
+    }
+    out = _run("slurm/track1_qwen3b.sh", {**env, "VENV": "/v"}, cwd=tmp_path)
+    assert out.returncode == 2 and "set CPUS_PER_WORKER" in out.stderr
 
 
 def test_needs_container_or_venv(tmp_path):
