@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from clipo_megatron.megatron.policy_passes import forward_logits, sample, token_logprobs
+from clipo_megatron.models.hf_convert import load_megatron_state
 from clipo_megatron.nemo_rl.worker import ClipoWorkerMixin
 
 CPU_WORKER_FQN = "clipo_megatron.nemo_rl.cpu_worker.ClipoCpuPolicyWorker"
@@ -101,14 +102,12 @@ class CpuMegatronPolicyWorkerImpl:
         self.model = build_gpt_model(self.arch, transformer_config(self.arch))
         load_megatron_from_hf(self.model, hf, self.arch)
         del hf
+        self.generate_calls = 0
         if weights_path:
-            self.model.load_state_dict(_load(weights_path, "model.pt"), strict=False)
+            load_megatron_state(self.model, _load(weights_path, "model.pt"))
+            self.generate_calls = _load(weights_path, "generation.pt")["generate_calls"]
         # The reference policy: the weights the run started from (NeMo-RL keeps it beside the policy).
-        self.reference_state = (
-            {k: v.clone() for k, v in self.model.state_dict().items()}
-            if init_reference_model
-            else None
-        )
+        self.reference_state = self._tensors() if init_reference_model else None
         if weights_path and init_reference_model:
             self.reference_state = _load(weights_path, "reference.pt")
         opt = mcfg["optimizer"]
@@ -122,6 +121,14 @@ class CpuMegatronPolicyWorkerImpl:
         self.clip_grad = float(opt.get("clip_grad", 0.0) or 0.0)
         if optimizer_path and init_optimizer:
             self.optimizer.load_state_dict(_load(optimizer_path, "optim.pt"))
+
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        """The model's weights without `_extra_state` (TE metadata, None on CPU), cloned."""
+        return {
+            k: v.detach().clone()
+            for k, v in self.model.state_dict().items()
+            if not k.endswith("_extra_state")
+        }
 
     # ---- what NeMo-RL's RayWorkerGroup / Policy call ---------------------------------------
     def is_alive(self) -> bool:
@@ -148,14 +155,14 @@ class CpuMegatronPolicyWorkerImpl:
 
         if self.reference_state is None:
             raise RuntimeError("the policy was built with init_reference_model=False")
-        current = {k: v.clone() for k, v in self.model.state_dict().items()}
-        self.model.load_state_dict(self.reference_state)
+        current = self._tensors()
+        load_megatron_state(self.model, self.reference_state)
         try:
             lp = CpuMegatronPolicyWorkerImpl.get_logprobs(
                 self, data=data, micro_batch_size=micro_batch_size
             )
         finally:
-            self.model.load_state_dict(current)
+            load_megatron_state(self.model, current)
         return BatchedDataDict({"reference_logprobs": lp["logprobs"]})
 
     def train(self, *, data, loss_fn, eval_mode=False, gbs=None, mbs=None, **_: Any):
@@ -232,7 +239,10 @@ class CpuMegatronPolicyWorkerImpl:
 
         gen = self.cfg["generation"]
         ids = data["input_ids"]
-        seed = zlib.crc32(ids.numpy().tobytes()) ^ int(self.cfg.get("seed", 0))
+        # Seeded per call (a counter saved with the weights) and prompt: a resumed run samples
+        # exactly what the uninterrupted run sampled, and repeated prompts still differ.
+        self.generate_calls += 1
+        seed = zlib.crc32(ids.numpy().tobytes() + self.generate_calls.to_bytes(8, "little"))
         out = sample(
             self.model,
             ids,
@@ -247,9 +257,19 @@ class CpuMegatronPolicyWorkerImpl:
         )
         return BatchedDataDict(out)
 
+    def generate_async(self, *, data, greedy: bool = False):
+        """Main's Megatron generation always streams (`MegatronGeneration.generate_async`):
+        one (row index, one-row batch) per sample, the GPU worker's streaming contract."""
+        from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+        out = self.generate(data=data, greedy=greedy)
+        for i in range(out["output_ids"].shape[0]):
+            yield i, BatchedDataDict({k: v[i : i + 1] for k, v in out.items()})
+
     def save_checkpoint(self, *, weights_path: str, optimizer_path=None, tokenizer_path=None, **_):
         if self.rank == 0:  # DP replicas hold identical weights and optimizer state
-            _save(self.model.state_dict(), weights_path, "model.pt")
+            _save(self._tensors(), weights_path, "model.pt")
+            _save({"generate_calls": self.generate_calls}, weights_path, "generation.pt")
             if self.reference_state is not None:
                 _save(self.reference_state, weights_path, "reference.pt")
             if optimizer_path:

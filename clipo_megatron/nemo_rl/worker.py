@@ -307,8 +307,9 @@ class ClipoWorkerMixin:
     """The CLIPO methods of the policy worker, over any worker whose `get_logprobs(data=...)` reads its
     microbatches from `_clipo_iterator_module.get_microbatch_iterator` and runs `self.model`.
 
-    Needs `self._clipo` (ClipoWorkerState or None off the last stage) and `self._clipo_groups`
-    (megatron.parallel.ParallelGroups), set by the concrete worker's `clipo_setup`.
+    The concrete worker provides `_clipo_model_config()` (its TransformerConfig) and
+    `_clipo_iterator_module`; `clipo_setup` sets `self._clipo` (ClipoWorkerState, None off the
+    last stage) and `self._clipo_groups` (megatron.parallel.ParallelGroups).
     """
 
     _clipo: ClipoWorkerState | None = None
@@ -329,10 +330,6 @@ class ClipoWorkerMixin:
             self._clipo.record(*pooler.result())
         return out
 
-    def _clipo_model_config(self):
-        """The policy's TransformerConfig (the concrete worker says where it keeps it)."""
-        raise NotImplementedError
-
     def clipo_setup(self, *, clipo_cfg: dict[str, Any]) -> bool:
         """Build the head on the last pipeline stage (called once by the policy after init)."""
         from megatron.core import parallel_state as ps
@@ -341,7 +338,7 @@ class ClipoWorkerMixin:
         from clipo_megatron.megatron.parallel import ParallelGroups
 
         cfg = ClipoNemoRLConfig.from_dict(clipo_cfg)
-        mcfg = self._clipo_model_config()
+        mcfg = self._clipo_model_config()  # type: ignore[attr-defined]  # the concrete worker's
         self._clipo_groups = ParallelGroups.from_parallel_state(
             sequence_parallel=bool(mcfg.sequence_parallel)
         )
@@ -378,6 +375,10 @@ class ClipoWorkerMixin:
         if self._clipo is None:
             return {}
         return self._clipo.load(step_dir, tp_rank=ps.get_tensor_model_parallel_rank())
+
+    def clipo_head_state(self) -> dict:
+        """The head trainer's state (head, AdamW, RNG, steps); {} off the last stage. For checks."""
+        return {} if self._clipo is None else self._clipo.trainer.state_dict()
 
     def clipo_head_step(
         self, *, correct: torch.Tensor, group_ids: torch.Tensor, step: int

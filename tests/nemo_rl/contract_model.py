@@ -1,0 +1,83 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The contract suite's policy: a tiny Llama (character tokenizer) briefly fine-tuned on GSM8K answers.
+
+A random tiny model never writes a correct `\\boxed{}` answer, so every group
+would be all-wrong and CLIPO would have nothing to contrast. The model is
+fine-tuned (plain torch, a few seconds) to answer the first training prompts
+of the shared GSM8K parquet with `\\boxed{<answer>}` half of the time and a
+wrong number the other half, through the same prompt the NeMo-RL processor
+builds (`clipo_gsm8k`). Sampling it then gives groups with both correct and
+incorrect rollouts: real rewards from the real verifier, valid CLIPO groups.
+Nothing is downloaded; the model directory is cached per test session.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tests.eval.tiny_model import char_tokenizer
+
+TRAIN_PARQUET = "train/gsm8k.parquet"
+
+
+def first_problems(data_dir: Path, k: int) -> list[tuple[list[int], str]]:
+    """(prompt token ids, ground truth) of the first k training rows, via the real processor."""
+    import pandas as pd
+
+    from clipo_megatron.nemo_rl.data import clipo_data_processor
+
+    tok = char_tokenizer()
+    rows = pd.read_parquet(data_dir / TRAIN_PARQUET).head(k).to_dict("records")
+    out = []
+    for i, row in enumerate(rows):
+        d = clipo_data_processor(
+            row, None, tok, 4096, i, dataset="gsm8k", input_key="prompt", output_key="reward_model"
+        )
+        out.append((d["message_log"][0]["token_ids"].tolist(), d["extra_env_info"]["ground_truth"]))
+    return out
+
+
+def build_contract_model(path: Path, data_dir: Path, *, k: int = 8, steps: int = 200) -> Path:
+    """Save the fine-tuned tiny model + tokenizer to `path` (an HF model directory)."""
+    import transformers
+
+    tok = char_tokenizer()
+    problems = first_problems(data_dir, k)
+    cfg = transformers.LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).float()
+    rows = []  # each prompt twice: its answer, and the next prompt's answer (a wrong one)
+    for i, (ids, answer) in enumerate(problems):
+        for target in (answer, problems[(i + 1) % k][1]):
+            resp = tok(f"\\boxed{{{target}}}", add_special_tokens=False)["input_ids"]
+            rows.append((ids, resp + [tok.eos_token_id]))
+    s = max(len(p) + len(r) for p, r in rows)
+    ids = torch.full((len(rows), s), tok.pad_token_id)
+    labels = torch.full((len(rows), s), -100)
+    for j, (p, r) in enumerate(rows):
+        ids[j, : len(p) + len(r)] = torch.tensor(p + r)
+        labels[j, len(p) : len(p) + len(r)] = torch.tensor(r)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(steps):
+        loss = model(input_ids=ids, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval().save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

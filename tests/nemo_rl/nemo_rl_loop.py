@@ -1,0 +1,216 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""NeMo-RL's own GRPO loop on CPU, built the way `grpo.setup` builds it (which needs GPUs).
+
+Real NeMo-RL pieces: `grpo_train`; the recipe merged with NeMo-RL's parent
+recipe and validated by its pydantic `MasterConfig`; `setup_response_data`
+over the recipe's data sections (the shared parquet files) with this
+project's processor and environment (a Ray actor); `Policy` (our
+`ClipoPolicy` subclass) over a real `RayWorkerGroup` on
+`RayVirtualCluster(use_gpus=False)`; `MegatronGeneration(policy=...)`
+(colocated) and, where it exists, its `MegatronWeightSynchronizer`;
+`StatefulDataLoader` + `rl_collate_fn`; `Logger`; `CheckpointManager` with
+its resume paths and dataloader state; `ClippedPGLossFn`.
+Ours: the CPU policy worker (`cpu_worker.py`) in place of the GPU-only
+`MegatronPolicyWorker`, and the CLIPO seams the driver installs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+RECIPES = {
+    "grpo": "examples/configs/track1_qwen3b.yaml",
+    "dapo": "examples/configs/track1_qwen3b_dapo.yaml",
+    "gspo": "examples/configs/track1_qwen3b_gspo.yaml",
+    "gmpo": "examples/configs/track1_qwen3b_gmpo.yaml",
+}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def contract_config(
+    objective: str,
+    clipo_on: bool,
+    *,
+    model_dir: Path,
+    out_dir: Path,
+    max_steps: int,
+    warmup_steps: int = 1,
+    dp: int = 1,
+) -> dict[str, Any]:
+    """The objective's track-1 recipe (with NeMo-RL's parent merged), shrunk to a CPU run."""
+    from clipo_megatron.nemo_rl.config import load_recipe
+
+    prompts, gens = 2, 8
+    overrides = [
+        f"clipo.enabled={str(clipo_on).lower()}",
+        f"clipo.method.warmup_steps={warmup_steps}",
+        "clipo.method.embed_dim=16",
+        f"grpo.num_prompts_per_step={prompts}",
+        f"grpo.num_generations_per_prompt={gens}",
+        f"grpo.max_num_steps={max_steps}",
+        "grpo.val_period=0",
+        "grpo.val_at_end=false",
+        "grpo.val_at_start=false",
+        "grpo.max_val_samples=4",
+        "grpo.val_batch_size=4",
+        f"policy.model_name={model_dir}",
+        f"policy.tokenizer.name={model_dir}",
+        f"policy.train_global_batch_size={prompts * gens}",
+        "policy.train_micro_batch_size=8",
+        "policy.logprob_batch_size=8",
+        "policy.generation_batch_size=16",
+        "policy.max_total_sequence_length=1024",
+        "policy.sequence_packing.enabled=false",
+        "policy.megatron_cfg.optimizer.lr=1e-3",
+        "policy.megatron_cfg.optimizer.min_lr=1e-3",
+        "policy.generation.backend=megatron",
+        "policy.generation.max_new_tokens=12",
+        "policy.generation.temperature=1.0",
+        "policy.generation.colocated.enabled=true",
+        "data.max_input_seq_length=1000",
+        "data.shuffle=false",
+        "data.num_workers=0",
+        "env.clipo_math.num_workers=1",
+        "logger.tensorboard_enabled=true",
+        "logger.wandb_enabled=false",
+        "logger.monitor_gpus=false",
+        f"logger.log_dir={out_dir / 'logs'}",
+        f"checkpointing.checkpoint_dir={out_dir / 'ckpt'}",
+        "checkpointing.save_period=2",
+        "checkpointing.metric_name=null",
+        f"cluster.gpus_per_node={dp}",
+        "cluster.num_nodes=1",
+    ]
+    if objective == "dapo":  # DAPO's dynamic sampling keeps mixed groups; let it draw more
+        overrides.append("grpo.dynamic_sampling_max_gen_batches=4")
+    cfg = load_recipe(ROOT / RECIPES[objective], overrides)
+    cfg["policy"]["generation"]["mcore_generation_config"]["expose_http_server"] = False
+    return cfg
+
+
+def _field(block, key: str):
+    """A `grpo:` field: a pydantic model on main, a TypedDict (plain dict) on v0.7.0."""
+    return block[key] if isinstance(block, dict) else getattr(block, key)
+
+
+def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
+    """Run NeMo-RL's grpo_train with the CLIPO seams; return what the test compares."""
+    import ray
+    from nemo_rl.algorithms import grpo
+    from nemo_rl.algorithms.utils import get_tokenizer
+    from nemo_rl.data.collate_fn import rl_collate_fn
+    from nemo_rl.data.utils import load_dataloader_state, setup_response_data
+    from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
+    from nemo_rl.models.generation import configure_generation_config
+    from nemo_rl.models.generation.megatron import MegatronGeneration
+    from nemo_rl.utils.checkpoint import CheckpointManager
+    from nemo_rl.utils.logger import Logger
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from clipo_megatron.nemo_rl.compat import check_supported
+    from clipo_megatron.nemo_rl.config import validate_master_config
+    from clipo_megatron.nemo_rl.data import register_with_nemo_rl
+    from clipo_megatron.nemo_rl.driver import clipo_advantage_estimator_installed
+    from clipo_megatron.nemo_rl.losses import build_policy_loss
+    from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
+    from clipo_megatron.nemo_rl.rewards import ClipoRunState
+
+    flavour = check_supported()
+    clipo = validate_master_config(config)
+    config = dict(config)
+    config.pop("clipo")
+    master = grpo.MasterConfig(**config)  # NeMo-RL's own validation of the merged recipe
+    register_with_nemo_rl()
+    tokenizer = get_tokenizer(master.policy["tokenizer"])
+    master.policy["generation"] = configure_generation_config(
+        master.policy["generation"], tokenizer
+    )
+    dataset, val_dataset, task_to_env, val_task_to_env = setup_response_data(
+        tokenizer, master.data, master.env
+    )
+    logger = Logger(master.logger)
+    checkpointer = CheckpointManager(master.checkpointing)
+    last = checkpointer.get_latest_checkpoint_path()
+    loaded = checkpointer.load_training_info(last)
+    if hasattr(grpo, "_get_grpo_save_state"):  # main
+        save_state = grpo._get_grpo_save_state(loaded)
+    else:  # v0.7.0: a TypedDict
+        save_state = loaded or grpo._default_grpo_save_state()
+    weights_path, optimizer_path = checkpointer.get_resume_paths(last)
+
+    dp = int(master.cluster["gpus_per_node"])
+    cluster = RayVirtualCluster(
+        bundle_ct_per_node_list=[dp], use_gpus=False, num_gpus_per_node=dp, name="clipo_cpu"
+    )
+    state = ClipoRunState(warmup_steps=clipo.method.warmup_steps)
+    policy = make_clipo_policy_class(clipo, state, worker_fqn=worker_fqn)(
+        cluster=cluster,
+        config=master.policy,
+        tokenizer=tokenizer,
+        weights_path=weights_path,
+        optimizer_path=optimizer_path,
+        init_optimizer=True,
+        init_reference_model=True,
+    )
+    generation = MegatronGeneration(config=master.policy, tokenizer=tokenizer, policy=policy)
+    if hasattr(generation, "weight_synchronizer"):  # main: setup installs one
+        from nemo_rl.weight_sync.factory import create_weight_synchronizer
+
+        generation.weight_synchronizer = create_weight_synchronizer(
+            policy, generation, "megatron", colocated=True
+        )
+    batch = _field(master.grpo, "num_prompts_per_step")
+    if _field(master.grpo, "use_dynamic_sampling"):
+        batch *= _field(master.grpo, "batch_multiplier")
+    dataloader = StatefulDataLoader(
+        dataset, batch_size=int(batch), shuffle=False, collate_fn=rl_collate_fn, drop_last=True
+    )
+    if last is not None:
+        load_dataloader_state(dataloader, last, master.data, "")
+    val_dataloader = StatefulDataLoader(
+        val_dataset, batch_size=_field(master.grpo, "val_batch_size"), collate_fn=rl_collate_fn
+    )
+    loss_fn = build_policy_loss(clipo.objective, dict(master.loss_fn))
+    metrics_log: list[tuple[int, dict]] = []
+    orig_log = logger.log_metrics
+
+    def log_metrics(metrics, step, prefix="", *a, **kw):  # keep what grpo_train logs
+        metrics_log.append((step, prefix, dict(metrics)))
+        return orig_log(metrics, step, prefix, *a, **kw)
+
+    logger.log_metrics = log_metrics
+
+    def sink(metrics: dict, step: int) -> None:
+        logger.log_metrics(metrics, step, prefix="train")
+
+    try:
+        with clipo_advantage_estimator_installed(grpo, policy, clipo, state, sink):
+            grpo.grpo_train(
+                policy,
+                generation,
+                dataloader,
+                val_dataloader,
+                tokenizer,
+                loss_fn,
+                task_to_env,
+                val_task_to_env,
+                logger,
+                checkpointer,
+                save_state,
+                master,
+            )
+        head = policy.run_all_workers_single_data("clipo_head_state") if clipo.enabled else None
+    finally:
+        policy.shutdown()
+        for env in {*task_to_env.values(), *val_task_to_env.values()}:
+            ray.kill(env)
+        cluster.shutdown()
+    return {
+        "flavour": flavour,
+        "metrics": metrics_log,
+        "clipo_step": state.step,
+        "head": head,
+        "resumed_from": None if last is None else os.path.basename(str(last)),
+    }
