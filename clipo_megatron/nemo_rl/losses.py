@@ -30,8 +30,8 @@ from clipo_megatron.core.config import CLIPOConfig
 from clipo_megatron.core.losses import group_contrastive_loss
 from clipo_megatron.core.policy_loss import policy_objective_loss
 
-try:  # pragma: no cover - exercised only where NeMo-RL is installed
-    from nemo_rl.algorithms.loss.interfaces import LossInputType, LossType, MetricNormalizer
+try:  # NeMo-RL's own enums where it is installed: its dispatch compares by identity
+    from nemo_rl.algorithms.loss.interfaces import LossInputType, LossType
 except ImportError:  # mirrors of NeMo-RL's enums (same member values)
 
     class LossType(enum.Enum):  # type: ignore[no-redef]
@@ -41,6 +41,11 @@ except ImportError:  # mirrors of NeMo-RL's enums (same member values)
     class LossInputType(enum.Enum):  # type: ignore[no-redef]
         LOGIT = "logit"
         LOGPROB = "logprob"
+
+
+try:  # main (7ea279a) declares metric normalisations; v0.7.0 has no MetricNormalizer
+    from nemo_rl.algorithms.loss.interfaces import MetricNormalizer
+except ImportError:
 
     class MetricNormalizer(enum.Enum):  # type: ignore[no-redef]
         TOKENS = "tokens"
@@ -172,9 +177,11 @@ class GMPOLossFn:
         norm = MetricNormalizer.TOKENS if token_level_loss else MetricNormalizer.SEQUENCES
         self.metric_normalizations = {
             "loss": norm,
-            "probs_ratio_clamped_frac": MetricNormalizer.NONE,
-            "approx_kl": MetricNormalizer.NONE,
+            "probs_ratio_clamped_frac": MetricNormalizer.TOKENS,
+            "approx_kl": MetricNormalizer.TOKENS,
             "num_valid_samples": MetricNormalizer.NONE,
+            "token_mult_prob_error": MetricNormalizer.TOKENS,
+            "gen_kl_error": MetricNormalizer.TOKENS,
         }
 
     def __call__(
@@ -208,13 +215,44 @@ class GMPOLossFn:
             num_tokens=float(global_valid_toks),
             num_seqs=float(global_valid_seqs),
         )
+        # Metrics are shares of the global value (local sum / global count), like
+        # ClippedPGLossFn's: NeMo-RL sums them over microbatches, DP ranks and, with sequence
+        # packing, over the sequences its packing wrapper calls the loss on one at a time.
+        local_toks = float(mask.sum())
+        share = local_toks / max(float(global_valid_toks), 1.0)
+        gen = _slice_next(data, "generation_logprobs").float()
+        prev = _slice_next(data, "prev_logprobs").float()
         metrics = {
             "loss": float(loss.detach()),
-            "probs_ratio_clamped_frac": m["pg/clip_frac"],
-            "approx_kl": m["pg/approx_kl"],
+            "probs_ratio_clamped_frac": m["pg/clip_frac"] * share,
+            "approx_kl": m["pg/approx_kl"] * share,
             "num_valid_samples": float(sample_mask.sum()),
+            **generation_mismatch_metrics(gen, prev, mask, global_valid_toks),
         }
         return loss, metrics
+
+
+def generation_mismatch_metrics(
+    generation_logprobs: torch.Tensor,
+    prev_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    global_valid_toks: torch.Tensor | float,
+) -> dict[str, float]:
+    """The rollout-vs-trainer logprob checks grpo_train reads after every update (shares).
+
+    token_mult_prob_error = sum(exp(|gen - prev|) * mask) / global_valid_toks (1.0 = identical);
+    gen_kl_error = k3 KL(P_gen || P_train) = sum((e^r - r - 1) * mask) / global_valid_toks,
+    r = prev - gen: the definitions of NeMo-RL's ClippedPGLossFn (k3, no clamping).
+    """
+    denom = max(float(global_valid_toks), 1.0)
+    with torch.no_grad():
+        err = torch.exp(torch.abs(generation_logprobs - prev_logprobs) * mask)  # [B, S-1]
+        r = prev_logprobs - generation_logprobs  # [B, S-1]
+        kl = torch.exp(r) - r - 1
+        return {
+            "token_mult_prob_error": float((err * mask).sum()) / denom,
+            "gen_kl_error": float((kl * mask).sum()) / denom,
+        }
 
 
 def policy_loss_config(objective: str) -> dict[str, Any]:

@@ -1,0 +1,143 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The NeMo-RL contract suite: NeMo-RL's real `grpo_train` on CPU, per objective, CLIPO on and off.
+
+Each case runs 3 GRPO steps of the objective's track-1 recipe (NeMo-RL's
+parent recipe merged) through the project's driver seams: warm-up step 1
+(head only), a checkpoint at step 2, and a second run that resumes from that
+checkpoint in fresh Ray actors and must give step 3 exactly as the
+uninterrupted run did — rewards, losses, the contrastive metrics, the head,
+its optimizer and the CLIPO step included. See nemo_rl_loop.py for which
+pieces are NeMo-RL's own.
+
+Run with `NEMO_RL_SRC=<NeMo-RL checkout> bash scripts/test_nemo_rl.sh`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow]
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "clipo"
+STEPS, CHECKPOINT_STEP = 3, 2
+
+
+def _requirements() -> str | None:
+    src = os.environ.get("NEMO_RL_SRC")
+    if not src or not Path(src, "nemo_rl", "__init__.py").exists():
+        return (
+            "NEMO_RL_SRC is not set to a NeMo-RL checkout: run "
+            "`NEMO_RL_SRC=<checkout> bash scripts/test_nemo_rl.sh` (docs/nemo_rl.md)"
+        )
+    if not (SHARED / "train" / "gsm8k.parquet").exists():
+        return f"the shared GSM8K parquet is missing at {SHARED}/train/gsm8k.parquet"
+    try:
+        import nemo_rl.algorithms.grpo  # noqa: F401
+        import ray  # noqa: F401
+    except ImportError as e:  # pragma: no cover - wrong environment
+        return f"NeMo-RL at {src} does not import here ({e}); use scripts/test_nemo_rl.sh"
+    return None
+
+
+@pytest.fixture(scope="module")
+def nemo_rl_cpu():
+    """Ray on this machine, NEMO_RL_ROOT / CLIPO_DATA_DIR for the recipes, the CPU worker registered."""
+    missing = _requirements()
+    if missing:
+        pytest.skip(missing)
+    import ray
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+
+    from clipo_megatron.nemo_rl.cpu_worker import CPU_WORKER_FQN
+
+    os.environ["NEMO_RL_ROOT"] = os.environ["NEMO_RL_SRC"]
+    os.environ["CLIPO_DATA_DIR"] = str(SHARED)
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")  # Policy asks for it on the Megatron path
+    ACTOR_ENVIRONMENT_REGISTRY[CPU_WORKER_FQN] = PY_EXECUTABLES.SYSTEM  # the test's own venv
+    ray.init(num_cpus=8, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    yield CPU_WORKER_FQN
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def contract_model(tmp_path_factory):
+    from tests.nemo_rl.contract_model import build_contract_model
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    path = cache / "clipo_megatron" / "contract_model_v1"
+    if not (path / "config.json").exists():
+        build_contract_model(path, SHARED)
+    return path
+
+
+def _train_metrics(result, step: int) -> dict[str, float]:
+    """Everything grpo_train (and the CLIPO seam) logged under `train/` for one step."""
+    out: dict[str, float] = {}
+    for s, prefix, m in result["metrics"]:
+        if s == step and prefix == "train":
+            out.update({k: float(v) for k, v in m.items() if isinstance(v, int | float)})
+    return out
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def _print_table(objective, clipo_on, flavour, full, resumed):
+    keys = ("reward", "loss", "clipo/loss", "clipo/valid_group_frac", "clipo/reward_mean")
+    print(f"\n[contract] NeMo-RL {flavour.name} ({flavour.version}) {objective} clipo={clipo_on}")
+    for step in range(1, STEPS + 1):
+        m = _train_metrics(full, step)
+        print("  step", step, {k: round(m[k], 5) for k in keys if k in m})
+    m = _train_metrics(resumed, STEPS)
+    print("  resumed step", STEPS, {k: round(m[k], 5) for k in keys if k in m})
+
+
+@pytest.mark.parametrize("clipo_on", [True, False], ids=["clipo", "baseline"])
+@pytest.mark.parametrize("objective", ["grpo", "dapo", "gspo", "gmpo"])
+def test_grpo_train_checkpoint_and_resume(
+    nemo_rl_cpu, contract_model, tmp_path, objective, clipo_on
+):
+    from tests.nemo_rl.nemo_rl_loop import contract_config, run_grpo
+
+    def config(out: Path):
+        return contract_config(
+            objective, clipo_on, model_dir=contract_model, out_dir=out, max_steps=STEPS
+        )
+
+    full = run_grpo(config(tmp_path / "full"), worker_fqn=nemo_rl_cpu)
+    assert full["resumed_from"] is None
+    for step in range(1, STEPS + 1):  # grpo_train ran every step and logged its train metrics
+        m = _train_metrics(full, step)
+        assert {"reward", "loss", "global_valid_toks", "token_mult_prob_error"} <= set(m), step
+        assert m["global_valid_toks"] > 0
+    if clipo_on:
+        assert full["clipo_step"] == STEPS
+        assert _train_metrics(full, 1)["clipo/policy_updated"] == 0.0  # warm-up: head only
+        assert _train_metrics(full, 2)["clipo/policy_updated"] == 1.0
+        assert any(_train_metrics(full, s)["clipo/valid_group_frac"] > 0 for s in (1, 2, 3))
+    else:
+        assert not any(k.startswith("clipo/") for k in _train_metrics(full, 1))
+
+    # Resume from the step-2 checkpoint in a fresh run directory and fresh Ray actors.
+    ckpt = tmp_path / "resumed" / "ckpt"
+    shutil.copytree(tmp_path / "full" / "ckpt" / f"step_{CHECKPOINT_STEP}", ckpt / "step_2")
+    resumed = run_grpo(config(tmp_path / "resumed"), worker_fqn=nemo_rl_cpu)
+    assert resumed["resumed_from"] == f"step_{CHECKPOINT_STEP}"
+    a, b = _train_metrics(full, STEPS), _train_metrics(resumed, STEPS)
+    assert set(a) == set(b)
+    differ = {k: (a[k], b[k]) for k in a if not _same(a[k], b[k]) and not k.startswith("timing")}
+    assert not differ, f"resumed step {STEPS} differs: {differ}"
+    if clipo_on:
+        assert resumed["clipo_step"] == STEPS
+        import torch
+
+        for x, y in zip(full["head"], resumed["head"]):  # head, AdamW state, RNG, steps
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+    _print_table(objective, clipo_on, full["flavour"], full, resumed)
