@@ -86,14 +86,13 @@ def make_clipo_policy_class(
 
     require_nemo_rl()
     from nemo_rl.distributed.batched_data_dict import BatchedDataDict
-    from nemo_rl.distributed.ray_actor_environment_registry import (
-        ACTOR_ENVIRONMENT_REGISTRY,
-        MCORE_EXECUTABLE,
-    )
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
     from nemo_rl.models.policy.lm_policy import Policy
 
-    if worker_fqn == WORKER_FQN:
-        ACTOR_ENVIRONMENT_REGISTRY.setdefault(WORKER_FQN, MCORE_EXECUTABLE)
+    if worker_fqn == WORKER_FQN:  # the stock Megatron worker's prefetched venv (worker_env.py)
+        from clipo_megatron.nemo_rl.worker_env import register_clipo_worker_env
+
+        print(f"[clipo] {register_clipo_worker_env(WORKER_FQN)}")
     elif worker_fqn not in ACTOR_ENVIRONMENT_REGISTRY:
         raise ValueError(
             f"worker class {worker_fqn} has no Python environment in NeMo-RL's "

@@ -194,7 +194,9 @@ def test_one_clipo_grpo_step(mcore_single_process, tmp_path):
     expected_trainer.record(torch.arange(12), ref_pooled)
     est = ClipoAdvantageEstimator(
         GroupNormalizedEstimator(use_leave_one_out_baseline=False),
-        lambda c, g, st: collect_head_step([worker.clipo_head_step(c, g, st)], 12),
+        lambda c, g, st: collect_head_step(
+            [worker.clipo_head_step(correct=c, group_ids=g, step=st)], 12
+        ),
         cfg,
         state,
     )
@@ -219,7 +221,7 @@ def test_one_clipo_grpo_step(mcore_single_process, tmp_path):
     )  # the head never enters the model (HF export / refit)
 
     # --- policy update with GMPO (LossFunction protocol), then the head checkpoint round trip
-    train_data = {**data, "prev_logprobs": prev, "advantages": adv}
+    train_data = {**data, "prev_logprobs": prev, "generation_logprobs": prev, "advantages": adv}
     before = [p.detach().clone() for p in model.parameters()]
     loss, metrics = worker.train(train_data, GMPOLossFn())
     assert torch.isfinite(loss) and metrics["num_valid_samples"] == 12

@@ -83,6 +83,7 @@ def _pg_data(seed=0, b=6, s=9):
     lp = -torch.rand(b, s, generator=gen, dtype=torch.float64)
     prev = lp + (torch.rand(b, s, generator=gen, dtype=torch.float64) - 0.5)
     ref = lp + (torch.rand(b, s, generator=gen, dtype=torch.float64) - 0.5) * 0.3
+    gen_lp = prev + (torch.rand(b, s, generator=gen, dtype=torch.float64) - 0.5) * 0.2
     adv = torch.randn(b, generator=gen, dtype=torch.float64)
     token_mask = torch.zeros(b, s)
     for i in range(b):
@@ -93,6 +94,7 @@ def _pg_data(seed=0, b=6, s=9):
         "token_mask": token_mask,
         "sample_mask": sample_mask,
         "prev_logprobs": prev,
+        "generation_logprobs": gen_lp,
         "reference_policy_logprobs": ref,
         "advantages": adv.unsqueeze(1).expand(b, s).clone(),
     }
@@ -129,12 +131,39 @@ def test_gmpo_protocol_matches_core_and_microbatches_add_up():
         "token_mask": torch.tensor([[0.0, 1, 1]]),
         "sample_mask": torch.ones(1),
         "prev_logprobs": torch.zeros(1, 3, dtype=torch.float64),
+        "generation_logprobs": torch.tensor([[0.0, -0.2, 0.1]], dtype=torch.float64),
         "advantages": -torch.ones(1, 3),
     }
-    loss, _ = GMPOLossFn()(
+    loss, m1 = GMPOLossFn()(
         torch.tensor([[0.5, -0.1]], dtype=torch.float64), one, torch.tensor(1.0), torch.tensor(2.0)
     )
     assert abs(float(loss) - math.exp(0.2)) < 1e-6
+    # grpo_train reads these after every update (KeyError before): gen - prev = [-0.2, 0.1]
+    # token_mult_prob_error = (e^0.2 + e^0.1) / 2; gen_kl (k3, r = prev - gen = [0.2, -0.1]):
+    # ((e^0.2 - 0.2 - 1) + (e^-0.1 + 0.1 - 1)) / 2
+    assert abs(m1["token_mult_prob_error"] - (math.exp(0.2) + math.exp(0.1)) / 2) < 1e-6
+    kl = ((math.exp(0.2) - 1.2) + (math.exp(-0.1) - 0.9)) / 2
+    assert abs(m1["gen_kl_error"] - kl) < 1e-6  # fp32 inside, as NeMo-RL
+
+
+def test_gmpo_metrics_are_shares_that_add_up_per_sequence():
+    """NeMo-RL sums a loss's metrics over microbatches and, with sequence packing, over the
+    sequences its packing wrapper calls the loss on one by one: each metric must be a share of
+    the global value, so the sum over any split equals the full-batch value (inflated before)."""
+    lp, data, _ = _pg_data()
+    fn = GMPOLossFn()
+    mask = (data["token_mask"] * data["sample_mask"].unsqueeze(1))[:, 1:]
+    n_tok, n_seq = mask.sum(), (mask.sum(1) > 0).sum()
+    _, full = fn(lp[:, 1:], data, n_seq, n_tok)
+    per_seq = [
+        fn(lp[i : i + 1, 1:], {k: v[i : i + 1] for k, v in data.items()}, n_seq, n_tok)[1]
+        for i in range(lp.shape[0])
+    ]
+    for key in ("probs_ratio_clamped_frac", "approx_kl", "token_mult_prob_error", "gen_kl_error"):
+        assert abs(sum(m[key] for m in per_seq) - full[key]) < 1e-6, key
+    # the full-batch value is the plain token mean (computed here independently)
+    d = (data["generation_logprobs"] - data["prev_logprobs"])[:, 1:]
+    assert abs(full["token_mult_prob_error"] - float((d.abs().exp() * mask).sum() / n_tok)) < 1e-6
 
 
 def test_policy_loss_config_and_builder():
@@ -150,3 +179,23 @@ def test_policy_loss_config_and_builder():
 
         with pytest.raises(NemoRLMissingError, match="not on PyPI"):
             build_policy_loss("dapo", policy_loss_config("dapo"))
+
+
+def test_warmup_train_result_has_what_grpo_train_reads():
+    """While CLIPO's warm-up holds the policy, `Policy.train` still returns the metrics grpo_train
+    reads after every step (KeyError 'global_valid_toks' at step 1 before): measured by the loss
+    function at ratio 1 on the batch, with NeMo-RL's global counts; loss and grad norm 0."""
+    from clipo_megatron.nemo_rl.policy import warmup_train_result
+
+    lp, data, _ = _pg_data()
+    out = warmup_train_result(data, GMPOLossFn())
+    m = out["all_mb_metrics"]
+    mask = (data["token_mask"] * data["sample_mask"].unsqueeze(1))[:, 1:]
+    assert m["global_valid_toks"] == [float(mask.sum())]  # 6 rows, one filtered
+    assert m["global_valid_seqs"] == [5.0]
+    d = (data["generation_logprobs"] - data["prev_logprobs"])[:, 1:]
+    assert (
+        abs(m["token_mult_prob_error"][0] - float((d.abs().exp() * mask).sum() / mask.sum())) < 1e-6
+    )
+    assert {"gen_kl_error", "probs_ratio_clamped_frac", "clipo_warmup"} <= set(m)
+    assert m["loss"] == [0.0] and float(out["loss"]) == 0.0 and float(out["grad_norm"]) == 0.0
