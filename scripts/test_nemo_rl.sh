@@ -17,7 +17,6 @@ if [ -z "${NEMO_RL_SRC:-}" ] || [ ! -f "${NEMO_RL_SRC}/nemo_rl/__init__.py" ]; t
   exit 2
 fi
 NEMO_RL_SRC=$(cd "$NEMO_RL_SRC" && pwd)
-VENV=${NEMO_RL_VENV:-.venv_nemo_rl}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 find_python() {  # the first Python >= 3.12 (NeMo-RL's grpo module needs pydantic on typing_extensions' TypedDict)
@@ -45,7 +44,12 @@ locked() {  # locked NAME -> NAME==<version in NeMo-RL's uv.lock>
 LIGHT="omegaconf hydra-core pydantic ray transformers torchdata rich pillow pyzmq nvidia-ml-py uvicorn
        fastapi mlflow swanlab wandb prometheus-client tensorboard datasets soundfile tensordict
        accelerate math-verify colored sympy"
-stamp() { { sha256sum pyproject.toml scripts/test_nemo_rl.sh; grep -A1 -E '^name = "(omegaconf|ray|transformers|pydantic)"$' "$NEMO_RL_SRC/uv.lock"; } | sha256sum | cut -c1-16; }
+stamp() {  # rebuild when this project's dependencies, the package list or NeMo-RL's pins change
+  { sha256sum pyproject.toml; echo "$LIGHT ${TORCH_VERSION:-2.13.0}"; for p in $LIGHT; do locked "$p"; done; } \
+    | sha256sum | cut -c1-16
+}
+# One environment per set of pins: v0.7.0 and main lock different versions (omegaconf, ray, ...).
+VENV=${NEMO_RL_VENV:-.venv_nemo_rl-$(stamp)}
 if [ -f "$VENV/.stamp" ] && [ "$(cat "$VENV/.stamp")" = "$(stamp)" ]; then
   echo "[test_nemo_rl] $VENV is up to date"
 else
@@ -63,6 +67,7 @@ else
 fi
 echo "[test_nemo_rl] NeMo-RL: $NEMO_RL_SRC ($(git -C "$NEMO_RL_SRC" rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout'))"
 "$VENV/bin/python" -c 'import omegaconf, pydantic, ray, transformers, torch; print("[test_nemo_rl] omegaconf", omegaconf.__version__, "pydantic", pydantic.__version__, "ray", ray.__version__, "transformers", transformers.__version__, "torch", torch.__version__)'
-export NEMO_RL_SRC PYTHONPATH="$NEMO_RL_SRC${PYTHONPATH:+:$PYTHONPATH}"
+# NeMo-RL from its checkout, this project from this checkout -- in the driver and in every Ray actor.
+export NEMO_RL_SRC PYTHONPATH="$NEMO_RL_SRC:$(pwd)${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
 exec "$VENV/bin/python" -m pytest -q -p no:warnings --timeout=1800 -m nemo_rl tests/nemo_rl "$@"
