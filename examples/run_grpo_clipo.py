@@ -5,8 +5,11 @@
         cluster.num_nodes=4 grpo.max_num_steps=500 clipo.method.temperature=0.02
 
 Dotted overrides as NeMo-RL's examples take them (`+key=value` adds a key).
-`--validate-only` loads, resolves and validates the recipe and prints it
-(no NeMo-RL needed; CI and the sbatch dry run use it).
+`--validate-only` runs the preflight (clipo_megatron.nemo_rl.preflight: recipe, NeMo-RL's
+MasterConfig when importable, data files and columns, train/validation overlap, parallel sizes
+against the model, cluster environment) and prints the resolved config; every problem is one
+line on stderr and the exit code is 2. `--no-cluster-env` skips the environment checks (laptop,
+CI). A real run goes through the same preflight before Ray starts.
 """
 
 from __future__ import annotations
@@ -25,20 +28,33 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         "--config", type=Path, default=DEFAULT_CONFIG, help="recipe YAML (with `defaults:` chain)"
     )
     p.add_argument(
-        "--validate-only", action="store_true", help="load + validate + print the config, then exit"
+        "--validate-only",
+        action="store_true",
+        help="run the preflight, print the resolved config, then exit (2 on problems)",
+    )
+    p.add_argument(
+        "--no-cluster-env",
+        action="store_true",
+        help="skip the cluster environment checks (TORCH_CUDA_ARCH_LIST, NeMo-RL, HF_HOME, ...)",
     )
     return p.parse_known_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from clipo_megatron.nemo_rl.config import load_recipe, validate_master_config
+    from clipo_megatron.nemo_rl.preflight import preflight
 
     args, overrides = parse_args(argv)
     bad = [o for o in overrides if o.startswith("-")]
     if bad:
-        raise SystemExit(f"unknown options {bad}; overrides are key.path=value")
-    config = load_recipe(args.config, overrides)
-    clipo = validate_master_config(config)
+        print(f"unknown options {bad}; overrides are key.path=value", file=sys.stderr)
+        return 2
+    report = preflight(args.config, overrides, cluster_env=not args.no_cluster_env)
+    if report.warnings or report.problems:
+        print(report.format(args.config), file=sys.stderr)
+    if not report.ok:
+        return 2
+    config, clipo = report.config, report.clipo
+    assert config is not None and clipo is not None
     if args.validate_only:
         print(json.dumps({"clipo": clipo.to_dict(), "config": config}, indent=1, default=str))
         return 0

@@ -88,16 +88,28 @@ class ClipoNemoRLConfig:
 
 
 def _register_resolvers() -> None:
+    """NeMo-RL's arithmetic resolvers, registered as its `register_omegaconf_resolvers` does.
+
+    On omegaconf 2.3 (NeMo-RL's lock) only `register_new_resolver` resolves nested `${mul:${a},
+    ${b}}`; 2.3's `register_resolver` is the legacy API that rejects them (2.4 renamed the new
+    API to `register_resolver`). The `has_resolver` guard lets NeMo-RL's registration and ours
+    run in one process in either order."""
+    import omegaconf
     from omegaconf import OmegaConf
 
-    # NeMo-RL registers the same `mul` / `max` resolvers in its load_config.
-    register = (
-        getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver
-    )  # omegaconf >= 2.4
-    if not OmegaConf.has_resolver("mul"):
-        register("mul", lambda a, b: a * b)
-    if not OmegaConf.has_resolver("max"):
-        register("max", lambda a, b: max(a, b))
+    new_api = tuple(int(x) for x in omegaconf.__version__.split(".")[:2]) >= (2, 4)
+    register = OmegaConf.register_resolver if new_api else OmegaConf.register_new_resolver
+    for name, fn in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            register(name, fn)
+
+
+RESOLVERS = {
+    "add": lambda a, b: a + b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "max": lambda a, b: max(a, b),
+}
 
 
 def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()):

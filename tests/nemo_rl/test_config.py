@@ -103,7 +103,7 @@ def test_scaling_recipes_shard_the_head():
         m["context_parallel_size"],
     ) == (8, 2, 2)
     assert clipo.head_tensor_parallel and clipo.method.embed_dim % 8 == 0
-    assert cfg["policy"]["make_sequence_length_divisible_by"] == 8
+    assert cfg["policy"]["make_sequence_length_divisible_by"] == 2 * 2 * 8  # 2*CP*TP (packed, SP)
     assert (
         load_recipe(CONFIGS / "scaling" / "llama70b_tp8_pp4.yaml")["policy"]["megatron_cfg"][
             "pipeline_model_parallel_size"
@@ -208,6 +208,9 @@ def test_typed_block_roundtrip():
 
 
 def test_cli_validate_only_prints_config():
+    data = ROOT.parent / "shared" / "data" / "clipo"
+    if not (data / "train" / "math75.parquet").is_file():
+        pytest.skip(f"--validate-only checks the data files: needs {data} (missing)")
     out = subprocess.run(
         [
             sys.executable,
@@ -215,12 +218,13 @@ def test_cli_validate_only_prints_config():
             "--config",
             str(CONFIGS / "track2_qwen7b_gmpo.yaml"),
             "--validate-only",
+            "--no-cluster-env",
             "grpo.max_num_steps=100",
         ],
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PATH": "/usr/bin:/bin"},
+        env={"PATH": "/usr/bin:/bin", "CLIPO_DATA_DIR": str(data)},
         cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr

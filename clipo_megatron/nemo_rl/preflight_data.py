@@ -1,0 +1,162 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Preflight: the `data:` sections as NeMo-RL's `setup_response_data` will read them.
+
+Two silent or late failures are caught here, reading only file schemas and one column:
+
+* a dataset class that reads columns the file lacks (NeMo-RL's `ResponseDataset` rebuilds each
+  row from `input_key` / `output_key`, default `input` / `output`, and drops every other column,
+  so the authors' verl parquet, keyed `prompt` / `reward_model`, raises KeyError 'input' after
+  the cluster is up);
+* training rows that are also validation rows: `split_validation_size > 0` moves a slice of the
+  training file into the validation set next to a separate validation file, and the same file
+  (or the same prompts) in both sections evaluates on training data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+FILE_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".arrow", ".txt")
+
+
+def _entries(data: dict[str, Any], section: str) -> list[tuple[str, dict[str, Any]]]:
+    """[(label, entry filled from data.default)] as `update_single_dataset_config` fills them."""
+    node = data.get(section)
+    if node is None:
+        return []
+    items = node if isinstance(node, list) else [node]
+    default = data.get("default") or {}
+    out = []
+    for i, item in enumerate(items):
+        filled = {**default, **(item or {})}
+        out.append((f"data.{section}" + (f"[{i}]" if isinstance(node, list) else ""), filled))
+    return out
+
+
+def read_columns(path: Path) -> list[str]:
+    """Column names from a file's schema / first record (the rows are not read)."""
+    suffix = path.suffix
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    if suffix == ".jsonl":
+        with path.open() as f:
+            return list(json.loads(f.readline() or "{}"))
+    if suffix == ".json":
+        data = json.loads(path.read_text())
+        return list((data[0] if isinstance(data, list) and data else data) or {})
+    if suffix == ".csv":
+        with path.open() as f:
+            return [c.strip() for c in f.readline().strip().split(",")]
+    raise ValueError(f"cannot read columns of a {suffix} file")
+
+
+def columns_read(entry: dict[str, Any]) -> list[str] | None:
+    """Columns the configured dataset class reads; None when this preflight does not know it."""
+    if entry.get("dataset_name", "ResponseDataset") == "ResponseDataset":
+        return [entry.get("input_key", "input"), entry.get("output_key", "output")]
+    return None
+
+
+def _local_file(entry: dict[str, Any]) -> Path | None:
+    p = entry.get("data_path")
+    return Path(str(p)).expanduser() if p and str(p).endswith(FILE_SUFFIXES) else None
+
+
+def check_files(data: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Each data entry's file exists and has the columns its dataset class reads."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    for section in ("train", "validation"):
+        for label, entry in _entries(data, section):
+            path = _local_file(entry)
+            name = entry.get("dataset_name", "ResponseDataset")
+            if path is None:
+                if entry.get("data_path"):
+                    warnings.append(
+                        f"{label}.data_path={entry['data_path']!r} is not a local file; "
+                        "NeMo-RL will load it from the HF hub (columns not checked)"
+                    )
+                continue
+            if not path.is_file():
+                hint = " (set CLIPO_DATA_DIR)" if "CLIPO_DATA_DIR" not in os.environ else ""
+                problems.append(
+                    f"{label}.data_path={str(path)!r} does not exist{hint}; point it at the "
+                    "parquet file"
+                )
+                continue
+            needed = columns_read(entry)
+            if needed is None:
+                warnings.append(f"{label}.dataset_name={name}: columns not checked")
+                continue
+            try:
+                have = read_columns(path)
+            except Exception as e:  # unreadable file: report, never a traceback
+                problems.append(f"{label}.data_path={str(path)!r} cannot be read: {e}")
+                continue
+            if "messages" in have:  # ResponseDataset keeps a `messages` column as is
+                continue
+            missing = [c for c in needed if c not in have]
+            if missing:
+                problems.append(
+                    f"{label}: {name} reads columns {needed} (input_key / output_key) but "
+                    f"{path.name} has {have}; set {label}.input_key / output_key (or "
+                    f"data.default.*) to its columns, e.g. prompt / reward_model"
+                )
+    return problems, warnings
+
+
+def _row_keys(path: Path, column: str) -> set[str]:
+    import pyarrow.parquet as pq
+
+    if path.suffix != ".parquet":
+        return set()
+    col = pq.read_table(path, columns=[column]).column(0).to_pylist()
+    return {json.dumps(v, sort_keys=True, default=str) for v in col}
+
+
+def check_overlap(data: dict[str, Any]) -> list[str]:
+    """No training row may also be a validation row."""
+    problems: list[str] = []
+    train = _entries(data, "train")
+    val = _entries(data, "validation")
+    for label, entry in train:
+        split = entry.get("split_validation_size", 0)
+        if split is None:
+            problems.append(
+                f"{label}.split_validation_size is null; NeMo-RL's ResponseDataset compares it "
+                "with 0 (TypeError); set it to 0"
+            )
+        elif float(split) > 0 and val:
+            problems.append(
+                f"{label}.split_validation_size={split} moves that share of the training rows "
+                f"into validation next to {val[0][0]}; set {label}.split_validation_size=0"
+            )
+    for tl, te in train:
+        tp = _local_file(te)
+        for vl, ve in val:
+            vp = _local_file(ve)
+            if tp is None or vp is None or not (tp.is_file() and vp.is_file()):
+                continue
+            if tp.resolve() == vp.resolve():
+                problems.append(
+                    f"{vl}.data_path is the training file {tp}; validate on a held-out file"
+                )
+                continue
+            key = te.get("input_key", "input")
+            if key != ve.get("input_key", "input"):
+                continue
+            try:
+                shared = _row_keys(tp, key) & _row_keys(vp, key)
+            except Exception:  # column problems are reported by check_files
+                continue
+            if shared:
+                problems.append(
+                    f"{vl}: {len(shared)} rows of {vp.name} have the same `{key}` as rows of "
+                    f"{tl} ({tp.name}); remove them from one of the files"
+                )
+    return problems

@@ -1,0 +1,193 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Preflight: parallel sizes against the model's shapes and NeMo-RL's padding rules.
+
+Each rule here is one NeMo-RL / Megatron-Core / vLLM assertion that otherwise fires on the
+cluster after the job has queued, loaded weights and started Ray. Model shapes come from the
+HF `config.json` of `policy.model_name` (a local path or the HF cache; never downloaded), else
+from `KNOWN_MODELS`, the published configs of the recipes' models.
+
+The vocabulary is not a constraint: Megatron pads it to a multiple of 128 x TP
+(`make_vocab_size_divisible_by`) and vLLM pads its own embedding, so any size fits any TP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    layers: int
+    heads: int
+    kv_heads: int
+    hidden: int
+    vocab: int
+    source: str = "built-in table"
+
+
+# From each model's published config.json (num_hidden_layers, num_attention_heads,
+# num_key_value_heads, hidden_size, vocab_size).
+KNOWN_MODELS = {
+    "Qwen/Qwen2.5-3B-Instruct": ModelShape(36, 16, 2, 2048, 151936),
+    "Qwen/Qwen2.5-7B-Instruct": ModelShape(28, 28, 4, 3584, 152064),
+    "Qwen/Qwen2.5-32B-Instruct": ModelShape(64, 40, 8, 5120, 152064),
+    "meta-llama/Llama-3.1-70B-Instruct": ModelShape(80, 64, 8, 8192, 128256),
+    "meta-llama/Llama-3.3-70B-Instruct": ModelShape(80, 64, 8, 8192, 128256),
+}
+
+
+def _hf_cache_dirs() -> list[Path]:
+    dirs = []
+    if os.environ.get("HF_HUB_CACHE"):
+        dirs.append(Path(os.environ["HF_HUB_CACHE"]))
+    if os.environ.get("HF_HOME"):
+        dirs.append(Path(os.environ["HF_HOME"]) / "hub")
+    dirs.append(Path.home() / ".cache" / "huggingface" / "hub")
+    return dirs
+
+
+def local_config_json(model_name: str) -> Path | None:
+    """`config.json` of a local model directory or of a cached HF snapshot (no network)."""
+    direct = Path(model_name).expanduser() / "config.json"
+    if direct.is_file():
+        return direct
+    if model_name.count("/") != 1:
+        return None
+    repo_dir = "models--" + model_name.replace("/", "--")
+    for cache in _hf_cache_dirs():
+        snaps = sorted((cache / repo_dir / "snapshots").glob("*/config.json"))
+        if snaps:
+            return snaps[-1]
+    return None
+
+
+def model_shape(model_name: str) -> ModelShape | None:
+    path = local_config_json(model_name)
+    if path is not None:
+        hf = json.loads(path.read_text())
+        hf = hf.get("text_config", hf)  # multimodal configs nest the language model's
+        heads = int(hf["num_attention_heads"])
+        return ModelShape(
+            layers=int(hf["num_hidden_layers"]),
+            heads=heads,
+            kv_heads=int(hf.get("num_key_value_heads") or heads),
+            hidden=int(hf["hidden_size"]),
+            vocab=int(hf["vocab_size"]),
+            source=str(path),
+        )
+    return KNOWN_MODELS.get(model_name)
+
+
+def _get(cfg: dict, dotted: str, default: Any = None) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return default if node is None else node
+
+
+def min_sequence_multiple(cfg: dict[str, Any]) -> int:
+    """NeMo-RL's minimum `make_sequence_length_divisible_by`.
+
+    Packed (`_get_pack_sequence_parameters_for_megatron`): 2*CP when CP > 1, times TP when
+    TP > 1 with sequence parallel. Unpacked: TP under sequence parallel (Megatron scatters the
+    sequence over TP ranks).
+    """
+    mc = "policy.megatron_cfg."
+    tp = int(_get(cfg, mc + "tensor_model_parallel_size", 1))
+    cp = int(_get(cfg, mc + "context_parallel_size", 1))
+    sp = bool(_get(cfg, mc + "sequence_parallel", False))
+    factor = 1
+    if _get(cfg, "policy.sequence_packing.enabled", False) and cp > 1:
+        factor *= 2 * cp
+    if tp > 1 and sp:
+        factor *= tp
+    return factor
+
+
+def check_parallel(cfg: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(problems, warnings) for the parallel layout of a merged recipe."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    mc = "policy.megatron_cfg."
+    tp = int(_get(cfg, mc + "tensor_model_parallel_size", 1))
+    pp = int(_get(cfg, mc + "pipeline_model_parallel_size", 1))
+    cp = int(_get(cfg, mc + "context_parallel_size", 1))
+    vtp = int(_get(cfg, "policy.generation.vllm_cfg.tensor_parallel_size", 1))
+    sp = bool(_get(cfg, mc + "sequence_parallel", False))
+
+    need = min_sequence_multiple(cfg)
+    div = int(_get(cfg, "policy.make_sequence_length_divisible_by", 1))
+    if div % need:
+        problems.append(
+            f"policy.make_sequence_length_divisible_by={div} is not a multiple of {need} "
+            f"(NeMo-RL splits each sequence into 2*CP chunks when packed and over TP under "
+            f"sequence parallel; here TP={tp}, SP={'on' if sp else 'off'}, CP={cp}); "
+            f"set policy.make_sequence_length_divisible_by={need}"
+        )
+
+    name = str(_get(cfg, "policy.model_name", ""))
+    shape = model_shape(name)
+    if shape is None:
+        warnings.append(
+            f"policy.model_name={name!r}: no local config.json and not in the built-in table; "
+            "attention heads / layers vs TP / PP not checked"
+        )
+    else:
+        where = f"{name} ({shape.source})"
+        if shape.heads % tp or shape.kv_heads % tp:
+            problems.append(
+                f"{mc}tensor_model_parallel_size={tp}: {where} has {shape.heads} attention heads "
+                f"and {shape.kv_heads} query groups, both must divide by TP; pick a TP dividing "
+                f"{shape.kv_heads}"
+            )
+        if shape.layers % pp:
+            problems.append(
+                f"{mc}pipeline_model_parallel_size={pp}: {where} has {shape.layers} layers, "
+                f"not divisible by PP; pick a PP dividing {shape.layers}"
+            )
+        if shape.heads % vtp or (shape.kv_heads % vtp and vtp % shape.kv_heads):
+            problems.append(
+                f"policy.generation.vllm_cfg.tensor_parallel_size={vtp}: vLLM needs {where}'s "
+                f"{shape.heads} heads divisible by it and its {shape.kv_heads} KV heads divisible "
+                "by it (or it by them); pick a divisor of both"
+            )
+
+    nodes = _get(cfg, "cluster.num_nodes")
+    gpn = _get(cfg, "cluster.gpus_per_node")
+    if nodes is None or gpn is None:
+        return problems, warnings
+    world = int(nodes) * int(gpn)
+    model_ranks = tp * pp * cp
+    if world % model_ranks:
+        problems.append(
+            f"cluster.num_nodes*gpus_per_node={world} GPUs is not a multiple of TP*PP*CP="
+            f"{tp}*{pp}*{cp}={model_ranks}; change cluster.num_nodes or the parallel sizes"
+        )
+        return problems, warnings
+    dp = world // model_ranks
+    gbs = int(_get(cfg, "policy.train_global_batch_size", 0))
+    mbs = int(_get(cfg, "policy.train_micro_batch_size", 1))
+    if gbs % dp:
+        problems.append(
+            f"policy.train_global_batch_size={gbs} is not a multiple of the data-parallel size "
+            f"{dp} ({world} GPUs / TP*PP*CP {model_ranks}); NeMo-RL would drop the remainder; "
+            f"use a multiple of {dp}"
+        )
+    elif (
+        not (
+            _get(cfg, "policy.sequence_packing.enabled", False)
+            or _get(cfg, "policy.dynamic_batching.enabled", False)
+        )
+        and (gbs // dp) % mbs
+    ):
+        problems.append(
+            f"policy.train_micro_batch_size={mbs} does not divide the per-rank batch "
+            f"{gbs // dp} (train_global_batch_size {gbs} / DP {dp}); pick a divisor"
+        )
+    return problems, warnings
