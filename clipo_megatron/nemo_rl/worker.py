@@ -4,20 +4,10 @@
 No NeMo-RL import here (the Ray worker class that mixes this in lives in
 `worker_extension.py`), so all of it runs in CPU tests.
 
-Logprob pass (NeMo-RL `MegatronPolicyWorker.get_logprobs`): the worker
-consumes processed microbatches (`ProcessedMicrobatch`: the microbatch's
-`data_dict`, `cu_seqlens_padded` when packed) and runs the forward through
-Megatron's schedule. `MicrobatchPooler` tees that iterator, remembering each
-microbatch's rows (`clipo_sample_idx`), response mask and packing layout, and
-a forward hook on the final norm (last pipeline stage) pools the hidden
-states of the microbatch being run:
-
-    padded: hidden [S(/TP with SP), b, H]   packed: hidden [T(/CP)(/TP with SP), 1, H]
-
-into per-row fp32 means [b, H] with `megatron.parallel_pooling` (partial sums
-all-reduced over TP-with-SP and CP; D floats per row). Forward-only
-schedules run microbatches in iterator order, so the k-th hook call is the
-k-th microbatch.
+Logprob pass: the worker's own `get_logprobs` runs unchanged; the mixin tees
+its microbatch iterator and hooks the final norm with
+`megatron.microbatch_pooler.MicrobatchPooler` (the runner's logprob pass uses
+the same pooler), so the response hidden states are pooled in that forward.
 
 Head step (advantage time): `ClipoWorkerState.head_step(correct[B], group_ids[B], step)`
 looks up this rank's rows, runs `megatron.head_trainer.HeadTrainer.step`
@@ -30,181 +20,29 @@ model's state dict, so NeMo-RL's HF export and vLLM refit never see it.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections import deque
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
+from clipo_megatron.megatron.microbatch_pooler import (  # re-exported: the worker's vocabulary
+    SAMPLE_IDX_KEY,
+    MicrobatchPooler,
+    find_final_norm,
+    packed_response_mask,
+    teed_microbatches,
+)
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 
-SAMPLE_IDX_KEY = "clipo_sample_idx"
-
-
-def _get(mb: Any, key: str):
-    if isinstance(mb, dict):
-        return mb.get(key)
-    return getattr(mb, key, None)
-
-
-def packed_response_mask(
-    token_mask: torch.Tensor,
-    input_lengths: torch.Tensor,
-    cu_seqlens_padded: torch.Tensor,
-    total_len: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Lay per-row response masks [b, S] into the packed stream; returns (stream mask [T], cu [b+1 or b+2]).
-
-    Row i occupies [cu[i], cu[i] + len_i) (NeMo-RL packs right-padded rows
-    in order and pads each to cu[i+1] - cu[i]). `total_len` > cu[-1] (PP's
-    pad-to-full length) adds one trailing all-padding segment.
-    """
-    cu = cu_seqlens_padded.long().cpu()
-    b = token_mask.shape[0]
-    if cu.numel() != b + 1:
-        raise ValueError(
-            f"cu_seqlens_padded has {cu.numel()} entries for {b} rows (expected b + 1)"
-        )
-    stream = torch.zeros(int(cu[-1]), dtype=torch.bool)
-    tm = token_mask.bool().cpu()
-    for i in range(b):
-        n = int(input_lengths[i])
-        if n > int(cu[i + 1] - cu[i]):
-            raise ValueError(
-                f"row {i}: length {n} exceeds its packed slot {int(cu[i + 1] - cu[i])}"
-            )
-        stream[int(cu[i]) : int(cu[i]) + n] = tm[i, :n]
-    if total_len is not None and total_len > int(cu[-1]):
-        stream = torch.cat([stream, torch.zeros(total_len - int(cu[-1]), dtype=torch.bool)])
-        cu = torch.cat([cu, torch.tensor([total_len])])
-    return stream, cu
-
-
-class MicrobatchPooler:
-    """Tee of the microbatch iterator + final-norm hook -> per-row pooled means."""
-
-    def __init__(
-        self,
-        *,
-        tp_group=None,
-        cp_group=None,
-        sequence_parallel: bool = False,
-        response_key: str = "token_mask",
-    ):
-        self.tp_group = tp_group
-        self.cp_group = cp_group
-        self.sequence_parallel = sequence_parallel
-        self.response_key = response_key
-        self.pending: deque = deque()
-        self.rows: list[torch.Tensor] = []
-        self.pooled: list[torch.Tensor] = []
-
-    def tee(self, iterator: Iterable) -> Iterator:
-        for mb in iterator:
-            data = _get(mb, "data_dict")
-            data = mb if data is None else data
-            if SAMPLE_IDX_KEY not in data:
-                raise ValueError(
-                    f"microbatch has no {SAMPLE_IDX_KEY!r}: the CLIPO policy attaches it to the "
-                    "logprob data; was get_logprobs called through ClipoPolicy?"
-                )
-            self.pending.append(
-                {
-                    "rows": torch.as_tensor(data[SAMPLE_IDX_KEY]).long().cpu(),
-                    "mask": torch.as_tensor(data[self.response_key]),
-                    "lengths": torch.as_tensor(data["input_lengths"])
-                    if "input_lengths" in data
-                    else None,
-                    "cu": _get(mb, "cu_seqlens_padded"),
-                }
-            )
-            yield mb
-
-    def pool(self, hidden: torch.Tensor) -> None:
-        """Pool one microbatch's final hidden states (called from the final-norm hook)."""
-        from clipo_megatron.megatron.parallel_pooling import (
-            local_rank_info,
-            packed_local_segment_ids,
-            padded_local_segment_ids,
-            sharded_response_mean,
-        )
-
-        if not self.pending:
-            raise RuntimeError(
-                "final-norm hook fired with no pending microbatch (iterator/forward out of step)"
-            )
-        meta = self.pending.popleft()
-        info = local_rank_info(self.tp_group, self.cp_group, self.sequence_parallel)
-        shard = info["cp_size"] * info["sp_size"]
-        mask = meta["mask"].bool().cpu()  # [b, S]
-        b = mask.shape[0]
-        if meta["cu"] is not None:  # packed THD: hidden [T_local, 1, H]
-            total = hidden.shape[0] * shard
-            stream, cu = packed_response_mask(mask, meta["lengths"], meta["cu"], total)
-            seg = packed_local_segment_ids(cu, stream, **info)  # [T_local], trailing pad -> -1
-            seg = torch.where(seg >= b, torch.full_like(seg, -1), seg)
-            counts = torch.stack(
-                [stream[int(cu[i]) : int(cu[i + 1])].sum() for i in range(b)]
-            )  # [b]
-        else:  # padded sbd: hidden [S_local, b, H]
-            s_full = hidden.shape[0] * shard
-            if mask.shape[1] > s_full:
-                raise ValueError(
-                    f"response mask has {mask.shape[1]} positions, hidden states cover {s_full}"
-                )
-            mask = torch.nn.functional.pad(mask, (0, s_full - mask.shape[1]))  # [b, S_full]
-            seg = padded_local_segment_ids(mask, **info)  # [S_local * b]
-            counts = mask.sum(1)  # [b]
-        pooled = sharded_response_mean(
-            hidden.detach().float(),
-            seg.to(hidden.device),
-            counts.to(hidden.device),
-            tp_group=self.tp_group,
-            cp_group=self.cp_group,
-            sequence_parallel=self.sequence_parallel,
-        )  # [b, H]
-        self.rows.append(meta["rows"])
-        self.pooled.append(pooled)
-
-    @contextlib.contextmanager
-    def hooked(self, final_norm: torch.nn.Module | None):
-        """Hook `final_norm` (None on non-last pipeline stages: nothing to pool there)."""
-        if final_norm is None:
-            yield self
-            return
-        handle = final_norm.register_forward_hook(
-            lambda _m, _i, out: self.pool(out[0] if isinstance(out, tuple) else out)
-        )
-        try:
-            yield self
-        finally:
-            handle.remove()
-
-    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.pending:
-            raise RuntimeError(
-                f"{len(self.pending)} microbatches were read but never reached the final norm"
-            )
-        if not self.rows:
-            return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0)
-        return torch.cat(self.rows), torch.cat(self.pooled)
-
-
-def find_final_norm(model: Any) -> torch.nn.Module | None:
-    """`decoder.final_layernorm` of the (last) model chunk, unwrapping DDP / Float16Module; None if absent."""
-    chunks = model if isinstance(model, list | tuple) else [model]
-    for chunk in reversed(chunks):
-        m = chunk
-        for _ in range(4):
-            if hasattr(m, "decoder"):
-                break
-            m = getattr(m, "module", m)
-        norm = getattr(getattr(m, "decoder", None), "final_layernorm", None)
-        if norm is not None and getattr(m, "post_process", True):
-            return norm
-    return None
+__all__ = [
+    "SAMPLE_IDX_KEY",
+    "ClipoWorkerMixin",
+    "ClipoWorkerState",
+    "MicrobatchPooler",
+    "find_final_norm",
+    "packed_response_mask",
+    "teed_microbatches",
+]
 
 
 class ClipoWorkerState:
@@ -278,29 +116,6 @@ class ClipoWorkerState:
         state = torch.load(path, map_location="cpu", weights_only=False)
         self.trainer.load_state_dict(state["trainer"])
         return state.get("extra", {})
-
-
-@contextlib.contextmanager
-def teed_microbatches(
-    module: Any, pooler: MicrobatchPooler, *, name: str = "get_microbatch_iterator"
-):
-    """Rebind `module.<name>` (a function returning (iterator, *meta)) so its iterator goes through `pooler.tee`."""
-    original = getattr(module, name, None)
-    if original is None:
-        raise RuntimeError(
-            f"{getattr(module, '__name__', module)}.{name} not found; this integration targets "
-            "NeMo-RL 7ea279a (docs/nemo_rl.md)"
-        )
-
-    def wrapped(*args, **kwargs):
-        it, *rest = original(*args, **kwargs)
-        return (pooler.tee(it), *rest)
-
-    setattr(module, name, wrapped)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
 
 
 class ClipoWorkerMixin:

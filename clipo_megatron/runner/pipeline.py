@@ -97,14 +97,15 @@ def allreduce_tied_embedding_grads(model) -> None:
 
 
 def run_schedule(
-    model, microbatches: list, forward_step, *, forward_only: bool, seq_length: int
+    model, microbatches: list, forward_step, *, forward_only: bool, seq_length: int, data=None
 ) -> list:
-    """Megatron-Core's pipeline schedule over `microbatches`; the last stage gets the loss functions' dicts."""
+    """Megatron-Core's pipeline schedule over `microbatches` (read through `data`, an iterator over
+    them, when given: e.g. the pooler's tee); the last stage gets the loss functions' dicts."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     return get_forward_backward_func()(
         forward_step_func=forward_step,
-        data_iterator=iter(microbatches),
+        data_iterator=iter(microbatches) if data is None else data,
         model=[model],
         num_microbatches=len(microbatches),
         seq_length=seq_length,

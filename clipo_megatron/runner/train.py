@@ -4,7 +4,7 @@
 One RL step:
   generate (HF generator, current weights) -> verify (math-verify) ->
   logprob pass on the Megatron policy, which also pools the response hidden
-  states (one forward, `forward_with_capture`) -> head step (CLIPO loss,
+  states (one forward; the pooler the NeMo-RL workers use, `megatron/microbatch_pooler.py`) -> head step (CLIPO loss,
   rewards from the pre-update loss) -> r' = r + r_CL -> group advantages ->
   policy update (clipped PG, token-mean) -> weight sync to the generator.
 Checkpoints hold everything a resumed run needs to continue bit-for-bit.
@@ -28,7 +28,12 @@ import torch
 
 from clipo_megatron.core.advantages import group_advantages
 from clipo_megatron.core.policy_loss import clipped_pg_loss
-from clipo_megatron.core.pooling import masked_sum_and_count, mean_from_sums
+from clipo_megatron.megatron.microbatch_pooler import (
+    SAMPLE_IDX_KEY,
+    MicrobatchPooler,
+    find_final_norm,
+)
+from clipo_megatron.megatron.policy_passes import forward_logits, token_logprobs
 from clipo_megatron.runner.config import RunConfig, load_config, to_dict
 
 STAGES = ("generate", "verify", "logprob_embed", "head", "train", "sync")
@@ -46,30 +51,6 @@ def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int
     return ids, mask
 
 
-def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """[B, S] log p(ids[:, t] | ids[:, <t]); position 0 (never a response token) gets 0."""
-    lp = (
-        torch.log_softmax(logits[:, :-1].float(), -1)
-        .gather(-1, ids[:, 1:].unsqueeze(-1))
-        .squeeze(-1)
-    )
-    return torch.cat([torch.zeros_like(lp[:, :1]), lp], 1)
-
-
-def _causal(s: int) -> torch.Tensor:
-    return torch.triu(torch.ones(s, s, dtype=torch.bool), 1).view(1, 1, s, s)
-
-
-def _forward_and_pool(model, ids, mask, pos, s: int):
-    """One last-stage forward: logits, and the mean response hidden state [B, D] captured inside it."""
-    from clipo_megatron.megatron.capture import forward_with_capture
-
-    logits, sums = forward_with_capture(
-        model, lambda h: masked_sum_and_count(h, mask, layout="sbd")[0], ids, pos, _causal(s)
-    )
-    return logits, mean_from_sums(sums, mask.sum(1).float())
-
-
 def _micro_pg_loss(lp, old_lp, adv, mask, ntok: float, cfg: RunConfig):
     """A micro-batch's clipped PG loss, scaled so the micro-batches sum to the batch's token mean."""
     loss, stats = clipped_pg_loss(
@@ -78,19 +59,37 @@ def _micro_pg_loss(lp, old_lp, adv, mask, ntok: float, cfg: RunConfig):
     return loss * float(mask.sum()) / max(ntok, 1.0), stats
 
 
+def _pooled_microbatches(ids, mask, mb: int) -> list[dict]:
+    """Microbatches as the shared pooler reads them: rows, response mask, token ids."""
+    return [
+        {
+            SAMPLE_IDX_KEY: torch.arange(i, min(i + mb, ids.shape[0])),
+            "token_mask": mask[i : i + mb],
+            "ids": ids[i : i + mb],
+            "mask": mask[i : i + mb],
+        }
+        for i in range(0, ids.shape[0], mb)
+    ]
+
+
+def _in_row_order(pooler: MicrobatchPooler) -> torch.Tensor:
+    rows, pooled = pooler.result()
+    return pooled[torch.argsort(rows)]  # [B, D]
+
+
 def logprob_and_pool(model, ids, mask, micro_batch: int, logprob_fn=token_logprobs):
-    """The fused logprob pass: token logprobs [B, S] and mean response hidden states [B, D]."""
-    lps, pooled = [], []
-    s = ids.shape[1]
-    pos = torch.arange(s).expand(min(micro_batch, ids.shape[0]), s)
+    """The fused logprob pass: token logprobs [B, S] and mean response hidden states [B, D].
+
+    The same pass the NeMo-RL workers run: microbatches teed through
+    `MicrobatchPooler`, the final norm hooked, one forward per microbatch.
+    """
+    pooler = MicrobatchPooler()
+    lps = []
     model.eval()
-    with torch.no_grad():
-        for i in range(0, ids.shape[0], micro_batch):
-            x, m = ids[i : i + micro_batch], mask[i : i + micro_batch]
-            logits, p = _forward_and_pool(model, x, m, pos[: x.shape[0]], s)
-            lps.append(logprob_fn(logits, x))
-            pooled.append(p)
-    return torch.cat(lps), torch.cat(pooled)
+    with torch.no_grad(), pooler.hooked(find_final_norm(model)):
+        for mb in pooler.tee(_pooled_microbatches(ids, mask, micro_batch)):
+            lps.append(logprob_fn(forward_logits(model, mb["ids"]), mb["ids"]))
+    return torch.cat(lps), _in_row_order(pooler)
 
 
 def policy_update(
@@ -106,13 +105,11 @@ def policy_update(
 ) -> dict[str, float]:
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    s = ids.shape[1]
     ntok = float(mask[:, 1:].sum())
     total, stats = 0.0, {}
     for i in range(0, ids.shape[0], cfg.train.micro_batch):
         x, m = ids[i : i + cfg.train.micro_batch], mask[i : i + cfg.train.micro_batch]
-        pos = torch.arange(s).expand(x.shape[0], s)
-        lp = logprob_fn(model(x, pos, _causal(s)), x)
+        lp = logprob_fn(forward_logits(model, x), x)
         j = slice(i, i + x.shape[0])
         loss, stats = _micro_pg_loss(lp, old_lp[j], adv[j], m, ntok, cfg)
         loss.backward()
@@ -133,28 +130,28 @@ def pipeline_logprob_and_pool(model, ids, mask, micro_batch: int, logprob_fn=tok
     )
 
     b, s = ids.shape
-    mb = uniform_micro_batch(b, micro_batch)
-    pos = torch.arange(s).expand(mb, s)
-    micro = [{"ids": ids[i : i + mb], "mask": mask[i : i + mb]} for i in range(0, b, mb)]
+    micro = _pooled_microbatches(ids, mask, uniform_micro_batch(b, micro_batch))
+    last = ps.is_pipeline_last_stage()
+    pooler = MicrobatchPooler()
 
     def forward_step(it, m):
         x = next(it)
-        if not ps.is_pipeline_last_stage():
-            return m(x["ids"], pos, _causal(s)), None
-        logits, pooled = _forward_and_pool(m, x["ids"], x["mask"], pos, s)
-        return logits, lambda out: (
-            out.sum() * 0.0,
-            {"lp": logprob_fn(out, x["ids"]), "pooled": pooled},
-        )
+        out = forward_logits(m, x["ids"])  # the last stage's final norm is hooked: pooled here
+        if not last:
+            return out, None
+        return out, lambda logits: (logits.sum() * 0.0, {"lp": logprob_fn(logits, x["ids"])})
 
     model.eval()
-    with torch.no_grad():
-        outs = run_schedule(model, micro, forward_step, forward_only=True, seq_length=s)
-    res = (
-        (torch.cat([o["lp"] for o in outs]), torch.cat([o["pooled"] for o in outs]))
-        if outs
-        else None
-    )
+    with torch.no_grad(), pooler.hooked(find_final_norm(model) if last else None):
+        outs = run_schedule(
+            model,
+            micro,
+            forward_step,
+            forward_only=True,
+            seq_length=s,
+            data=pooler.tee(micro) if last else None,
+        )
+    res = (torch.cat([o["lp"] for o in outs]), _in_row_order(pooler)) if last else None
     return broadcast_from_last_stage(res)
 
 
@@ -181,7 +178,6 @@ def pipeline_policy_update(
 
     b, s = ids.shape
     mb = uniform_micro_batch(b, cfg.train.micro_batch)
-    pos = torch.arange(s).expand(mb, s)
     ntok = float(mask[:, 1:].sum())
     micro = [
         {
@@ -195,7 +191,7 @@ def pipeline_policy_update(
 
     def forward_step(it, m):
         x = next(it)
-        out = m(x["ids"], pos, _causal(s))
+        out = forward_logits(m, x["ids"])
         if not ps.is_pipeline_last_stage():
             return out, None
 
