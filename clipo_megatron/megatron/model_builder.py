@@ -112,3 +112,17 @@ def build_gpt_model(
         position_embedding_type="rope",
         rotary_base=int(arch.rope_theta),
     )
+
+
+def policy_from_hf(hf_model):
+    """(GPTModel holding an HF Llama/Qwen2 model's weights, its GPTArch): TP = PP = 1.
+
+    The one place both drivers build the policy: the single-machine runner
+    (`runner.policy.build_policy`) and the NeMo-RL CPU policy worker.
+    """
+    from clipo_megatron.models.hf_convert import arch_from_hf_config, load_megatron_from_hf
+
+    arch = arch_from_hf_config(hf_model.config)
+    model = build_gpt_model(arch, transformer_config(arch))
+    load_megatron_from_hf(model, hf_model, arch)
+    return model, arch

@@ -73,8 +73,7 @@ class CpuMegatronPolicyWorkerImpl:
         from megatron.core import parallel_state as ps
 
         from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
-        from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config
-        from clipo_megatron.models.hf_convert import arch_from_hf_config, load_megatron_from_hf
+        from clipo_megatron.megatron.model_builder import policy_from_hf
 
         torch.set_num_threads(int(os.environ.get("CLIPO_CPU_WORKER_THREADS", "1")))
         mcfg = config["megatron_cfg"]
@@ -96,11 +95,9 @@ class CpuMegatronPolicyWorkerImpl:
 
         torch.manual_seed(int(config.get("seed", 0)))
         hf = transformers.AutoModelForCausalLM.from_pretrained(
-            config["model_name"], torch_dtype=torch.float32
+            config["model_name"], dtype=torch.float32
         )
-        self.arch = arch_from_hf_config(hf.config)
-        self.model = build_gpt_model(self.arch, transformer_config(self.arch))
-        load_megatron_from_hf(self.model, hf, self.arch)
+        self.model, self.arch = policy_from_hf(hf)  # the runner's policy builder
         del hf
         self.generate_calls = 0
         if weights_path:

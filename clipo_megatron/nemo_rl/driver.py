@@ -55,6 +55,9 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     from clipo_megatron.nemo_rl import require_nemo_rl
 
     require_nemo_rl()
+    from clipo_megatron.nemo_rl.compat import check_supported
+
+    check_supported()  # names the NeMo-RL version before anything is built
     clipo = validate_master_config(config)
     from nemo_rl.algorithms import grpo
     from nemo_rl.algorithms.utils import get_tokenizer

@@ -11,11 +11,14 @@ import os
 
 import torch
 
-from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config
+from clipo_megatron.megatron.model_builder import (
+    build_gpt_model,
+    policy_from_hf,
+    transformer_config,
+)
 from clipo_megatron.models.hf_convert import (
     arch_from_hf_config,
     hf_to_megatron,
-    load_megatron_from_hf,
     load_megatron_state,
 )
 
@@ -57,11 +60,9 @@ def load_hf_policy(source: str, *, tiny_hidden: int = 64, tiny_layers: int = 2, 
 
 def build_policy(hf_model, tp: int = 1, pp: int = 1):
     """A GPTModel holding the HF model's weights (this rank's stage and TP shard of them), and its architecture."""
-    arch = arch_from_hf_config(hf_model.config)
     if tp == 1 and pp == 1:
-        model = build_gpt_model(arch, transformer_config(arch))
-        load_megatron_from_hf(model, hf_model, arch)
-        return model, arch
+        return policy_from_hf(hf_model)
+    arch = arch_from_hf_config(hf_model.config)
     from megatron.core import parallel_state as ps
 
     from clipo_megatron.megatron.tp_state import check_divisible
