@@ -1,6 +1,9 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """The CLIPO GRPO driver: NeMo-RL's `setup` + `grpo_train` with three seams filled.
 
+`grpo_train_with_clipo` is the call both this driver and the CPU contract suite
+(tests/nemo_rl/) make. Seams:
+
 1. `setup(..., policy_factory=ClipoPolicy)`   -> worker extension, head, warm-up, head checkpoints;
 2. the advantage estimator                    -> `ClipoAdvantageEstimator` around NeMo-RL's GRPO one;
 3. the loss                                   -> NeMo-RL's ClippedPGLossFn (grpo/dapo/gspo) or GMPOLossFn.
@@ -48,6 +51,24 @@ def clipo_advantage_estimator_installed(
         yield
     finally:
         grpo_module._create_advantage_estimator = original
+
+
+def grpo_train_with_clipo(grpo_module, clipo, state, policy, *grpo_train_args) -> None:
+    """NeMo-RL's `grpo_train(policy, *grpo_train_args)` with the CLIPO advantage seam installed.
+
+    `grpo_train_args` are grpo_train's own positional arguments after the policy (generation,
+    dataloaders, tokenizer, loss_fn, envs, logger, checkpointer, save state, master config);
+    the logger (8th of them) also receives the CLIPO metrics under `train/clipo/*`.
+    """
+    logger = grpo_train_args[7]
+
+    def sink(metrics: dict, step: int) -> None:
+        logger.log_metrics(metrics, step, prefix="train")
+
+    with clipo_advantage_estimator_installed(
+        grpo_module, policy, clipo, state, sink if clipo.enabled else None
+    ):
+        grpo_module.grpo_train(policy, *grpo_train_args)
 
 
 def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU cluster
@@ -103,23 +124,20 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
         loss_fn = build_policy_loss("gmpo", dict(config["loss_fn"]))
     config["clipo"] = clipo_block
 
-    def sink(metrics: dict, step: int) -> None:
-        logger.log_metrics(metrics, step, prefix="train")
-
-    with clipo_advantage_estimator_installed(
-        grpo, policy, clipo, state, sink if clipo.enabled else None
-    ):
-        grpo.grpo_train(
-            policy,
-            policy_generation,
-            dataloader,
-            val_dataloader,
-            tokenizer,
-            loss_fn,
-            task_to_env,
-            val_task_to_env,
-            logger,
-            checkpointer,
-            grpo_state,
-            master,
-        )
+    grpo_train_with_clipo(
+        grpo,
+        clipo,
+        state,
+        policy,
+        policy_generation,
+        dataloader,
+        val_dataloader,
+        tokenizer,
+        loss_fn,
+        task_to_env,
+        val_task_to_env,
+        logger,
+        checkpointer,
+        grpo_state,
+        master,
+    )

@@ -35,16 +35,14 @@ def char_tokenizer():
     return fast
 
 
-def save_tiny_llama(path: Path, seed: int = 0) -> Path:
-    """A 2-layer, 32-wide random Llama + its tokenizer saved as an HF model directory."""
-    import torch
+def tiny_llama_config(tok, *, hidden: int):
+    """A 2-layer Llama config over the character tokenizer (4 heads, 2 KV heads, 1024 positions)."""
     import transformers
 
-    tok = char_tokenizer()
-    cfg = transformers.LlamaConfig(
+    return transformers.LlamaConfig(
         vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -54,7 +52,15 @@ def save_tiny_llama(path: Path, seed: int = 0) -> Path:
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
+
+
+def save_tiny_llama(path: Path, seed: int = 0) -> Path:
+    """A 2-layer, 32-wide random Llama + its tokenizer saved as an HF model directory."""
+    import torch
+    import transformers
+
+    tok = char_tokenizer()
     torch.manual_seed(seed)
-    transformers.LlamaForCausalLM(cfg).save_pretrained(path)
+    transformers.LlamaForCausalLM(tiny_llama_config(tok, hidden=32)).save_pretrained(path)
     tok.save_pretrained(path)
     return path

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from tests.eval.tiny_model import char_tokenizer
+from tests.eval.tiny_model import char_tokenizer, tiny_llama_config
 
 TRAIN_PARQUET = "train/gsm8k.parquet"
 
@@ -45,21 +45,8 @@ def build_contract_model(path: Path, data_dir: Path, *, k: int = 8, steps: int =
 
     tok = char_tokenizer()
     problems = first_problems(data_dir, k)
-    cfg = transformers.LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).float()
+    model = transformers.LlamaForCausalLM(tiny_llama_config(tok, hidden=64)).float()
     rows = []  # each prompt twice: its answer, and the next prompt's answer (a wrong one)
     for i, (ids, answer) in enumerate(problems):
         for target in (answer, problems[(i + 1) % k][1]):

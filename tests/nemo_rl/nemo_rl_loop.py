@@ -112,7 +112,7 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
     from clipo_megatron.nemo_rl.compat import check_supported
     from clipo_megatron.nemo_rl.config import validate_master_config
     from clipo_megatron.nemo_rl.data import register_with_nemo_rl
-    from clipo_megatron.nemo_rl.driver import clipo_advantage_estimator_installed
+    from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo
     from clipo_megatron.nemo_rl.losses import build_policy_loss
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
     from clipo_megatron.nemo_rl.rewards import ClipoRunState
@@ -182,25 +182,24 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
 
     logger.log_metrics = log_metrics
 
-    def sink(metrics: dict, step: int) -> None:
-        logger.log_metrics(metrics, step, prefix="train")
-
     try:
-        with clipo_advantage_estimator_installed(grpo, policy, clipo, state, sink):
-            grpo.grpo_train(
-                policy,
-                generation,
-                dataloader,
-                val_dataloader,
-                tokenizer,
-                loss_fn,
-                task_to_env,
-                val_task_to_env,
-                logger,
-                checkpointer,
-                save_state,
-                master,
-            )
+        grpo_train_with_clipo(
+            grpo,
+            clipo,
+            state,
+            policy,
+            generation,
+            dataloader,
+            val_dataloader,
+            tokenizer,
+            loss_fn,
+            task_to_env,
+            val_task_to_env,
+            logger,
+            checkpointer,
+            save_state,
+            master,
+        )
         head = policy.run_all_workers_single_data("clipo_head_state") if clipo.enabled else None
     finally:
         policy.shutdown()
