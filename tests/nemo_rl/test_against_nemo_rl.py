@@ -1,9 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Cross-checks against the real NeMo-RL classes (CPU). Skipped without NeMo-RL.
 
-Run: install NeMo-RL from its repository at the commit in docs/nemo_rl.md (a CPU venv with its light
-dependencies is enough for these: `pip install --no-deps <nemo-rl checkout>` + pydantic, ray, hydra-core,
-omegaconf, transformers, wandb, mlflow, swanlab, tensorboard), then `pytest -m nemo_rl tests/nemo_rl`.
+Run: `NEMO_RL_SRC=<NeMo-RL checkout> bash scripts/test_nemo_rl.sh` (docs/nemo_rl.md).
 """
 
 from __future__ import annotations
@@ -71,7 +69,10 @@ def test_clipped_pg_matches_core_objective(objective):
 
 @pytest.mark.parametrize("loo", [False, True])
 def test_group_estimator_matches_nemo_rl(loo):
-    from nemo_rl.algorithms.advantage_estimator import AdvEstimatorConfig, GRPOAdvantageEstimator
+    from nemo_rl.algorithms import advantage_estimator as ae
+
+    # main: a pydantic AdvEstimatorConfig; v0.7.0: a plain dict with the same keys
+    make_cfg = getattr(ae, "AdvEstimatorConfig", dict)
 
     gen = torch.Generator().manual_seed(2)
     prompts = torch.randint(0, 4, (40, 1), generator=gen).expand(40, 3).clone()
@@ -79,9 +80,10 @@ def test_group_estimator_matches_nemo_rl(loo):
         torch.randint(0, 2, (40,), generator=gen).float() + torch.rand(40, generator=gen) * 0.3
     )
     mask = torch.ones(40, 5)
-    theirs = GRPOAdvantageEstimator(
-        AdvEstimatorConfig(use_leave_one_out_baseline=loo), None
-    ).compute_advantage(prompt_ids=prompts, rewards=rewards.clone(), mask=mask)
+    cfg = make_cfg(use_leave_one_out_baseline=loo, normalize_rewards=True)
+    theirs = ae.GRPOAdvantageEstimator(cfg, None).compute_advantage(
+        prompt_ids=prompts, rewards=rewards.clone(), mask=mask
+    )
     ours = GroupNormalizedEstimator(use_leave_one_out_baseline=loo).compute_advantage(
         prompts, rewards, mask
     )
@@ -94,3 +96,31 @@ def test_enums_are_nemo_rls():
     from clipo_megatron.nemo_rl.losses import GMPOLossFn
 
     assert isinstance(GMPOLossFn().loss_type, LossType)
+
+
+def test_gmpo_speaks_nemo_rls_enums_and_metrics():
+    """NeMo-RL dispatches on `loss_fn.input_type == LossInputType.LOGPROB` (prepare_loss_input):
+    our loss must carry NeMo-RL's own enum members (v0.7.0 has no MetricNormalizer; a fallback
+    that mirrored all three enums made the dispatch raise "Unknown loss function input type"),
+    and report the metrics grpo_train reads with ClippedPGLossFn's values at equal inputs."""
+    from nemo_rl.algorithms.loss.interfaces import LossInputType, LossType
+    from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossConfig, ClippedPGLossFn
+
+    from clipo_megatron.nemo_rl.losses import GMPOLossFn
+
+    gmpo = GMPOLossFn()
+    assert gmpo.input_type is LossInputType.LOGPROB and gmpo.loss_type is LossType.TOKEN_LEVEL
+    lp, data = _data()[:2]
+    data = dict(data)
+    data["generation_logprobs"] = data["prev_logprobs"] + 0.05 * torch.sin(
+        torch.arange(data["prev_logprobs"].numel()).view_as(data["prev_logprobs"]).float()
+    )
+    mask = (data["token_mask"] * data["sample_mask"].unsqueeze(1))[:, 1:]
+    n_tok, n_seq = mask.sum(), (mask.sum(1) > 0).sum().float()
+    theirs = ClippedPGLossFn(ClippedPGLossConfig(**policy_loss_config("grpo")))
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+    _, m_theirs = theirs(lp[:, 1:], BatchedDataDict(data), n_seq, n_tok)
+    _, m_ours = gmpo(lp[:, 1:], data, n_seq, n_tok)
+    for key in ("token_mult_prob_error", "gen_kl_error"):
+        assert abs(m_ours[key] - m_theirs[key]) < 1e-6, key
