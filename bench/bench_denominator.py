@@ -2,11 +2,14 @@
 """What the InfoNCE denominator choice does to the contrastive reward.
 
 With the authors' denominator (every other rollout of the group, other
-positives included) the InfoNCE loss of an anchor is >= log(k - 1) for k
-correct rollouts, so with lambda = 0.2 and the -0.5 clamp a group with
-k >= 14 of 16 correct gets the full penalty whatever the embeddings
-(0.2 * log 13 = 0.513). The `positive_and_negatives` variant keeps only the
-sampled positive and the negatives, so the reward reflects the geometry.
+positives included) the SupCon loss of an anchor is >= log(k - 1) for k
+correct rollouts whatever the embeddings, and so is the InfoNCE loss in
+expectation over the positive draw (one draw can be ~0: docs/method.md).
+With lambda = 0.2 and the -0.5 clamp (0.2 * log 13 = 0.513) a group with
+k >= 14 of 16 correct is pushed to the full penalty unless the drawn
+positive happens to sit much closer than the others. The
+`positive_and_negatives` variant keeps only the sampled positive and the
+negatives, so the reward reflects the geometry.
 
 For each k (correct rollouts in a group of 16) this prints the mean anchor
 reward under both denominators for two embedding geometries: "clustered"
@@ -45,7 +48,8 @@ def mean_anchor_reward(k: int, geometry: str, denominator: str) -> tuple[float, 
 
 def main() -> None:
     print(
-        "mean r_CL of correct anchors (fraction at the -0.5 clamp), groups of 16, tau 0.05, lambda 0.2\n"
+        "InfoNCE: mean r_CL of correct anchors (fraction at the -0.5 clamp), groups of 16, "
+        "tau 0.05, lambda 0.2\n"
     )
     print(
         "| k correct | clustered, all_others | clustered, pos+neg | random, all_others | random, pos+neg |"

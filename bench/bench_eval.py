@@ -2,16 +2,43 @@
 """Verifier throughput on the authors' ground truths: in-process vs the process pool.
 
     python bench/bench_eval.py [--data-dir ../shared/data/clipo] [--workers 2] [--size 2000]
+    python bench/bench_eval.py --smollm2 [--data-dir ../shared/data/clipo]
 
 Responses are built from the ground truths (half right, half wrong, a quarter
 without a box) so math-verify does its real parsing work. Generation
 throughput is printed by `clipo-megatron eval` itself.
+
+--smollm2 times the run of tests/eval/test_smollm2_eval.py (SmolLM2-135M, hf
+backend, 4 GSM8K + 4 MMLU questions, 96 new tokens, 2 threads) end to end;
+the test checks what it computes, this reports how long it took (budget:
+180 s on an idle 2-core machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
+
+SMOLLM2_BUDGET_S = 180.0
+
+
+def smollm2_eval_seconds(data_dir: str) -> float:
+    """Wall time of the test's SmolLM2 eval run (same argv), in seconds."""
+    from clipo_megatron.eval.run import main as eval_main
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    with tempfile.TemporaryDirectory() as out:
+        argv = ["--datasets", "gsm8k,mmlu", "--model", "smollm2", "--backend", "hf"]
+        argv += ["--data-dir", data_dir, "--limit", "4", "--max-tokens", "96", "--chunk", "4"]
+        argv += ["--threads", "2", "--out", out, "--verify-workers", "1", "--no-progress"]
+        t = time.perf_counter()
+        rc = eval_main(argv)
+        dt = time.perf_counter() - t
+    if rc != 0:
+        raise SystemExit(f"clipo-megatron eval exited with {rc}")
+    return dt
 
 
 def main() -> None:
@@ -19,7 +46,16 @@ def main() -> None:
     ap.add_argument("--data-dir", default="../shared/data/clipo")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--size", type=int, default=2000)
+    ap.add_argument("--smollm2", action="store_true", help="time the SmolLM2 eval test's run")
     args = ap.parse_args()
+    if args.smollm2:
+        dt = smollm2_eval_seconds(args.data_dir)
+        verdict = "within" if dt <= SMOLLM2_BUDGET_S else "OVER"
+        print(
+            f"SmolLM2-135M eval (gsm8k+mmlu, 4 each, 96 tokens, 2 threads): {dt:.1f} s "
+            f"({verdict} the {SMOLLM2_BUDGET_S:.0f} s budget of an idle 2-core machine)"
+        )
+        return
     from clipo_megatron.data import load_dataset
     from clipo_megatron.verify.pool import VerifierPool, grade_one
 

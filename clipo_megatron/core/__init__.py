@@ -7,7 +7,7 @@ from clipo_megatron.core.advantages import (
     group_advantages,
 )
 from clipo_megatron.core.config import CLIPOConfig
-from clipo_megatron.core.groups import GroupLayout
+from clipo_megatron.core.groups import GroupLayout, as_group_ids
 from clipo_megatron.core.losses import (
     ContrastiveResult,
     check_binary,
@@ -36,6 +36,7 @@ __all__ = [
     "policy_objective_loss",
     "ContrastiveResult",
     "GroupLayout",
+    "as_group_ids",
     "check_binary",
     "contrastive_metrics",
     "contrastive_rewards",

@@ -23,18 +23,22 @@ from dataclasses import dataclass
 
 import torch
 
-from clipo_megatron.core.groups import GroupLayout
+from clipo_megatron.core.groups import GroupIds, GroupLayout, as_group_ids
 
 
 def group_advantages(
     rewards: torch.Tensor,
-    group_ids: torch.Tensor,
+    group_ids: GroupIds,
     *,
     normalize_std: bool = True,
     leave_one_out: bool = False,
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """rewards [B], group_ids [B] -> advantages [B] (float64 math, returned in rewards' float dtype)."""
+    """rewards [B], group_ids [B] -> advantages [B] (float64 math, returned in rewards' float dtype).
+
+    group_ids: ints or any hashable ids (`as_group_ids`).
+    """
+    group_ids = as_group_ids(group_ids, device=rewards.device)
     if rewards.shape != group_ids.shape or rewards.dim() != 1:
         raise ValueError(
             f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [B]"
@@ -83,9 +87,10 @@ class DynamicSamplingResult:
 
 
 def dynamic_sampling_filter(
-    rewards: torch.Tensor, group_ids: torch.Tensor, *, atol: float = 0.0
+    rewards: torch.Tensor, group_ids: GroupIds, *, atol: float = 0.0
 ) -> DynamicSamplingResult:
     """DAPO filter: keep rows whose group has max(r) - min(r) > atol. Order is preserved."""
+    group_ids = as_group_ids(group_ids, device=rewards.device)
     if rewards.shape != group_ids.shape or rewards.dim() != 1:
         raise ValueError(
             f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [B]"

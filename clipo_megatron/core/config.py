@@ -52,17 +52,27 @@ class CLIPOConfig:
     # of its group with the same correctness (authors' `masked_label`):
     # "correct" (default, masked_label=0), "all" (-1), "incorrect" (1).
     anchors: Anchors = "correct"
+    # Whether an incorrect anchor (anchors "all" / "incorrect") also turns its loss
+    # into its reward. False (authors): incorrect rollouts are anchors of the head
+    # loss only and get no contrastive reward (c in a valid group, else 0), so a
+    # failed rollout keeps r_i. True: r_CL = max(c - lambda * L_i, clip_min) for
+    # every counted anchor, down to clip_min for a failed rollout (not in the paper).
+    reward_incorrect_anchors: bool = False
     # Softmax denominator per anchor. "all_others" (authors): every other
-    # rollout of the group, other positives included, so the InfoNCE loss is
-    # >= log(k-1) for k positives. "positive_and_negatives": only the sampled
-    # positive (InfoNCE) / the positives being scored plus the negatives.
+    # rollout of the group, other positives included, so with k correct
+    # rollouts the SupCon loss of a correct anchor is >= log(k-1), and so is the
+    # InfoNCE loss on average over the positive draw (one draw can be ~0:
+    # docs/method.md).
+    # "positive_and_negatives": only the sampled positive (InfoNCE) / the
+    # positives being scored plus the negatives.
     denominator: Denominator = "all_others"
     # Whether the anchor's own similarity s_ii = 1/tau enters its denominator.
     # The paper's eq. sums j = 1..G (self included); the authors' code removes
     # the diagonal (default False, matching the code).
     denominator_includes_anchor: bool = False
-    # r_CL = max(constant - lambda * L_i, clip_min) for anchors. None picks the
-    # paper default per loss type (0.2 InfoNCE/SupCon, 1.0 SoftNN).
+    # r_CL = max(constant - lambda * L_i, clip_min) for anchors. None (default)
+    # follows the loss: the paper's 0.2 for InfoNCE/SupCon, 1.0 for SoftNN
+    # (`DEFAULT_LAMBDA`); read it through `lam`, the one place it is resolved.
     reward_lambda: float | None = None
     reward_clip_min: float = -0.5
     reward_constant: float = 0.0
@@ -96,12 +106,30 @@ class CLIPOConfig:
             "must be a finite number > 0 (paper: 0.05)",
         )
         if self.reward_lambda is not None:
+            lam = self.reward_lambda
             _require(
-                self.reward_lambda >= 0 and math.isfinite(self.reward_lambda),
+                isinstance(lam, (int, float))
+                and not isinstance(lam, bool)
+                and lam >= 0
+                and math.isfinite(lam),
                 "reward_lambda",
-                self.reward_lambda,
-                "must be finite and >= 0",
+                lam,
+                "must be a finite number >= 0, or None for the loss's paper default "
+                f"{DEFAULT_LAMBDA}",
             )
+        _require(
+            isinstance(self.reward_incorrect_anchors, bool),
+            "reward_incorrect_anchors",
+            self.reward_incorrect_anchors,
+            "must be a bool",
+        )
+        _require(
+            not (self.reward_incorrect_anchors and self.anchors == "correct"),
+            "reward_incorrect_anchors",
+            self.reward_incorrect_anchors,
+            "needs anchors='all' or 'incorrect' (with anchors='correct' no incorrect "
+            "rollout is an anchor); set anchors or drop the flag",
+        )
         _require(
             math.isfinite(self.reward_clip_min) and self.reward_clip_min <= 0,
             "reward_clip_min",
@@ -146,7 +174,7 @@ class CLIPOConfig:
 
     @property
     def lam(self) -> float:
-        """Resolved reward weight lambda."""
+        """Reward weight lambda: `reward_lambda` if set, else the paper's value for the loss."""
         if self.reward_lambda is not None:
             return float(self.reward_lambda)
         return DEFAULT_LAMBDA[self.loss_type]

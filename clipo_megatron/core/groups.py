@@ -10,9 +10,84 @@ independent of how the batch was sharded or permuted.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from numbers import Integral
+from typing import Any
 
 import torch
+
+# Group ids as they arrive: an int tensor, or a sequence / numpy array of
+# hashable ids (verl's `uid` is a str per rollout).
+GroupIds = torch.Tensor | Sequence[Any]
+
+
+def as_group_ids(
+    group_ids: GroupIds, *, universe: Iterable[Any] | None = None, device=None
+) -> torch.Tensor:
+    """[B] group ids of any hashable type -> [B] long tensor, the same on every rank.
+
+    Integer ids (tensor, numpy or Python ints) keep their values, so the positive
+    draw keyed by them is unchanged. Other ids (str uids, tuples, ...) become their
+    index in the sorted unique ids of `universe` (default: `group_ids` itself).
+    A rank that holds only part of the batch must pass the ids of the whole batch
+    as `universe`, or its indices would not match the other ranks'. `device` places
+    a new tensor; a tensor passed in stays where it is.
+    """
+    if isinstance(group_ids, torch.Tensor):
+        return group_ids
+    if hasattr(group_ids, "dtype") and hasattr(group_ids, "tolist"):  # numpy array
+        if group_ids.dtype.kind in "iu":
+            return torch.as_tensor(group_ids.astype("int64"), device=device)
+        ids = group_ids.tolist()
+    elif isinstance(group_ids, (str, bytes)) or not isinstance(group_ids, Iterable):
+        raise ValueError(
+            f"group_ids must be a [B] sequence of ids (one per rollout), got {type(group_ids).__name__}"
+        )
+    else:
+        ids = list(group_ids)
+    bad = [x for x in ids if isinstance(x, (bool, float))]
+    if bad:
+        raise ValueError(
+            f"group ids must be ints or hashable labels such as str, got {bad[:4]} "
+            f"({type(bad[0]).__name__}); map them to int or str ids first"
+        )
+    if all(isinstance(x, Integral) for x in ids):
+        return torch.tensor([int(x) for x in ids], dtype=torch.long, device=device)
+    vocab = _sorted_unique(ids if universe is None else list(universe))
+    index = {x: i for i, x in enumerate(vocab)}
+    missing = [x for x in ids if x not in index]
+    if missing:
+        raise ValueError(
+            f"group ids {missing[:4]} are not in the `universe` passed to as_group_ids; "
+            "pass the ids of the whole batch"
+        )
+    return torch.tensor([index[x] for x in ids], dtype=torch.long, device=device)
+
+
+def _kind(x: Any) -> str:
+    """Type name for the one-type rule; numpy's str_ / bytes_ count as str / bytes."""
+    for t, name in ((str, "str"), (bytes, "bytes"), (Integral, "int")):
+        if isinstance(x, t):
+            return name
+    return type(x).__name__
+
+
+def _sorted_unique(ids: list[Any]) -> list[Any]:
+    """Sorted distinct ids; one type only, so the order is the same in every process."""
+    types = sorted({_kind(x) for x in ids})
+    if len(types) > 1:
+        raise ValueError(
+            f"group ids mix types {types}: use one type for every rollout "
+            "(e.g. str(uid) for all, or int ids for all)"
+        )
+    try:
+        return sorted(set(ids))
+    except TypeError as e:  # unhashable (list, dict) or unorderable values
+        raise ValueError(
+            f"group ids must be hashable and orderable (int, str, tuple of those), got "
+            f"{types[0] if types else '?'} ({e})"
+        ) from None
 
 
 class _GatherRows(torch.autograd.Function):
@@ -63,7 +138,11 @@ class GroupLayout:
         sort_keys: torch.Tensor | None = None,
         max_group_size: int | None = None,
     ) -> GroupLayout:
-        """Build the layout. `sort_keys` [B] orders rows within a group (default: batch order)."""
+        """Build the layout. `sort_keys` [B] orders rows within a group (default: batch order).
+
+        group_ids: [B] ints, or any hashable ids (see `as_group_ids`).
+        """
+        group_ids = as_group_ids(group_ids)
         if group_ids.dim() != 1:
             raise ValueError(f"group_ids must be 1-D [B], got shape {tuple(group_ids.shape)}")
         if group_ids.dtype.is_floating_point or group_ids.dtype == torch.bool:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from clipo_megatron.core.config import CLIPOConfig
-from clipo_megatron.core.groups import GroupLayout
+from clipo_megatron.core.groups import GroupIds, GroupLayout, as_group_ids
 from clipo_megatron.core.sampling import counter_uniform, sample_positive_slots
 
 # Reduces the per-group Gram of a TP-sharded embedding dim (column-parallel
@@ -43,6 +43,7 @@ class ContrastiveResult:
     loss: torch.Tensor  # [] mean over anchors (counted by `local_mask`); carries grad
     per_sample_loss: torch.Tensor  # [B] L_i for anchors, 0 elsewhere; carries grad
     anchor_mask: torch.Tensor  # [B] bool, rollout is a counted anchor
+    reward_mask: torch.Tensor  # [B] bool, anchor whose loss becomes its reward (see rewards.py)
     valid_group: torch.Tensor  # [B] bool, its group has >= 2 correct and >= 1 incorrect
     positive_index: torch.Tensor  # [B] long, batch row of the sampled InfoNCE positive, -1 if none
     num_anchors: int  # anchors in the whole batch
@@ -108,7 +109,7 @@ def _check_inputs(embeddings: torch.Tensor, correct: torch.Tensor, group_ids: to
 def group_contrastive_loss(
     embeddings: torch.Tensor,
     correct: torch.Tensor,
-    group_ids: torch.Tensor,
+    group_ids: GroupIds,
     cfg: CLIPOConfig,
     *,
     step: int = 0,
@@ -119,7 +120,8 @@ def group_contrastive_loss(
     """CLIPO group contrastive loss on a (possibly ragged) batch of rollouts.
 
     embeddings: [B, d] head outputs (or a TP shard [B, d/tp] with `sum_reduce`).
-    correct: [B] binary rewards / correctness. group_ids: [B] int, one id per prompt.
+    correct: [B] binary rewards / correctness. group_ids: [B] one id per prompt: ints,
+        or any hashable ids such as verl's str `uid` (mapped by `as_group_ids`).
     sample_ids: [B] unique-in-group ids keying the positive draw (default arange(B));
         pass global rollout ids so every sharding draws the same positive.
     local_mask: [B] bool, which anchors this rank's `loss` sums (default all);
@@ -128,6 +130,7 @@ def group_contrastive_loss(
         sharded embedding dim (a TP all-reduce with identity backward); norms for
         the cosine come from its diagonal, so it is the one collective.
     """
+    group_ids = as_group_ids(group_ids, device=embeddings.device)
     _check_inputs(embeddings, correct, group_ids)
     labels = check_binary(correct)
     b = embeddings.shape[0]
@@ -205,6 +208,8 @@ def group_contrastive_loss(
     loss_ng = torch.where(anchor, loss_ng, torch.zeros_like(loss_ng))  # [N, G]
     per_sample = layout.from_padded(loss_ng)  # [B]
     anchor_b = layout.from_padded(anchor)  # [B]
+    # Authors: only correct anchors are rewarded; incorrect ones only shape the head.
+    reward_b = anchor_b if cfg.reward_incorrect_anchors else anchor_b & labels  # [B]
     num_anchors = int(anchor_b.sum())
     counted = anchor_b if local_mask is None else anchor_b & local_mask.bool()
     loss = (per_sample * counted).sum() / max(num_anchors, 1)
@@ -231,6 +236,7 @@ def group_contrastive_loss(
         loss=loss,
         per_sample_loss=per_sample,
         anchor_mask=anchor_b,
+        reward_mask=reward_b,
         valid_group=layout.from_padded(group_ok.unsqueeze(1).expand_as(anchor)),
         positive_index=layout.from_padded(pos_index),
         num_anchors=num_anchors,

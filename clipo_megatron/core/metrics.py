@@ -29,8 +29,9 @@ def contrastive_metrics(
         "clipo/pos_neg_gap": pos - neg,
     }
     if r_cl is not None:
+        rewarded = result.reward_mask
         out["clipo/reward_mean_anchor"] = (
-            float(r_cl[result.anchor_mask].mean()) if result.num_anchors else 0.0
+            float(r_cl[rewarded].mean()) if bool(rewarded.any()) else 0.0
         )
         out["clipo/reward_mean"] = float(r_cl.mean())
     return out

@@ -3,9 +3,15 @@
 
 Per RL step (DESIGN.md): head forward on pooled hidden states (constants),
 gather over DP so groups are complete, group contrastive loss, rewards from
-the loss *before* the head update, then one full-batch AdamW step (skipped
-for a fixed head). Warm-up: for the first `warmup_steps` RL steps only the
-head learns; `policy_should_update(step)` tells the trainer.
+the loss *before* the head update, then one full-batch AdamW step. The step
+is skipped for a fixed head, and when the batch has no counted anchor (no
+valid group): such a loss is a constant 0, and an AdamW step on it would still
+decay the weights by 1 - lr * wd and advance the moments, moving the head on
+no signal. A skipped step leaves head and optimizer state bit-identical;
+`steps_done` still advances and `clipo/head_updated` is 0.
+The anchor count is that of the gathered batch, so every DP rank skips alike.
+Warm-up: for the first `warmup_steps` RL steps only the head learns;
+`policy_should_update(step)` tells the trainer.
 
 `state_dict()` holds head, optimizer and the torch RNG state, so a resumed
 run continues bit-for-bit (the authors' code re-initialises the optimizer).
@@ -16,12 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from clipo_megatron.core.config import CLIPOConfig
+from clipo_megatron.core.groups import GroupIds, as_group_ids
 from clipo_megatron.core.losses import group_contrastive_loss
 from clipo_megatron.core.metrics import contrastive_metrics
 from clipo_megatron.core.rewards import contrastive_rewards
 from clipo_megatron.megatron.gather import all_reduce_grads, gather_rows
+from clipo_megatron.megatron.parallel import group_size
 
 
 @dataclass
@@ -42,7 +51,7 @@ class HeadTrainer:
         self.optimizer = torch.optim.AdamW(
             head.parameters(), lr=cfg.head_lr, weight_decay=cfg.head_weight_decay
         )
-        self.steps_done = 0
+        self.steps_done = 0  # head steps due (not fixed head), skipped no-anchor steps included
 
     def policy_should_update(self, step: int) -> bool:
         """False during warm-up: rollouts, logprobs and head updates run, the policy does not."""
@@ -52,7 +61,7 @@ class HeadTrainer:
         self,
         pooled: torch.Tensor,
         correct: torch.Tensor,
-        group_ids: torch.Tensor,
+        group_ids: GroupIds,
         sample_ids: torch.Tensor,
         *,
         step: int,
@@ -61,10 +70,14 @@ class HeadTrainer:
 
         pooled [B_local, D] mean response hidden states; correct [B_local] binary
         rewards; group_ids / sample_ids [B_local] global ids (same on all ranks).
+        group_ids may be any hashable ids (e.g. verl's str `uid`): they are mapped
+        to ints over the ids of every DP rank, so all ranks agree (every rank must
+        pass the same kind: tensors everywhere, or sequences everywhere).
         """
-        update = not self.cfg.fixed_head
-        self.head.train(update)
-        with torch.set_grad_enabled(update):
+        group_ids = self._int_group_ids(group_ids, device=pooled.device)  # [B_local]
+        learn = not self.cfg.fixed_head
+        self.head.train(learn)
+        with torch.set_grad_enabled(learn):
             z = self.head(pooled.detach())  # [B_local, d(/tp)]
             z_all, mine = gather_rows(z, dp_group=self.dp_group)
             c_all, _ = gather_rows(correct, dp_group=self.dp_group)
@@ -84,11 +97,14 @@ class HeadTrainer:
             )
         r_all = contrastive_rewards(res, self.cfg)  # computed from the loss before the update
         metrics = contrastive_metrics(res, r_all)
+        # No anchor in the whole (gathered) batch: no gradient and no decay either.
+        update = learn and res.num_anchors > 0
         if update:
             self.optimizer.zero_grad(set_to_none=True)
             res.loss.backward()
             all_reduce_grads(self.head, dp_group=self.dp_group)
             self.optimizer.step()
+        if learn:
             self.steps_done += 1
         metrics["clipo/head_updated"] = float(update)
         pidx = res.positive_index[mine]
@@ -99,6 +115,18 @@ class HeadTrainer:
             positive_ids=positive_ids,
             metrics=metrics,
         )
+
+    def _int_group_ids(self, group_ids: GroupIds, *, device) -> torch.Tensor:
+        """[B_local] ids -> long tensor; non-int ids are indexed over every DP rank's ids."""
+        if isinstance(group_ids, torch.Tensor):
+            return group_ids
+        ids = group_ids.tolist() if hasattr(group_ids, "tolist") else list(group_ids)
+        universe = ids
+        if group_size(self.dp_group) > 1:
+            parts: list = [None] * group_size(self.dp_group)
+            dist.all_gather_object(parts, ids, group=self.dp_group)
+            universe = [x for part in parts for x in part]
+        return as_group_ids(ids, universe=universe, device=device)
 
     def state_dict(self) -> dict:
         return {

@@ -75,10 +75,11 @@ def naive_losses(emb, correct, gids, cfg, step=0, sample_ids=None):
     return per, mask
 
 
-def naive_rewards(per, mask, valid_group, cfg):
+def naive_rewards(per, mask, valid_group, cfg, correct):
+    """Authors' reward: only correct anchors (every anchor with reward_incorrect_anchors)."""
     out = []
     for i in range(per.shape[0]):
-        if mask[i]:
+        if mask[i] and (bool(correct[i]) or cfg.reward_incorrect_anchors):
             out.append(max(cfg.reward_constant - cfg.lam * float(per[i]), cfg.reward_clip_min))
         elif valid_group[i]:
             out.append(cfg.reward_constant)
@@ -114,6 +115,8 @@ CONFIGS = [
     ),
     dict(loss_type="softnn", denominator_includes_anchor=True),
     dict(loss_type="supcon", anchors="incorrect"),
+    dict(loss_type="supcon", anchors="incorrect", reward_incorrect_anchors=True),
+    dict(loss_type="infonce", anchors="all", reward_incorrect_anchors=True),
     dict(loss_type="infonce", similarity="dot", temperature=0.5),
     dict(loss_type="softnn", temperature=0.02, reward_constant=0.1),
 ]
@@ -149,7 +152,7 @@ def test_matches_naive_reference(kw, dtype, seed):
 
     r = contrastive_rewards(res, cfg)
     torch.testing.assert_close(
-        r.double(), naive_rewards(per.detach(), mask, res.valid_group, cfg), **tol
+        r.double(), naive_rewards(per.detach(), mask, res.valid_group, cfg, correct), **tol
     )
 
 

@@ -2,11 +2,12 @@
 """The real thing, small: SmolLM2-135M-Instruct on a fixed subset of the authors' GSM8K / MMLU test sets.
 
 The docs' run (docs/eval.md) is the same command with --limit 20 --max-tokens 256.
+Its wall time is reported by `python bench/bench_eval.py --smollm2`, not asserted here:
+a test asserts behaviour, and on a loaded 2-core machine the time says nothing about it.
 """
 
 import json
 import os
-import time
 
 import pytest
 
@@ -28,7 +29,6 @@ def test_smollm2_on_shared_gsm8k_and_mmlu_subset(tmp_path, capsys):
     except FileNotFoundError as e:
         pytest.skip(str(e))
     os.environ["HF_HUB_OFFLINE"] = "1"
-    t = time.perf_counter()
     argv = [
         "--datasets",
         "gsm8k,mmlu",
@@ -63,4 +63,3 @@ def test_smollm2_on_shared_gsm8k_and_mmlu_subset(tmp_path, capsys):
         assert d["samples"] == 4 and 0.0 <= res["scores"][name] <= 100.0
         assert res["scores"][name] == 100.0 * d["correct"] / 4
     assert "throughput:" in capsys.readouterr().out
-    assert time.perf_counter() - t < 180
