@@ -57,9 +57,9 @@ def clipo_step(
     """
     b = response_counts.shape[0]
     for name, t in (("correct", correct), ("group_ids", group_ids), ("sample_ids", sample_ids)):
-        if t.shape[0] != b:
+        if len(t) != b:  # tensors, arrays or lists (string group ids)
             raise ValueError(
-                f"{name} has {t.shape[0]} rows but response_counts has {b}: one row per rollout"
+                f"{name} has {len(t)} rows but response_counts has {b}: one row per rollout"
             )
     last = is_last_stage(pp_group)
     if last and (trainer is None or response_sums is None):
