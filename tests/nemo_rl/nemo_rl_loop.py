@@ -57,7 +57,9 @@ def contract_config(
         "grpo.val_batch_size=4",
         f"policy.model_name={model_dir}",
         f"policy.tokenizer.name={model_dir}",
-        f"policy.train_global_batch_size={prompts * gens}",
+        # two optimizer steps per GRPO step: the second minibatch is off-policy, so each
+        # objective's ratio, clipping and aggregation act (on-policy they coincide at ratio 1)
+        f"policy.train_global_batch_size={prompts * gens // 2}",
         "policy.train_micro_batch_size=8",
         "policy.logprob_batch_size=8",
         "policy.generation_batch_size=16",
