@@ -189,13 +189,16 @@ def load_recipe(
 # ----------------------------------------------------------------------------- validation
 
 
-def _get(cfg: dict, dotted: str, default: Any = None) -> Any:
+def dotted_get(
+    cfg: dict, dotted: str, default: Any = None, *, none_is_default: bool = False
+) -> Any:
+    """`cfg["a"]["b"]` for "a.b", or `default` where a key is missing (or null, if asked)."""
     node: Any = cfg
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
             return default
         node = node[part]
-    return node
+    return default if none_is_default and node is None else node
 
 
 def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
@@ -205,25 +208,25 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
     """
     clipo = ClipoNemoRLConfig.from_dict(cfg.get("clipo"))
     m = clipo.method
-    if not _get(cfg, "policy.megatron_cfg.enabled", False):
+    if not dotted_get(cfg, "policy.megatron_cfg.enabled", False):
         raise ValueError(
             "policy.megatron_cfg.enabled is false: this integration runs on NeMo-RL's Megatron "
             "backend; set policy.megatron_cfg.enabled=true and policy.dtensor_cfg.enabled=false"
         )
-    if _get(cfg, "policy.dtensor_cfg.enabled", False):
+    if dotted_get(cfg, "policy.dtensor_cfg.enabled", False):
         raise ValueError(
             "policy.dtensor_cfg.enabled and policy.megatron_cfg.enabled are both true; "
             "set policy.dtensor_cfg.enabled=false"
         )
-    tp = int(_get(cfg, "policy.megatron_cfg.tensor_model_parallel_size", 1))
-    pp = int(_get(cfg, "policy.megatron_cfg.pipeline_model_parallel_size", 1))
-    cp = int(_get(cfg, "policy.megatron_cfg.context_parallel_size", 1))
-    if cp > 1 and not _get(cfg, "policy.sequence_packing.enabled", False):
+    tp = int(dotted_get(cfg, "policy.megatron_cfg.tensor_model_parallel_size", 1))
+    pp = int(dotted_get(cfg, "policy.megatron_cfg.pipeline_model_parallel_size", 1))
+    cp = int(dotted_get(cfg, "policy.megatron_cfg.context_parallel_size", 1))
+    if cp > 1 and not dotted_get(cfg, "policy.sequence_packing.enabled", False):
         raise ValueError(
             f"policy.megatron_cfg.context_parallel_size={cp} needs policy.sequence_packing.enabled=true "
             "(NeMo-RL shards CP only on packed sequences)"
         )
-    if pp > 1 and _get(cfg, "policy.dynamic_batching.enabled", False):
+    if pp > 1 and dotted_get(cfg, "policy.dynamic_batching.enabled", False):
         raise ValueError(
             f"policy.megatron_cfg.pipeline_model_parallel_size={pp} is incompatible with "
             "policy.dynamic_batching.enabled=true in NeMo-RL; use policy.sequence_packing instead"
@@ -233,8 +236,8 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
             f"clipo.method.embed_dim={m.embed_dim} is not divisible by tensor_model_parallel_size={tp}; "
             "pick a multiple of TP or set clipo.head_tensor_parallel=false (replicated head)"
         )
-    n_gen = int(_get(cfg, "grpo.num_generations_per_prompt", 0))
-    n_prompts = int(_get(cfg, "grpo.num_prompts_per_step", 0))
+    n_gen = int(dotted_get(cfg, "grpo.num_generations_per_prompt", 0))
+    n_prompts = int(dotted_get(cfg, "grpo.num_prompts_per_step", 0))
     if clipo.enabled and n_gen < 3:
         raise ValueError(
             f"grpo.num_generations_per_prompt={n_gen}: a CLIPO group needs >= 2 correct and >= 1 "
@@ -245,19 +248,19 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
             f"clipo.method.max_group_size={m.max_group_size} < grpo.num_generations_per_prompt={n_gen}; "
             "raise it or leave it null"
         )
-    gbs = _get(cfg, "policy.train_global_batch_size")
+    gbs = dotted_get(cfg, "policy.train_global_batch_size")
     if gbs is not None and n_prompts and (n_prompts * n_gen) % int(gbs):
         raise ValueError(
             f"grpo.num_prompts_per_step * num_generations_per_prompt = {n_prompts * n_gen} is not a "
             f"multiple of policy.train_global_batch_size={gbs}"
         )
-    max_steps = _get(cfg, "grpo.max_num_steps")
+    max_steps = dotted_get(cfg, "grpo.max_num_steps")
     if clipo.enabled and max_steps is not None and m.warmup_steps >= int(max_steps):
         raise ValueError(
             f"clipo.method.warmup_steps={m.warmup_steps} >= grpo.max_num_steps={max_steps}: the policy "
             "would never be updated; lower the warm-up or raise max_num_steps"
         )
-    est = _get(cfg, "grpo.adv_estimator.name", "grpo")
+    est = dotted_get(cfg, "grpo.adv_estimator.name", "grpo")
     if clipo.enabled and est != "grpo":
         raise ValueError(
             f"grpo.adv_estimator.name={est!r}: CLIPO adds its reward before GRPO's group "
@@ -265,8 +268,8 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
         )
 
     obj = clipo.objective
-    seq_ratio = bool(_get(cfg, "loss_fn.sequence_level_importance_ratios", False))
-    tok_loss = bool(_get(cfg, "loss_fn.token_level_loss", True))
+    seq_ratio = bool(dotted_get(cfg, "loss_fn.sequence_level_importance_ratios", False))
+    tok_loss = bool(dotted_get(cfg, "loss_fn.token_level_loss", True))
     if obj == "gspo" and (not seq_ratio or tok_loss):
         raise ValueError(
             "clipo.objective=gspo needs loss_fn.sequence_level_importance_ratios=true and "
@@ -278,13 +281,13 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
             "set clipo.objective=gspo or the ratio flag to false"
         )
     if obj == "dapo":
-        if not _get(cfg, "grpo.use_dynamic_sampling", False):
+        if not dotted_get(cfg, "grpo.use_dynamic_sampling", False):
             raise ValueError(
                 "clipo.objective=dapo needs grpo.use_dynamic_sampling=true (DAPO's dynamic sampling)"
             )
         lo, hi = (
-            float(_get(cfg, "loss_fn.ratio_clip_min", 0.2)),
-            float(_get(cfg, "loss_fn.ratio_clip_max", 0.2)),
+            float(dotted_get(cfg, "loss_fn.ratio_clip_min", 0.2)),
+            float(dotted_get(cfg, "loss_fn.ratio_clip_max", 0.2)),
         )
         if hi <= lo:
             raise ValueError(

@@ -71,6 +71,28 @@ def grpo_train_with_clipo(grpo_module, clipo, state, policy, *grpo_train_args) -
         grpo_module.grpo_train(policy, *grpo_train_args)
 
 
+def prepare(config: dict[str, Any]):
+    """(NeMo-RL MasterConfig, tokenizer, setup_response_data's 4-tuple) from a resolved recipe.
+
+    NeMo-RL's pydantic `MasterConfig` validates everything but the `clipo:` block; the
+    processors and the environment are registered first. Shared with the contract suite.
+    """
+    from nemo_rl.algorithms import grpo
+    from nemo_rl.algorithms.utils import get_tokenizer
+    from nemo_rl.data.utils import setup_response_data
+    from nemo_rl.models.generation import configure_generation_config
+
+    from clipo_megatron.nemo_rl.data import register_with_nemo_rl
+
+    master = grpo.MasterConfig(**{k: v for k, v in config.items() if k != "clipo"})
+    register_with_nemo_rl()
+    tokenizer = get_tokenizer(master.policy["tokenizer"])
+    master.policy["generation"] = configure_generation_config(
+        master.policy["generation"], tokenizer
+    )
+    return master, tokenizer, setup_response_data(tokenizer, master.data, master.env)
+
+
 def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU cluster
     """Run CLIPO GRPO from a resolved master-config dict (see examples/run_grpo_clipo.py)."""
     from clipo_megatron.nemo_rl import require_nemo_rl
@@ -81,28 +103,15 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     check_supported()  # names the NeMo-RL version before anything is built
     clipo = validate_master_config(config)
     from nemo_rl.algorithms import grpo
-    from nemo_rl.algorithms.utils import get_tokenizer
-    from nemo_rl.data.utils import setup_response_data
     from nemo_rl.distributed.virtual_cluster import init_ray
-    from nemo_rl.models.generation import configure_generation_config
     from nemo_rl.utils.logger import get_next_experiment_dir
 
-    from clipo_megatron.nemo_rl.data import register_with_nemo_rl
     from clipo_megatron.nemo_rl.losses import build_policy_loss
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
 
-    clipo_block = config.pop("clipo")
-    master = grpo.MasterConfig(**config)
+    init_ray()  # before prepare(): the environments are Ray actors
+    master, tokenizer, (dataset, val_dataset, task_to_env, val_task_to_env) = prepare(config)
     master.logger["log_dir"] = get_next_experiment_dir(master.logger["log_dir"])
-    init_ray()
-    register_with_nemo_rl()
-    tokenizer = get_tokenizer(master.policy["tokenizer"])
-    master.policy["generation"] = configure_generation_config(
-        master.policy["generation"], tokenizer
-    )
-    dataset, val_dataset, task_to_env, val_task_to_env = setup_response_data(
-        tokenizer, master.data, master.env
-    )
 
     state = ClipoRunState(warmup_steps=clipo.method.warmup_steps)
     policy_cls = make_clipo_policy_class(clipo, state)
@@ -122,7 +131,6 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     ) = grpo.setup(master, tokenizer, dataset, val_dataset, policy_factory=policy_cls)
     if clipo.objective == "gmpo":
         loss_fn = build_policy_loss("gmpo", dict(config["loss_fn"]))
-    config["clipo"] = clipo_block
 
     grpo_train_with_clipo(
         grpo,

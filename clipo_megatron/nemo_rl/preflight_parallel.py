@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clipo_megatron.nemo_rl.config import dotted_get
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -83,12 +85,8 @@ def model_shape(model_name: str) -> ModelShape | None:
 
 
 def _get(cfg: dict, dotted: str, default: Any = None) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return default if node is None else node
+    """A dotted key of the recipe; a null counts as unset here (parallel sizes default to 1)."""
+    return dotted_get(cfg, dotted, default, none_is_default=True)
 
 
 def min_sequence_multiple(cfg: dict[str, Any]) -> int:

@@ -101,11 +101,9 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
     """Run NeMo-RL's grpo_train with the CLIPO seams; return what the test compares."""
     import ray
     from nemo_rl.algorithms import grpo
-    from nemo_rl.algorithms.utils import get_tokenizer
     from nemo_rl.data.collate_fn import rl_collate_fn
-    from nemo_rl.data.utils import load_dataloader_state, setup_response_data
+    from nemo_rl.data.utils import load_dataloader_state
     from nemo_rl.distributed.virtual_cluster import RayVirtualCluster
-    from nemo_rl.models.generation import configure_generation_config
     from nemo_rl.models.generation.megatron import MegatronGeneration
     from nemo_rl.utils.checkpoint import CheckpointManager
     from nemo_rl.utils.logger import Logger
@@ -113,25 +111,14 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
 
     from clipo_megatron.nemo_rl.compat import check_supported
     from clipo_megatron.nemo_rl.config import validate_master_config
-    from clipo_megatron.nemo_rl.data import register_with_nemo_rl
-    from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo
+    from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo, prepare
     from clipo_megatron.nemo_rl.losses import build_policy_loss
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
     from clipo_megatron.nemo_rl.rewards import ClipoRunState
 
     flavour = check_supported()
     clipo = validate_master_config(config)
-    config = dict(config)
-    config.pop("clipo")
-    master = grpo.MasterConfig(**config)  # NeMo-RL's own validation of the merged recipe
-    register_with_nemo_rl()
-    tokenizer = get_tokenizer(master.policy["tokenizer"])
-    master.policy["generation"] = configure_generation_config(
-        master.policy["generation"], tokenizer
-    )
-    dataset, val_dataset, task_to_env, val_task_to_env = setup_response_data(
-        tokenizer, master.data, master.env
-    )
+    master, tokenizer, (dataset, val_dataset, task_to_env, val_task_to_env) = prepare(config)
     logger = Logger(master.logger)
     checkpointer = CheckpointManager(master.checkpointing)
     last = checkpointer.get_latest_checkpoint_path()
