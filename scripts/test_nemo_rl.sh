@@ -70,4 +70,6 @@ echo "[test_nemo_rl] NeMo-RL: $NEMO_RL_SRC ($(git -C "$NEMO_RL_SRC" rev-parse --
 # NeMo-RL from its checkout, this project from this checkout -- in the driver and in every Ray actor.
 export NEMO_RL_SRC PYTHONPATH="$NEMO_RL_SRC:$(pwd)${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
-exec "$VENV/bin/python" -m pytest -q -p no:warnings --timeout=1800 -m nemo_rl tests/nemo_rl "$@"
+paths=(tests/nemo_rl)  # unless the caller names test paths
+for a in "$@"; do [[ "$a" == tests/* ]] && paths=(); done
+exec "$VENV/bin/python" -m pytest -q -p no:warnings --timeout=1800 -m nemo_rl "${paths[@]}" "$@"
