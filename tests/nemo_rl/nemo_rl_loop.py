@@ -60,8 +60,8 @@ def contract_config(
         # two optimizer steps per GRPO step: the second minibatch is off-policy, so each
         # objective's ratio, clipping and aggregation act (on-policy they coincide at ratio 1)
         f"policy.train_global_batch_size={prompts * gens // 2}",
-        "policy.train_micro_batch_size=8",
-        "policy.logprob_batch_size=8",
+        f"policy.train_micro_batch_size={8 // dp}",  # divides each DP rank's share
+        f"policy.logprob_batch_size={8 // dp}",
         "policy.generation_batch_size=16",
         "policy.max_total_sequence_length=1024",
         "policy.sequence_packing.enabled=false",
