@@ -6,7 +6,7 @@ from clipo_megatron.core.advantages import (
     dynamic_sampling_filter,
     group_advantages,
 )
-from clipo_megatron.core.config import CLIPOConfig
+from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
 from clipo_megatron.core.groups import GroupLayout, as_group_ids
 from clipo_megatron.core.losses import (
     ContrastiveResult,
@@ -15,7 +15,13 @@ from clipo_megatron.core.losses import (
     l2_normalize,
 )
 from clipo_megatron.core.metrics import contrastive_metrics
-from clipo_megatron.core.policy_loss import clipped_pg_loss, policy_objective_loss
+from clipo_megatron.core.objectives import (
+    OBJECTIVES,
+    Objective,
+    get_objective,
+    policy_objective_loss,
+    register_objective,
+)
 from clipo_megatron.core.pooling import (
     masked_mean,
     masked_sum_and_count,
@@ -30,7 +36,11 @@ from clipo_megatron.core.sampling import counter_uniform, sample_positive_slots
 __all__ = [
     "CLIPOConfig",
     "DynamicSamplingResult",
-    "clipped_pg_loss",
+    "ClipoBlock",
+    "OBJECTIVES",
+    "Objective",
+    "get_objective",
+    "register_objective",
     "dynamic_sampling_filter",
     "group_advantages",
     "policy_objective_loss",

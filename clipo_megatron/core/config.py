@@ -39,8 +39,6 @@ class CLIPOConfig:
     Defaults are the paper's Track I/II settings and the authors' public code.
     """
 
-    # Master switch; `--algo grpo` runs the same job with this False.
-    enabled: bool = True
     # Group contrastive loss: InfoNCE (paper default), SupCon ("out"), SoftNN.
     loss_type: LossType = "infonce"
     # s_ij = e_i . e_j / temperature. Paper default 0.05 (ablation liked 0.02).
@@ -183,11 +181,56 @@ class CLIPOConfig:
     def from_dict(cls, cfg: dict[str, Any] | None) -> CLIPOConfig:
         """Build from a plain / OmegaConf mapping, rejecting unknown keys by name."""
         cfg = dict(cfg or {})
+        if "enabled" in cfg:
+            raise ValueError(
+                "`enabled` is not a method key: the one switch is clipo.enabled "
+                "(move it out of the method block)"
+            )
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise ValueError(f"unknown CLIPO config keys {unknown}; valid keys: {sorted(known)}")
         return cls(**cfg)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class ClipoBlock:
+    """The `clipo:` block both drivers read: the one switch, the objective, the method.
+
+    `enabled: false` runs the same job with the plain objective (the paper's
+    baselines: GRPO is `objective: grpo` with CLIPO off). The NeMo-RL driver
+    extends this block with its integration knobs (`nemo_rl/config.py`).
+    """
+
+    enabled: bool = True
+    # A name in the objective registry (core/objectives.py): grpo | dapo | gspo | gmpo.
+    objective: str = "grpo"
+    method: CLIPOConfig = field(default_factory=CLIPOConfig)
+
+    def __post_init__(self) -> None:
+        from clipo_megatron.core.objectives import get_objective
+
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"clipo.enabled={self.enabled!r} must be true or false")
+        get_objective(self.objective)  # one error naming the registered objectives
+
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any] | None) -> ClipoBlock:
+        """Build from a plain / OmegaConf mapping; unknown keys are named with the valid ones."""
+        cfg = dict(cfg or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown clipo.* keys {unknown}; valid keys: {sorted(known)} "
+                "(method knobs go under clipo.method)"
+            )
+        method = cfg.pop("method", None)
+        m = method if isinstance(method, CLIPOConfig) else CLIPOConfig.from_dict(method)
+        return cls(method=m, **cfg)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1,5 +1,8 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Token-level clipped policy objectives the paper compares (App. "baseline objectives").
+"""The math of the policy objectives the paper compares (App. "baseline objectives").
+
+Kernels only: which objective uses which ratio form, clip range and
+aggregation is decided in one place, the registry `core/objectives.py`.
 
 Shapes: logprobs / old_logprobs / ref_logprobs / mask [B, T], advantages [B].
 log rho_t = logp_t - old_logp_t (old detached).
@@ -29,16 +32,8 @@ from typing import Literal
 
 import torch
 
-Objective = Literal["grpo", "dapo", "gspo", "gmpo"]
 Aggregation = Literal["token-mean", "seq-mean-token-mean"]
-
-# Paper defaults per objective: (eps_low, eps_high, aggregation).
-OBJECTIVE_DEFAULTS: dict[str, tuple[float, float, str]] = {
-    "grpo": (0.2, 0.2, "token-mean"),
-    "dapo": (0.2, 0.28, "token-mean"),
-    "gspo": (3e-4, 4e-4, "seq-mean-token-mean"),
-    "gmpo": (0.4, 0.4, "token-mean"),
-}
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 
 
 def _check(logprobs, old_logprobs, advantages, mask, ref_logprobs) -> None:
@@ -70,34 +65,56 @@ def _aggregate(
     return (seq_mean * has).sum() / denom
 
 
-def policy_objective_loss(
+def ppo_clip_terms(log_ratio, logprobs, advantages, m, eps_low, eps_high):
+    """GRPO / DAPO: per-token ratio rho_t, clipped to [1 - eps_low, 1 + eps_high]."""
+    a = advantages.unsqueeze(1)  # [B, 1]
+    ratio = torch.exp(log_ratio)  # [B, T]
+    clipped_ratio = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    per_tok = -torch.minimum(ratio * a, clipped_ratio * a)  # [B, T]
+    return per_tok, ratio, (ratio < 1 - eps_low) | (ratio > 1 + eps_high)
+
+
+def gspo_terms(log_ratio, logprobs, advantages, m, eps_low, eps_high):
+    """GSPO: the sequence ratio s_i = exp(mean_t log rho_t) on every token, value s_i,
+    gradient s_i * grad mean_t logp_t (token form sg(s_i) * exp(logp_t - sg(logp_t)))."""
+    a = advantages.unsqueeze(1)  # [B, 1]
+    seq_log = (log_ratio.sum(1) / m.sum(1).clamp_min(1)).unsqueeze(1)  # [B, 1]
+    ratio = torch.exp(seq_log.detach() + logprobs - logprobs.detach())  # [B, T], value s_i
+    clipped_ratio = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    per_tok = -torch.minimum(ratio * a, clipped_ratio * a)  # [B, T]
+    return per_tok, ratio, (ratio < 1 - eps_low) | (ratio > 1 + eps_high)
+
+
+def gmpo_terms(log_ratio, logprobs, advantages, m, eps_low, eps_high):
+    """GMPO: geometric mean of the token ratios clipped in log space, one term per
+    sequence spread over its tokens (token-mean then weighs longer sequences more)."""
+    sgn = torch.sign(advantages).unsqueeze(1)  # [B, 1]
+    lr_clip = torch.clamp(log_ratio, -eps_low, eps_high)  # [B, T]
+    lr_min = sgn * torch.minimum(sgn * log_ratio, sgn * lr_clip)  # [B, T]
+    seq_ratio = torch.exp((lr_min * m).sum(1) / m.sum(1).clamp_min(1))  # [B]
+    per_tok = (-advantages * seq_ratio).unsqueeze(1).expand_as(m)  # [B, T]
+    return per_tok, torch.exp(log_ratio), (log_ratio < -eps_low) | (log_ratio > eps_high)
+
+
+def objective_loss(
+    terms,
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
-    objective: Objective = "grpo",
-    eps_low: float | None = None,
-    eps_high: float | None = None,
-    aggregation: Aggregation | None = None,
+    eps_low: float,
+    eps_high: float,
+    aggregation: str,
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     num_tokens: float | None = None,
     num_seqs: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Loss (scalar, to minimise) and metrics pg/clip_frac, pg/ratio_mean, pg/approx_kl, pg/kl_ref."""
-    if objective not in OBJECTIVE_DEFAULTS:
-        raise ValueError(
-            f"objective must be one of {sorted(OBJECTIVE_DEFAULTS)}, got {objective!r}"
-        )
-    d_low, d_high, d_agg = OBJECTIVE_DEFAULTS[objective]
-    eps_low = d_low if eps_low is None else eps_low
-    eps_high = d_high if eps_high is None else eps_high
-    aggregation = d_agg if aggregation is None else aggregation
-    if aggregation not in ("token-mean", "seq-mean-token-mean"):
-        raise ValueError(
-            f"aggregation must be 'token-mean' or 'seq-mean-token-mean', got {aggregation!r}"
-        )
+    """Loss (scalar, to minimise) of one objective's per-token `terms` kernel, and metrics
+    pg/clip_frac, pg/ratio_mean, pg/approx_kl (+ pg/kl_ref with a reference policy)."""
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
     if eps_low < 0 or eps_high < 0:
         raise ValueError(f"clip ranges must be >= 0, got eps_low={eps_low}, eps_high={eps_high}")
     if kl_coef and ref_logprobs is None:
@@ -105,30 +122,9 @@ def policy_objective_loss(
     _check(logprobs, old_logprobs, advantages, mask, ref_logprobs)
 
     m = mask.to(logprobs.dtype)  # [B, T]
-    a = advantages.to(logprobs.dtype).unsqueeze(1)  # [B, 1]
     log_ratio = (logprobs - old_logprobs.detach()) * m  # [B, T]
-    ntok_seq = m.sum(1).clamp_min(1)  # [B]
-
-    if objective in ("grpo", "dapo"):
-        ratio = torch.exp(log_ratio)  # [B, T]
-        clipped_ratio = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
-        per_tok = -torch.minimum(ratio * a, clipped_ratio * a)  # [B, T]
-        clipped = (ratio < 1 - eps_low) | (ratio > 1 + eps_high)
-    elif objective == "gspo":
-        seq_log = (log_ratio.sum(1) / ntok_seq).unsqueeze(1)  # [B, 1]
-        ratio = torch.exp(seq_log.detach() + logprobs - logprobs.detach())  # [B, T], value s_i
-        clipped_ratio = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
-        per_tok = -torch.minimum(ratio * a, clipped_ratio * a)  # [B, T]
-        clipped = (ratio < 1 - eps_low) | (ratio > 1 + eps_high)
-    else:  # gmpo
-        sgn = torch.sign(a)  # [B, 1]
-        lr_clip = torch.clamp(log_ratio, -eps_low, eps_high)  # [B, T]
-        lr_min = sgn * torch.minimum(sgn * log_ratio, sgn * lr_clip)  # [B, T]
-        seq_ratio = torch.exp((lr_min * m).sum(1) / ntok_seq)  # [B]
-        # the per-sequence term on each of its tokens: seq-mean-token-mean gives mean_i(-A_i * ratio_i)
-        per_tok = (-advantages.to(logprobs.dtype) * seq_ratio).unsqueeze(1).expand_as(m)  # [B, T]
-        ratio = torch.exp(log_ratio)
-        clipped = (log_ratio < -eps_low) | (log_ratio > eps_high)
+    adv = advantages.to(logprobs.dtype)  # [B]
+    per_tok, ratio, clipped = terms(log_ratio, logprobs, adv, m, eps_low, eps_high)
 
     if ref_logprobs is not None:
         d = (ref_logprobs.detach() - logprobs) * m  # [B, T]
@@ -148,25 +144,3 @@ def policy_objective_loss(
         if ref_logprobs is not None:
             metrics["pg/kl_ref"] = float((kl_tok * m).sum() / ntok)
     return loss, metrics
-
-
-def clipped_pg_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """GRPO/DAPO token-mean PPO-clip (kept for the single-machine runner)."""
-    return policy_objective_loss(
-        logprobs,
-        old_logprobs,
-        advantages,
-        mask,
-        objective="grpo",
-        eps_low=eps_low,
-        eps_high=eps_high,
-        aggregation="token-mean",
-    )

@@ -28,7 +28,7 @@ import torch
 
 from clipo_megatron.core.config import CLIPOConfig
 from clipo_megatron.core.losses import group_contrastive_loss
-from clipo_megatron.core.policy_loss import policy_objective_loss
+from clipo_megatron.core.objectives import policy_objective_loss
 
 try:  # NeMo-RL's own enums where it is installed: its dispatch compares by identity
     from nemo_rl.algorithms.loss.interfaces import LossInputType, LossType

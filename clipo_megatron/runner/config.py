@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from clipo_megatron.core.config import CLIPOConfig
+from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
 from clipo_megatron.generation.factory import BACKENDS
 
 
@@ -94,7 +94,7 @@ class RunConfig:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     clipo: dict[str, Any] = field(default_factory=lambda: {"embed_dim": 128})
 
-    def validate(self) -> CLIPOConfig:
+    def validate(self) -> ClipoBlock:
         def need(ok, what):
             if not ok:
                 raise ValueError(f"config: {what}")
@@ -125,8 +125,7 @@ class RunConfig:
         )
         need(self.parallel.tp >= 1, f"parallel.tp={self.parallel.tp} must be >= 1")
         need(self.parallel.pp >= 1, f"parallel.pp={self.parallel.pp} must be >= 1")
-        cfg = CLIPOConfig.from_dict({**dict(self.clipo), "enabled": self.algo == "clipo"})
-        return cfg
+        return ClipoBlock(enabled=self.algo == "clipo", method=CLIPOConfig.from_dict(self.clipo))
 
 
 def load_config(path: str | None, overrides: list[str]) -> RunConfig:

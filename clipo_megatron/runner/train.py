@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from clipo_megatron.core.advantages import group_advantages
-from clipo_megatron.core.policy_loss import clipped_pg_loss
+from clipo_megatron.core.objectives import get_objective
 from clipo_megatron.megatron.microbatch_pooler import (
     SAMPLE_IDX_KEY,
     MicrobatchPooler,
@@ -53,8 +53,14 @@ def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int
 
 def _micro_pg_loss(lp, old_lp, adv, mask, ntok: float, cfg: RunConfig):
     """A micro-batch's clipped PG loss, scaled so the micro-batches sum to the batch's token mean."""
-    loss, stats = clipped_pg_loss(
-        lp, old_lp, adv, mask, eps_low=cfg.train.eps_low, eps_high=cfg.train.eps_high
+    loss, stats = get_objective("grpo").loss(
+        lp,
+        old_lp,
+        adv,
+        mask,
+        eps_low=cfg.train.eps_low,
+        eps_high=cfg.train.eps_high,
+        aggregation="token-mean",
     )
     return loss * float(mask.sum()) / max(ntok, 1.0), stats
 
@@ -291,14 +297,14 @@ class Run:
         head = build_contrastive_head(
             transformer_config(self.arch),
             input_size=self.arch.hidden_size,
-            embed_dim=self.clipo.embed_dim,
-            head_type=self.clipo.head_type,
+            embed_dim=self.clipo.method.embed_dim,
+            head_type=self.clipo.method.head_type,
         )
         if getattr(
             self.model, "post_process", True
         ):  # the head is replicated; it hangs on the last stage
             attach_head(self.model, head)
-        self.head = HeadTrainer(head, self.clipo)
+        self.head = HeadTrainer(head, self.clipo.method)
         self.problems = load_problems(cfg.data, cfg.data.train_size, path=cfg.data.path)
         self.step_idx = 0
         self.history: list[dict] = []

@@ -9,7 +9,11 @@ import pytest
 import torch
 
 from clipo_megatron.core.advantages import group_advantages
-from clipo_megatron.core.policy_loss import clipped_pg_loss
+from clipo_megatron.core.objectives import get_objective
+
+
+def clipped_pg_loss(lp, old, adv, mask, eps_high=0.2):
+    return get_objective("grpo").loss(lp, old, adv, mask, eps_high=eps_high)
 
 
 def test_group_advantages_hand_computed_ragged():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clipo_megatron.core.policy_loss import policy_objective_loss
+from clipo_megatron.core.objectives import policy_objective_loss
 from clipo_megatron.nemo_rl.losses import policy_loss_config
 from clipo_megatron.nemo_rl.rewards import GroupNormalizedEstimator
 

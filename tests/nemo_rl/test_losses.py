@@ -11,7 +11,7 @@ import torch
 
 from clipo_megatron.core.config import CLIPOConfig
 from clipo_megatron.core.losses import group_contrastive_loss, l2_normalize
-from clipo_megatron.core.policy_loss import policy_objective_loss
+from clipo_megatron.core.objectives import policy_objective_loss
 from clipo_megatron.nemo_rl import nemo_rl_available
 from clipo_megatron.nemo_rl.losses import (
     ContrastiveHeadLossFn,
