@@ -170,6 +170,11 @@ class CLIPOConfig:
                 "must be None or an int >= 2",
             )
 
+    def policy_updates_at(self, step: int) -> bool:
+        """The warm-up rule, its one home: at 0-based RL step `step` the policy is updated
+        only after the head has trained alone for `warmup_steps` steps (paper: one epoch)."""
+        return step >= self.warmup_steps
+
     @property
     def lam(self) -> float:
         """Reward weight lambda: `reward_lambda` if set, else the paper's value for the loss."""
