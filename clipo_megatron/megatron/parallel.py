@@ -1,9 +1,14 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Process groups for CLIPO, read from Megatron's `parallel_state` in this one place.
+"""Process groups and stage facts, read from Megatron's `parallel_state` in this one place.
 
-Every collective in `clipo_megatron.megatron` takes its groups as keyword
-arguments; `ParallelGroups.from_parallel_state()` is the single bootstrap
-that reads megatron's globals, so tests can hand in gloo groups instead.
+Megatron-Core keeps its model-parallel groups in a module-global
+(`megatron.core.parallel_state`); its newer style passes the groups in
+(ProcessGroupCollection). CLIPO does the same: every collective in
+`clipo_megatron.megatron` takes its groups as arguments, and this module is
+the single bootstrap that initialises the globals (`ensure_model_parallel`)
+and hands out the groups (`ParallelGroups.from_parallel_state`) and the
+stage facts (`is_pipeline_last_stage`, `tensor_parallel_rank`, ...). The
+runner and the NeMo-RL workers ask here; nothing else imports parallel_state.
 A group of None means "not parallel along this dimension".
 """
 
@@ -12,6 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch.distributed as dist
+
+
+def _ps():
+    from megatron.core import parallel_state
+
+    return parallel_state
 
 
 def group_size(group) -> int:
@@ -39,8 +50,7 @@ class ParallelGroups:
 
     @classmethod
     def from_parallel_state(cls, sequence_parallel: bool = False) -> ParallelGroups:
-        from megatron.core import parallel_state as ps
-
+        ps = _ps()
         return cls(
             tp=ps.get_tensor_model_parallel_group(),
             cp=ps.get_context_parallel_group(),
@@ -48,3 +58,105 @@ class ParallelGroups:
             pp=ps.get_pipeline_model_parallel_group(),
             sequence_parallel=sequence_parallel,
         )
+
+
+# --- bootstrap -------------------------------------------------------------------------------
+
+
+def model_parallel_is_initialized() -> bool:
+    return _ps().model_parallel_is_initialized()
+
+
+def ensure_model_parallel(tp: int = 1, pp: int = 1) -> None:
+    """Initialise Megatron's model-parallel groups (TP x PP over the default group) once.
+
+    Groups left over from a destroyed default group (e.g. after a vLLM engine's
+    exit) are rebuilt; groups already built with another TP size are a user error.
+    Needs `torch.distributed` initialised.
+    """
+    ps = _ps()
+    if ps.model_parallel_is_initialized() and _stale_groups():
+        ps.destroy_model_parallel()
+    if not ps.model_parallel_is_initialized():
+        ps.initialize_model_parallel(tp, pp)
+    elif ps.get_tensor_model_parallel_world_size() != tp:
+        raise ValueError(
+            f"parallel_state already initialised with TP={ps.get_tensor_model_parallel_world_size()},"
+            f" the run asks for parallel.tp={tp}"
+        )
+
+
+def _stale_groups() -> bool:
+    """Megatron's groups belong to a destroyed default group (torch then reports them unregistered)."""
+    ps = _ps()
+    try:
+        ps.get_tensor_model_parallel_world_size()
+        ps.get_pipeline_model_parallel_rank()
+    except (ValueError, RuntimeError):
+        return True
+    return False
+
+
+# --- stage facts and groups of this rank ---------------------------------------------------
+
+
+def is_pipeline_first_stage() -> bool:
+    """This rank holds the embedding (pre_process)."""
+    return _ps().is_pipeline_first_stage(ignore_virtual=True)
+
+
+def is_pipeline_last_stage() -> bool:
+    """This rank holds the final norm, the logits and the CLIPO head (post_process)."""
+    return _ps().is_pipeline_last_stage(ignore_virtual=True)
+
+
+def pipeline_world_size() -> int:
+    return _ps().get_pipeline_model_parallel_world_size()
+
+
+def pipeline_rank() -> int:
+    return _ps().get_pipeline_model_parallel_rank()
+
+
+def pipeline_last_rank() -> int:
+    """Global rank of this pipeline's last stage (the `src` of a broadcast to the pipeline)."""
+    return _ps().get_pipeline_model_parallel_last_rank()
+
+
+def pipeline_group():
+    return _ps().get_pipeline_model_parallel_group()
+
+
+def tensor_parallel_rank() -> int:
+    return _ps().get_tensor_model_parallel_rank()
+
+
+def tensor_parallel_world_size() -> int:
+    return _ps().get_tensor_model_parallel_world_size()
+
+
+def tensor_parallel_group():
+    return _ps().get_tensor_model_parallel_group()
+
+
+def data_parallel_rank() -> int:
+    return _ps().get_data_parallel_rank()
+
+
+def data_parallel_group():
+    return _ps().get_data_parallel_group()
+
+
+def context_parallel_rank() -> int:
+    return _ps().get_context_parallel_rank()
+
+
+def model_parallel_group():
+    """TP x PP: the ranks that hold one copy of the model (grad-norm all-reduce)."""
+    return _ps().get_model_parallel_group()
+
+
+def embedding_group():
+    """First and last pipeline stage when embeddings are tied; None for other ranks."""
+    ps = _ps()
+    return ps.get_embedding_group() if ps.is_rank_in_embedding_group() else None

@@ -18,12 +18,13 @@ import tempfile
 import torch
 import torch.distributed as dist
 
+from clipo_megatron.megatron import parallel as mp
+
 
 def init_distributed(tp: int = 1, pp: int = 1) -> None:
-    """gloo process group (torchrun's env:// when launched by it, else a world of 1) + parallel_state."""
-    from megatron.core import parallel_state as ps
-
+    """gloo process group (torchrun's env:// when launched by it, else a world of 1) + Megatron's groups."""
     from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
+    from clipo_megatron.megatron.parallel import ensure_model_parallel
 
     if not dist.is_initialized():
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
@@ -39,32 +40,21 @@ def init_distributed(tp: int = 1, pp: int = 1) -> None:
         )
     if not torch.cuda.is_available():
         enable_cpu_shims()
-    if ps.model_parallel_is_initialized() and _stale_groups(ps):
-        ps.destroy_model_parallel()  # the default group was re-created under them (e.g. by a vLLM engine's exit)
-    if ps.model_parallel_is_initialized():
-        if ps.get_tensor_model_parallel_world_size() != tp:
-            raise ValueError(
-                f"parallel_state already initialised with TP={ps.get_tensor_model_parallel_world_size()},"
-                f" the run asks for parallel.tp={tp}"
-            )
-    else:
-        ps.initialize_model_parallel(tp, pp)
-
-
-def _stale_groups(ps) -> bool:
-    """Megatron's groups belong to a destroyed default group (torch then reports them unregistered)."""
-    try:
-        ps.get_tensor_model_parallel_world_size()
-        ps.get_pipeline_model_parallel_rank()
-    except (ValueError, RuntimeError):
-        return True
-    return False
+    ensure_model_parallel(tp, pp)
 
 
 def tp_group():
-    from megatron.core import parallel_state as ps
+    return mp.tensor_parallel_group()
 
-    return ps.get_tensor_model_parallel_group()
+
+def is_pipeline_first_stage() -> bool:
+    """This rank holds the embedding (the pipeline passes feed it the token ids)."""
+    return mp.is_pipeline_first_stage()
+
+
+def is_pipeline_last_stage() -> bool:
+    """This rank holds the logits, the pooled states and the CLIPO head."""
+    return mp.is_pipeline_last_stage()
 
 
 def is_rank0() -> bool:
@@ -98,10 +88,8 @@ def clip_grad_norm_model_parallel(params, max_norm: float) -> torch.Tensor:
     Each gradient counts once: TP-replicated ones only on TP rank 0, the last stage's copy of a
     tied embedding (`shared`) not at all; the squared sums are all-reduced over the model-parallel group.
     """
-    from megatron.core import parallel_state as ps
-
     params = [p for p in params if p.grad is not None]
-    tp_rank = ps.get_tensor_model_parallel_rank()
+    tp_rank = mp.tensor_parallel_rank()
     counted = [
         p
         for p in params
@@ -111,7 +99,7 @@ def clip_grad_norm_model_parallel(params, max_norm: float) -> torch.Tensor:
     sq = torch.zeros((), dtype=torch.float64)
     for p in counted:
         sq += (p.grad.double() ** 2).sum()
-    dist.all_reduce(sq, group=ps.get_model_parallel_group())
+    dist.all_reduce(sq, group=mp.model_parallel_group())
     total = sq.sqrt().float()
     coef = max_norm / (total + 1e-6)
     if coef < 1:

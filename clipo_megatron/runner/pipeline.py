@@ -22,21 +22,16 @@ import re
 import torch
 import torch.distributed as dist
 
+from clipo_megatron.megatron import parallel as mp
+
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
 
 
-def _ps():
-    from megatron.core import parallel_state as ps
-
-    return ps
-
-
 def layer_offset(num_layers: int) -> int:
-    ps = _ps()
-    pp = ps.get_pipeline_model_parallel_world_size()
+    pp = mp.pipeline_world_size()
     if num_layers % pp:
         raise ValueError(f"parallel.pp={pp} does not divide the model's num_layers={num_layers}")
-    return ps.get_pipeline_model_parallel_rank() * (num_layers // pp)
+    return mp.pipeline_rank() * (num_layers // pp)
 
 
 def renumber(name: str, offset: int) -> str:
@@ -46,7 +41,7 @@ def renumber(name: str, offset: int) -> str:
 
 def is_tied_copy(name: str, tied: bool) -> bool:
     """The last stage's copy of a tied embedding (not a tensor of its own in the full model)."""
-    return tied and name == "output_layer.weight" and not _ps().is_pipeline_first_stage()
+    return tied and name == "output_layer.weight" and not mp.is_pipeline_first_stage()
 
 
 def full_name_for(name: str, offset: int, tied: bool) -> str:
@@ -57,11 +52,10 @@ def full_name_for(name: str, offset: int, tied: bool) -> str:
 
 def gather_stages(local_full_named: dict) -> dict:
     """Merge every pipeline stage's {full name: value} (pickled over the PP group; small models only)."""
-    ps = _ps()
-    if ps.get_pipeline_model_parallel_world_size() == 1:
+    if mp.pipeline_world_size() == 1:
         return local_full_named
-    parts = [None] * ps.get_pipeline_model_parallel_world_size()
-    dist.all_gather_object(parts, local_full_named, group=ps.get_pipeline_model_parallel_group())
+    parts = [None] * mp.pipeline_world_size()
+    dist.all_gather_object(parts, local_full_named, group=mp.pipeline_group())
     merged: dict = {}
     for p in parts:
         merged.update(p)
@@ -70,30 +64,29 @@ def gather_stages(local_full_named: dict) -> dict:
 
 def broadcast_from_last_stage(obj):
     """The last stage's `obj` on every stage of this pipeline."""
-    ps = _ps()
-    if ps.get_pipeline_model_parallel_world_size() == 1:
+    if mp.pipeline_world_size() == 1:
         return obj
-    box = [obj if ps.is_pipeline_last_stage() else None]
+    box = [obj if mp.is_pipeline_last_stage() else None]
     dist.broadcast_object_list(
         box,
-        src=ps.get_pipeline_model_parallel_last_rank(),
-        group=ps.get_pipeline_model_parallel_group(),
+        src=mp.pipeline_last_rank(),
+        group=mp.pipeline_group(),
     )
     return box[0]
 
 
 def allreduce_tied_embedding_grads(model) -> None:
     """First stage's embedding and last stage's output-layer copy share one gradient (tied weights)."""
-    ps = _ps()
-    if ps.get_pipeline_model_parallel_world_size() == 1 or not getattr(
+    if mp.pipeline_world_size() == 1 or not getattr(
         model, "share_embeddings_and_output_weights", False
     ):
         return
-    if ps.is_rank_in_embedding_group():
+    group = mp.embedding_group()
+    if group is not None:
         w = model.shared_embedding_or_output_weight()
         if w.grad is None:
             w.grad = torch.zeros_like(w)
-        dist.all_reduce(w.grad, group=ps.get_embedding_group())
+        dist.all_reduce(w.grad, group=group)
 
 
 def run_schedule(
@@ -128,12 +121,11 @@ def local_from_full(names, full: dict, arch, shard_value=None) -> dict:
     """
     from clipo_megatron.megatron.tp_state import shard
 
-    ps = _ps()
     shard_value = shard_value or shard
     offset, rank, size = (
         layer_offset(arch.num_layers),
-        ps.get_tensor_model_parallel_rank(),
-        ps.get_tensor_model_parallel_world_size(),
+        mp.tensor_parallel_rank(),
+        mp.tensor_parallel_world_size(),
     )
     local = {}
     for k in names:

@@ -24,7 +24,7 @@ from clipo_megatron.models.hf_convert import (
 
 
 def init_single_process() -> None:
-    """A world-1 gloo group + megatron parallel_state (TP = PP = 1) + CPU shims."""
+    """A world-1 gloo group + Megatron's model-parallel groups (TP = PP = 1) + CPU shims."""
     from clipo_megatron.runner.parallel import init_distributed
 
     init_distributed(1, 1)
@@ -63,8 +63,7 @@ def build_policy(hf_model, tp: int = 1, pp: int = 1):
     if tp == 1 and pp == 1:
         return policy_from_hf(hf_model)
     arch = arch_from_hf_config(hf_model.config)
-    from megatron.core import parallel_state as ps
-
+    from clipo_megatron.megatron import parallel as mp
     from clipo_megatron.megatron.tp_state import check_divisible
     from clipo_megatron.runner.pipeline import layer_offset, local_from_full
 
@@ -73,8 +72,8 @@ def build_policy(hf_model, tp: int = 1, pp: int = 1):
     model = build_gpt_model(
         arch,
         transformer_config(arch, tensor_parallel=tp, pipeline_parallel=pp),
-        pre_process=ps.is_pipeline_first_stage(),
-        post_process=ps.is_pipeline_last_stage(),
+        pre_process=mp.is_pipeline_first_stage(),
+        post_process=mp.is_pipeline_last_stage(),
     )
     load_megatron_state(
         model,
