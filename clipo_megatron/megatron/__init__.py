@@ -3,8 +3,8 @@
 
 - `cpu_spec.get_cpu_gpt_layer_spec()` and `cpu_shims.enable_cpu_shims()`: run a
   real GPTModel on CPU (tests, the single-machine run). GPU paths are untouched.
-- `model_builder.GPTArch`, `transformer_config`, `build_gpt_model`: Llama-family
-  GPTModel from a small architecture description.
+- `model_builder.transformer_config`, `build_gpt_model`: Llama-family GPTModel
+  from a `models.arch.GPTArch` (plain data, below Megatron).
 - `head.ContrastiveHead` (+ `get_contrastive_head_spec`, `build_contrastive_head`,
   `attach_head`): the projection D -> d, replicated or TP column-parallel.
 - `capture.forward_with_capture(model, pool_fn, ...)`: pooled response hidden
@@ -12,10 +12,12 @@
 - `parallel_pooling`: SP / CP / packed-THD partial sums + all-reduce.
 - `gather`: grad-carrying DP gather, head-grad all-reduce, PP broadcast.
 - `head_trainer.HeadTrainer`: AdamW, warm-up, fixed head, the CLIPO step,
-  state_dict with RNG.
+  state_dict (the process-global RNG is the driver's, not saved here).
 - `clipo_step.clipo_step(trainer, response_sums, response_counts, correct,
   group_ids, sample_ids, step=, pp_group=, warmup_steps=)`: the whole step on
   every pipeline stage (mean after the SP/CP reduce, head step on the last
   stage, rewards broadcast to all stages, warm-up flag).
-- `parallel.ParallelGroups`: the one place that reads megatron's parallel_state.
+- `parallel`: the one place that reads megatron's parallel_state: bootstrap
+  (`ensure_model_parallel`), `ParallelGroups.from_parallel_state()`, stage facts
+  (`is_pipeline_last_stage`, `tensor_parallel_rank`, ...).
 """

@@ -22,9 +22,9 @@ from megatron.core.transformer.spec_utils import ModuleSpec
 def _tp_size(pg_collection) -> int:
     if pg_collection is not None and getattr(pg_collection, "tp", None) is not None:
         return pg_collection.tp.size()
-    from megatron.core import parallel_state
+    from clipo_megatron.megatron.parallel import tensor_parallel_world_size
 
-    return parallel_state.get_tensor_model_parallel_world_size()
+    return tensor_parallel_world_size()
 
 
 class SDPACoreAttention(MegatronModule):

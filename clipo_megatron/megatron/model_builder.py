@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Build a Llama/SmolLM2/Qwen2-layout Megatron-Core GPTModel from a small config.
+"""Build a Llama/SmolLM2/Qwen2-layout Megatron-Core GPTModel from a `GPTArch`.
 
 One function for tests, the CPU runner and the converter: RMSNorm, SwiGLU,
 RoPE, GQA, optional tied embeddings and QKV bias (Qwen2). On CPU the layer
@@ -9,36 +9,9 @@ spec is `get_cpu_gpt_layer_spec` (SDPA attention); on GPU pass your own spec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-
-@dataclass
-class GPTArch:
-    """Architecture of a decoder-only Llama-family model."""
-
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_attention_heads: int
-    num_query_groups: int
-    ffn_hidden_size: int
-    max_position_embeddings: int = 2048
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    tie_embeddings: bool = True
-    qkv_bias: bool = False
-
-    def __post_init__(self) -> None:
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size={self.hidden_size} not divisible by num_attention_heads={self.num_attention_heads}"
-            )
-        if self.num_attention_heads % self.num_query_groups:
-            raise ValueError(
-                f"num_attention_heads={self.num_attention_heads} not divisible by num_query_groups={self.num_query_groups}"
-            )
+from clipo_megatron.models.arch import GPTArch
 
 
 def transformer_config(

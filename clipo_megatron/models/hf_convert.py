@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from clipo_megatron.megatron.model_builder import GPTArch
+from clipo_megatron.models.arch import GPTArch
 
 
 def arch_from_hf_config(cfg) -> GPTArch:

@@ -10,7 +10,7 @@ pytest.importorskip("megatron.core")
 
 from clipo_megatron.generation import factory  # noqa: E402
 from clipo_megatron.generation.hf_backend import HFGenerator  # noqa: E402
-from clipo_megatron.megatron.model_builder import GPTArch  # noqa: E402
+from clipo_megatron.models.arch import GPTArch  # noqa: E402
 
 SMALL_HEADS = GPTArch(
     vocab_size=64,

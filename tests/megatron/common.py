@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from clipo_megatron.core import CLIPOConfig, masked_sum_and_count, mean_from_sums
-from clipo_megatron.megatron.model_builder import GPTArch
+from clipo_megatron.models.arch import GPTArch
 
 ARCH = GPTArch(
     vocab_size=96,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clipo_megatron.megatron.model_builder import GPTArch
 from clipo_megatron.megatron.tp_state import check_divisible, layout, shard, unshard
+from clipo_megatron.models.arch import GPTArch
 
 
 def test_gated_fc1_shards_gate_and_up_separately():
