@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from clipo_megatron.core.config import CLIPOConfig
 from clipo_megatron.core.pooling import mean_from_sums
 from clipo_megatron.megatron.gather import broadcast_from_last_stage
 from clipo_megatron.megatron.head_trainer import HeadTrainer
@@ -66,10 +67,9 @@ def clipo_step(
         raise ValueError(
             "the last pipeline stage needs both a HeadTrainer and the captured response sums"
         )
-    if warmup_steps is None:
-        if trainer is None:
-            raise ValueError("pass warmup_steps= on pipeline stages without a HeadTrainer")
-        warmup_steps = trainer.cfg.warmup_steps
+    if warmup_steps is None and trainer is None:
+        raise ValueError("pass warmup_steps= on pipeline stages without a HeadTrainer")
+    warmup = trainer.cfg if warmup_steps is None else CLIPOConfig(warmup_steps=warmup_steps)
     rewards, metrics = None, {}
     if last:
         if response_sums.shape[0] != b:
@@ -83,5 +83,5 @@ def clipo_step(
         rewards, (b,), torch.float32, pp_group=pp_group
     )  # [B_local]
     return ClipoStepResult(
-        rewards=rewards, metrics=metrics, policy_should_update=step >= warmup_steps
+        rewards=rewards, metrics=metrics, policy_should_update=warmup.policy_updates_at(step)
     )

@@ -11,10 +11,13 @@ no signal. A skipped step leaves head and optimizer state bit-identical;
 `steps_done` still advances and `clipo/head_updated` is 0.
 The anchor count is that of the gathered batch, so every DP rank skips alike.
 Warm-up: for the first `warmup_steps` RL steps only the head learns;
-`policy_should_update(step)` tells the trainer.
+`policy_should_update(step)` tells the trainer (`CLIPOConfig.policy_updates_at`).
 
-`state_dict()` holds head, optimizer and the torch RNG state, so a resumed
-run continues bit-for-bit (the authors' code re-initialises the optimizer).
+`state_dict()` holds head, optimizer and step count, so a resumed run continues
+bit-for-bit (the authors' code re-initialises the optimizer). It holds no RNG
+state: the step draws no random numbers (the InfoNCE positive is counter-based,
+`core.sampling`), and the process-global RNG belongs to the driver (runner or
+NeMo-RL), which saves and restores it once.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ class HeadTrainer:
 
     def policy_should_update(self, step: int) -> bool:
         """False during warm-up: rollouts, logprobs and head updates run, the policy does not."""
-        return step >= self.cfg.warmup_steps
+        return self.cfg.policy_updates_at(step)
 
     def step(
         self,
@@ -132,12 +135,10 @@ class HeadTrainer:
         return {
             "head": self.head.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "rng": torch.get_rng_state(),
             "steps_done": self.steps_done,
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.head.load_state_dict(state["head"])
         self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
         self.steps_done = int(state["steps_done"])

@@ -78,12 +78,6 @@ def unshard(name: str, pieces: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([h[0] for h in halves] + [h[1] for h in halves], 0)
 
 
-def shard_state_dict(
-    full: dict[str, torch.Tensor], rank: int, size: int
-) -> dict[str, torch.Tensor]:
-    return {k: shard(k, v, rank, size) for k, v in full.items()}
-
-
 def gather_tensor(name: str, local: torch.Tensor, tp_group) -> torch.Tensor:
     """All-gather one tensor's pieces over `tp_group` and reassemble it (every rank gets the full tensor)."""
     import torch.distributed as dist
@@ -94,10 +88,3 @@ def gather_tensor(name: str, local: torch.Tensor, tp_group) -> torch.Tensor:
     pieces = [torch.empty_like(local) for _ in range(size)]
     dist.all_gather(pieces, local.detach().contiguous(), group=tp_group)
     return unshard(name, pieces)
-
-
-def gather_state_dict(local: dict[str, torch.Tensor], tp_group) -> dict[str, torch.Tensor]:
-    """The full (TP = 1) state dict on every rank; `_extra_state` entries are dropped."""
-    return {
-        k: gather_tensor(k, v, tp_group) for k, v in local.items() if not k.endswith("_extra_state")
-    }

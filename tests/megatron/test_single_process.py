@@ -133,10 +133,14 @@ def test_head_state_dict_resume_is_exact():
     state = copy.deepcopy(b.state_dict())
     torch.manual_seed(123)  # a fresh process: different init and RNG until the load
     c = HeadTrainer(torch.nn.Linear(8, 4, bias=False), cfg)
+    driver_rng = torch.get_rng_state()
     c.load_state_dict(state)
     resumed = run(c, [2])
     assert torch.equal(resumed[0], full[2])
     assert torch.equal(c.head.weight, a.head.weight)
+    # The process-global RNG is the driver's: the head neither saves, restores nor draws from it.
+    assert sorted(state) == ["head", "optimizer", "steps_done"]
+    assert torch.equal(torch.get_rng_state(), driver_rng)
 
 
 def test_bad_head_configs():
