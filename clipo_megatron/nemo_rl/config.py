@@ -5,7 +5,7 @@ A NeMo-RL GRPO recipe gains one block:
 
     clipo:
       enabled: true
-      objective: grpo              # grpo | dapo | gspo | gmpo (policy objective, paper App.)
+      objective: grpo              # a name in core/objectives.py's registry (grpo | dapo | gspo | gmpo)
       correct_reward_threshold: 0.5
       head_tensor_parallel: false  # column-parallel head over TP (embed_dim % tp == 0)
       method: {...}                # clipo_megatron.core.CLIPOConfig keys (loss_type, temperature, ...)
@@ -20,68 +20,32 @@ dotted command-line overrides (`grpo.max_num_steps=10`).
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from clipo_megatron.core.config import CLIPOConfig
-
-Objective = Literal["grpo", "dapo", "gspo", "gmpo"]
-OBJECTIVES = ("grpo", "dapo", "gspo", "gmpo")
+from clipo_megatron.core.config import ClipoBlock
+from clipo_megatron.core.objectives import get_objective
 
 
 @dataclass
-class ClipoNemoRLConfig:
-    """Integration knobs; the method itself lives in `method` (a `CLIPOConfig`)."""
+class ClipoNemoRLConfig(ClipoBlock):
+    """The core `clipo:` block (`enabled`, `objective`, `method`, `from_dict`) plus the knobs
+    only the NeMo-RL integration has."""
 
-    # Master switch. False runs the same recipe as the plain objective (the paper's baselines).
-    enabled: bool = True
-    # Policy objective: grpo / dapo / gspo go through NeMo-RL's ClippedPGLossFn,
-    # gmpo through this package's GMPOLossFn (not in NeMo-RL).
-    objective: Objective = "grpo"
     # A rollout is "correct" (a CLIPO positive) when its verifiable reward >= this.
     correct_reward_threshold: float = 0.5
     # Shard the head's output dim over TP (column parallel); else replicate it.
     head_tensor_parallel: bool = False
-    # Hidden-state capture: "hook" (final-norm forward hook, every megatron-core),
-    # "output_processor" (megatron-core >= 0.18), "auto".
-    capture: Literal["auto", "hook", "output_processor"] = "auto"
     # Sub-directory of a NeMo-RL checkpoint (step_N/) holding the head state.
     head_checkpoint_dir: str = "clipo_head"
-    method: CLIPOConfig = field(default_factory=CLIPOConfig)
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"clipo.objective={self.objective!r} is not one of {OBJECTIVES}")
-        if self.capture not in ("auto", "hook", "output_processor"):
-            raise ValueError(
-                f"clipo.capture={self.capture!r} must be 'auto', 'hook' or 'output_processor'"
-            )
+        super().__post_init__()
         if not self.head_checkpoint_dir or "/" in self.head_checkpoint_dir:
             raise ValueError(
                 f"clipo.head_checkpoint_dir={self.head_checkpoint_dir!r} must be a plain directory name"
             )
-
-    @classmethod
-    def from_dict(cls, cfg: dict[str, Any] | None) -> ClipoNemoRLConfig:
-        cfg = dict(cfg or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(cfg) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown clipo.* keys {unknown}; valid keys: {sorted(known)} "
-                f"(method knobs go under clipo.method)"
-            )
-        method = cfg.pop("method", None)
-        if isinstance(method, CLIPOConfig):
-            m = method
-        else:
-            m = CLIPOConfig.from_dict(method)
-        return cls(method=m, **cfg)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 # ----------------------------------------------------------------------------- recipes
@@ -267,35 +231,35 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
             "normalisation and wraps the 'grpo' estimator only; set grpo.adv_estimator.name=grpo"
         )
 
-    obj = clipo.objective
-    seq_ratio = bool(dotted_get(cfg, "loss_fn.sequence_level_importance_ratios", False))
-    tok_loss = bool(dotted_get(cfg, "loss_fn.token_level_loss", True))
-    if obj == "gspo" and (not seq_ratio or tok_loss):
-        raise ValueError(
-            "clipo.objective=gspo needs loss_fn.sequence_level_importance_ratios=true and "
-            "loss_fn.token_level_loss=false (NeMo-RL's GSPO mode)"
-        )
-    if obj != "gspo" and seq_ratio:
-        raise ValueError(
-            f"loss_fn.sequence_level_importance_ratios=true is GSPO's ratio but clipo.objective={obj!r}; "
-            "set clipo.objective=gspo or the ratio flag to false"
-        )
-    if obj == "dapo":
-        if not dotted_get(cfg, "grpo.use_dynamic_sampling", False):
-            raise ValueError(
-                "clipo.objective=dapo needs grpo.use_dynamic_sampling=true (DAPO's dynamic sampling)"
-            )
-        lo, hi = (
-            float(dotted_get(cfg, "loss_fn.ratio_clip_min", 0.2)),
-            float(dotted_get(cfg, "loss_fn.ratio_clip_max", 0.2)),
-        )
-        if hi <= lo:
-            raise ValueError(
-                f"clipo.objective=dapo uses an asymmetric clip (paper 0.2 / 0.28) but "
-                f"loss_fn.ratio_clip_min={lo} >= ratio_clip_max={hi}"
-            )
-    if obj == "gmpo" and not tok_loss:
-        raise ValueError(
-            "clipo.objective=gmpo aggregates token-mean (paper App. GMPO); set loss_fn.token_level_loss=true"
-        )
+    _check_objective_settings(cfg, clipo.objective)
     return clipo
+
+
+def _check_objective_settings(cfg: dict[str, Any], name: str) -> None:
+    """The `loss_fn:` / `grpo:` switches an objective is defined by, read from the registry."""
+    obj = get_objective(name)
+    seq_ratio = bool(dotted_get(cfg, "loss_fn.sequence_level_importance_ratios", False))
+    if seq_ratio != obj.sequence_level_ratio:
+        raise ValueError(
+            f"clipo.objective={name!r} uses a {'sequence' if obj.sequence_level_ratio else 'token'}"
+            f"-level importance ratio; set loss_fn.sequence_level_importance_ratios="
+            f"{str(obj.sequence_level_ratio).lower()} (or pick the objective that uses it)"
+        )
+    token_level = obj.aggregation == "token-mean"
+    if bool(dotted_get(cfg, "loss_fn.token_level_loss", True)) != token_level:
+        raise ValueError(
+            f"clipo.objective={name!r} aggregates {obj.aggregation} (paper App.); set "
+            f"loss_fn.token_level_loss={str(token_level).lower()}"
+        )
+    if obj.dynamic_sampling and not dotted_get(cfg, "grpo.use_dynamic_sampling", False):
+        raise ValueError(
+            f"clipo.objective={name!r} filters groups by dynamic sampling; set "
+            "grpo.use_dynamic_sampling=true"
+        )
+    lo = float(dotted_get(cfg, "loss_fn.ratio_clip_min", obj.eps_low))
+    hi = float(dotted_get(cfg, "loss_fn.ratio_clip_max", obj.eps_high))
+    if obj.eps_high > obj.eps_low and hi <= lo:
+        raise ValueError(
+            f"clipo.objective={name!r} uses an asymmetric clip, eps_high > eps_low (paper {obj.eps_low} / "
+            f"{obj.eps_high}) but loss_fn.ratio_clip_min={lo} >= ratio_clip_max={hi}"
+        )

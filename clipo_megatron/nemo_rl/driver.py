@@ -6,7 +6,7 @@
 
 1. `setup(..., policy_factory=ClipoPolicy)`   -> worker extension, head, warm-up, head checkpoints;
 2. the advantage estimator                    -> `ClipoAdvantageEstimator` around NeMo-RL's GRPO one;
-3. the loss                                   -> NeMo-RL's ClippedPGLossFn (grpo/dapo/gspo) or GMPOLossFn.
+3. the loss                                   -> `losses.build_policy_loss` for the objective.
 
 Seam 2: NeMo-RL (7ea279a) builds the estimator inside `grpo_train` with the
 module-level `_create_advantage_estimator(master_config)`, looked up at call
@@ -113,7 +113,7 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     master, tokenizer, (dataset, val_dataset, task_to_env, val_task_to_env) = prepare(config)
     master.logger["log_dir"] = get_next_experiment_dir(master.logger["log_dir"])
 
-    state = ClipoRunState(warmup_steps=clipo.method.warmup_steps)
+    state = ClipoRunState()
     policy_cls = make_clipo_policy_class(clipo, state)
     (
         policy,
@@ -122,15 +122,14 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
         _clusters,
         dataloader,
         val_dataloader,
-        loss_fn,
+        _setup_loss_fn,
         logger,
         checkpointer,
         grpo_state,
         master,
         *_rest,
     ) = grpo.setup(master, tokenizer, dataset, val_dataset, policy_factory=policy_cls)
-    if clipo.objective == "gmpo":
-        loss_fn = build_policy_loss("gmpo", dict(config["loss_fn"]))
+    loss_fn = build_policy_loss(clipo.objective, dict(master.loss_fn))  # as the contract suite
 
     grpo_train_with_clipo(
         grpo,

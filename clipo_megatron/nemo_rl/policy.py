@@ -135,7 +135,7 @@ def make_clipo_policy_class(
             return collect_head_step(results, int(correct.numel()))
 
         def train(self, data, loss_fn, *args: Any, **kwargs: Any):
-            if cfg.enabled and not state.policy_should_update():
+            if cfg.enabled and not cfg.method.policy_updates_at(state.trained_step):
                 return warmup_train_result(data, loss_fn)
             return super().train(data, loss_fn, *args, **kwargs)
 

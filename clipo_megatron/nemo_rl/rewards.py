@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from clipo_megatron.core.advantages import group_advantages
+from clipo_megatron.core.rewards import shaped_rewards
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 
 
@@ -105,38 +105,24 @@ HeadStep = Callable[
 ]  # (correct [B], group_ids [B], step)
 
 
-class GroupNormalizedEstimator:
-    """NeMo-RL's GRPOAdvantageEstimator semantics on `clipo_megatron.core` (used without NeMo-RL).
-
-    Returns [B, S] advantages (the per-sample value expanded over the mask's
-    shape, as NeMo-RL does; the loss applies the mask).
-    """
-
-    def __init__(self, *, normalize_rewards: bool = True, use_leave_one_out_baseline: bool = True):
-        self.normalize_rewards = normalize_rewards
-        self.use_leave_one_out_baseline = use_leave_one_out_baseline
-
-    def compute_advantage(self, prompt_ids, rewards, mask, **_: Any) -> torch.Tensor:
-        adv = group_advantages(
-            rewards.double(),
-            group_ids_from_prompts(prompt_ids),
-            normalize_std=self.normalize_rewards,
-            leave_one_out=self.use_leave_one_out_baseline,
-        )
-        return adv.float().unsqueeze(-1).expand(mask.shape)
-
-
 @dataclass
 class ClipoRunState:
-    """Shared between the estimator (driver) and the policy wrapper: the CLIPO step and warm-up."""
+    """Shared between the estimator (driver) and the policy wrapper: the CLIPO step counter.
 
-    warmup_steps: int = 0
+    `step` counts advantage computations, one per grpo_train step, so before a step's
+    advantages it equals grpo_train's 0-based `total_steps` (restored from the head
+    checkpoint on resume). The warm-up rule is `CLIPOConfig.policy_updates_at(step)`.
+    """
+
     step: int = 0  # CLIPO steps completed (advantage computations)
     last_metrics: dict[str, float] = field(default_factory=dict)
 
-    def policy_should_update(self) -> bool:
-        """Called by the policy's train() *after* this step's advantages (step already incremented)."""
-        return self.step > self.warmup_steps
+    @property
+    def trained_step(self) -> int:
+        """The 0-based step the policy's train() is in: its advantages were the last computed."""
+        if self.step < 1:
+            raise RuntimeError("policy train() before any advantage computation of this run")
+        return self.step - 1
 
     def state_dict(self) -> dict[str, int]:
         return {"step": self.step}
@@ -181,16 +167,12 @@ class ClipoAdvantageEstimator:
         group_ids = group_ids_from_prompts(prompt_ids)  # [B]
         correct = correct_from_rewards(verifiable, self.cfg.correct_reward_threshold)  # [B]
         out = self.head_step(correct, group_ids, self.state.step)
-        if out.rewards.shape != rewards.shape:
-            raise ValueError(
-                f"contrastive rewards {tuple(out.rewards.shape)} do not match rewards "
-                f"{tuple(rewards.shape)}"
-            )
-        shaped = rewards + out.rewards.to(rewards.dtype).to(rewards.device)  # [B] r'
+        r_cl = out.rewards.to(rewards.device)  # [B]
+        shaped = shaped_rewards(rewards, r_cl).to(rewards.dtype)  # [B] r' = r + r_CL
         metrics = dict(out.metrics)
         metrics["clipo/reward_verifiable_mean"] = float(verifiable.float().mean())
         metrics["clipo/reward_shaped_mean"] = float(shaped.float().mean())
-        metrics["clipo/policy_updated"] = float(self.state.step >= self.cfg.method.warmup_steps)
+        metrics["clipo/policy_updated"] = float(self.cfg.method.policy_updates_at(self.state.step))
         self.state.last_metrics = metrics
         if self.metrics_sink is not None:
             self.metrics_sink(metrics, self.state.step + 1)

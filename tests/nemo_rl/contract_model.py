@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from tests.eval.tiny_model import char_tokenizer, tiny_llama_config
+from tests.tiny_models import char_tokenizer, tiny_llama_config
 
 TRAIN_PARQUET = "train/gsm8k.parquet"
 

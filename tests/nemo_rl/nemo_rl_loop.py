@@ -133,7 +133,7 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
     cluster = RayVirtualCluster(
         bundle_ct_per_node_list=[dp], use_gpus=False, num_gpus_per_node=dp, name="clipo_cpu"
     )
-    state = ClipoRunState(warmup_steps=clipo.method.warmup_steps)
+    state = ClipoRunState()
     policy = make_clipo_policy_class(clipo, state, worker_fqn=worker_fqn)(
         cluster=cluster,
         config=master.policy,

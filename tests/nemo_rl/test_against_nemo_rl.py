@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clipo_megatron.core.objectives import policy_objective_loss
-from clipo_megatron.nemo_rl.losses import policy_loss_config
-from clipo_megatron.nemo_rl.rewards import GroupNormalizedEstimator
+from clipo_megatron.core.objectives import OBJECTIVES, policy_objective_loss
+from clipo_megatron.nemo_rl.losses import ObjectiveLossFn, policy_loss_config
+from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
 
 pytestmark = pytest.mark.nemo_rl
 nemo_rl = pytest.importorskip(
@@ -40,7 +40,7 @@ def _data(seed=0, b=6, s=9):
     return lp, data, adv
 
 
-@pytest.mark.parametrize("objective", ["grpo", "dapo", "gspo"])
+@pytest.mark.parametrize("objective", [n for n, o in OBJECTIVES.items() if o.in_nemo_rl])
 def test_clipped_pg_matches_core_objective(objective):
     from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossConfig, ClippedPGLossFn
     from nemo_rl.distributed.batched_data_dict import BatchedDataDict
@@ -93,9 +93,7 @@ def test_group_estimator_matches_nemo_rl(loo):
 def test_enums_are_nemo_rls():
     from nemo_rl.algorithms.loss.interfaces import LossType
 
-    from clipo_megatron.nemo_rl.losses import GMPOLossFn
-
-    assert isinstance(GMPOLossFn().loss_type, LossType)
+    assert isinstance(ObjectiveLossFn("gmpo").loss_type, LossType)
 
 
 def test_gmpo_speaks_nemo_rls_enums_and_metrics():
@@ -106,9 +104,7 @@ def test_gmpo_speaks_nemo_rls_enums_and_metrics():
     from nemo_rl.algorithms.loss.interfaces import LossInputType, LossType
     from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossConfig, ClippedPGLossFn
 
-    from clipo_megatron.nemo_rl.losses import GMPOLossFn
-
-    gmpo = GMPOLossFn()
+    gmpo = ObjectiveLossFn("gmpo")
     assert gmpo.input_type is LossInputType.LOGPROB and gmpo.loss_type is LossType.TOKEN_LEVEL
     lp, data = _data()[:2]
     data = dict(data)

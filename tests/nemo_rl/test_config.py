@@ -180,7 +180,7 @@ def _base():
             lambda c: c["loss_fn"].update(
                 sequence_level_importance_ratios=True, token_level_loss=False
             ),
-            "GSPO's ratio",
+            "token-level importance ratio",
         ),
         (lambda c: c["clipo"].update(objective="dapo"), "use_dynamic_sampling=true"),
         (
@@ -193,6 +193,14 @@ def _base():
         (lambda c: c["clipo"].update(objectve="dapo"), "unknown clipo"),
         (lambda c: c["clipo"]["method"].update(temperature=0), "temperature"),
         (lambda c: c["clipo"].update(objective="ppo"), "objective"),
+        (
+            lambda c: (
+                c["clipo"].update(objective="gmpo"),
+                c["loss_fn"].update(token_level_loss=False),
+            ),
+            "aggregates token-mean",
+        ),
+        (lambda c: c["clipo"].update(capture="hook"), "unknown clipo"),
     ],
 )
 def test_validation_errors(edit, match):
@@ -200,6 +208,20 @@ def test_validation_errors(edit, match):
     edit(cfg)
     with pytest.raises(ValueError, match=match):
         validate_master_config(cfg)
+
+
+def test_method_enabled_is_the_core_error():
+    """`clipo.method.enabled` used to be silently ignored: now the one message CLIPOConfig gives."""
+    from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
+
+    cfg = _base()
+    cfg["clipo"]["method"]["enabled"] = False
+    with pytest.raises(ValueError) as ours:
+        validate_master_config(cfg)
+    with pytest.raises(ValueError) as core:
+        CLIPOConfig.from_dict({"enabled": False})
+    assert str(ours.value) == str(core.value) and "clipo.enabled" in str(ours.value)
+    assert issubclass(ClipoNemoRLConfig, ClipoBlock)
 
 
 def test_typed_block_roundtrip():

@@ -4,7 +4,7 @@
 Real: megatron-core GPTModel (CPU spec), the worker mixin (`ClipoWorkerMixin.get_logprobs`: iterator tee +
 final-norm hook pooling in the logprob forward, `clipo_head_step` with engineer A's HeadTrainer), the
 advantage seam (`ClipoAdvantageEstimator` + NeMo-RL-semantics GRPO estimator), the verifier (math-verify on
-the responses), `GMPOLossFn` in the LossFunction protocol, head checkpoint save/load.
+the responses), `ObjectiveLossFn` (GMPO) in the LossFunction protocol, head checkpoint save/load.
 Mocked (need a cluster / NeMo-RL): vLLM generation (fixed responses), Ray and NeMo-RL's Policy (a
 stand-in that, like `ClipoPolicy`, tags rows, sorts them by length as sequence packing does and restores
 the order), and NeMo-RL's Megatron worker base (`FakeMegatronWorker`: reads microbatches from its module's
@@ -20,14 +20,11 @@ import torch
 
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.data import score_batch
-from clipo_megatron.nemo_rl.losses import GMPOLossFn
+from clipo_megatron.nemo_rl.losses import ObjectiveLossFn
 from clipo_megatron.nemo_rl.policy import collect_head_step
-from clipo_megatron.nemo_rl.rewards import (
-    ClipoAdvantageEstimator,
-    ClipoRunState,
-    GroupNormalizedEstimator,
-)
+from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunState
 from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, ClipoWorkerMixin, ClipoWorkerState
+from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
 
 pytestmark = [pytest.mark.mcore, pytest.mark.slow]
 
@@ -215,7 +212,7 @@ def test_one_clipo_grpo_step(mcore_single_process, tmp_path):
     )
     torch.testing.assert_close(adv, ref_adv, rtol=0, atol=1e-5)
     assert not torch.equal(worker._clipo.head.proj.weight, head_before)  # head updated once
-    assert state.step == 1 and state.policy_should_update()
+    assert state.step == 1 and cfg.method.policy_updates_at(state.trained_step)
     assert (
         set(model.state_dict()) == model_keys
     )  # the head never enters the model (HF export / refit)
@@ -223,7 +220,7 @@ def test_one_clipo_grpo_step(mcore_single_process, tmp_path):
     # --- policy update with GMPO (LossFunction protocol), then the head checkpoint round trip
     train_data = {**data, "prev_logprobs": prev, "generation_logprobs": prev, "advantages": adv}
     before = [p.detach().clone() for p in model.parameters()]
-    loss, metrics = worker.train(train_data, GMPOLossFn())
+    loss, metrics = worker.train(train_data, ObjectiveLossFn("gmpo"))
     assert torch.isfinite(loss) and metrics["num_valid_samples"] == 12
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
     worker._clipo.save(str(tmp_path), extra=state.state_dict())

@@ -1,5 +1,6 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""NeMo-RL LossFunction protocol: head loss and GMPO shares add up over microbatches / DP shards."""
+"""NeMo-RL LossFunction protocol: ObjectiveLossFn (GMPO) shares add up over microbatches / DP shards;
+the loss settings and the loss class come from the objective registry."""
 
 from __future__ import annotations
 
@@ -9,15 +10,12 @@ import math
 import pytest
 import torch
 
-from clipo_megatron.core.config import CLIPOConfig
-from clipo_megatron.core.losses import group_contrastive_loss, l2_normalize
-from clipo_megatron.core.objectives import policy_objective_loss
+from clipo_megatron.core.objectives import OBJECTIVES, get_objective, policy_objective_loss
 from clipo_megatron.nemo_rl import nemo_rl_available
 from clipo_megatron.nemo_rl.losses import (
-    ContrastiveHeadLossFn,
-    GMPOLossFn,
     LossType,
     MetricNormalizer,
+    ObjectiveLossFn,
     build_policy_loss,
     policy_loss_config,
 )
@@ -29,53 +27,6 @@ def _protocol_ok(fn, *required_params):
     params = inspect.signature(fn.__call__).parameters
     for p in ("data", "global_valid_seqs", "global_valid_toks", *required_params):
         assert p in params, p
-
-
-def _head_batch(seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    groups = torch.tensor([0, 1, 0, 2, 1, 0, 2, 1, 0, 2, 2])
-    correct = torch.tensor([1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 0])
-    emb = l2_normalize(torch.randn(11, 8, generator=gen, dtype=torch.float64)).requires_grad_(True)
-    return emb, {
-        "clipo_correct": correct,
-        "clipo_group_ids": groups,
-        "clipo_sample_ids": torch.arange(11),
-    }
-
-
-def test_head_loss_protocol_and_dp_shares_add_up():
-    cfg = CLIPOConfig()
-    fn = ContrastiveHeadLossFn(cfg)
-    _protocol_ok(fn, "embeddings")
-    assert fn.loss_type == LossType.SEQUENCE_LEVEL
-    emb, data = _head_batch()
-    n_anchor = ContrastiveHeadLossFn.count_anchors(data, cfg)
-    full, m = fn(emb, data, n_anchor, None, step=3)
-    ref = group_contrastive_loss(
-        emb,
-        data["clipo_correct"],
-        data["clipo_group_ids"],
-        cfg,
-        step=3,
-        sample_ids=data["clipo_sample_ids"],
-    )
-    assert (
-        abs(float(full.detach()) - float(ref.loss.detach())) < 1e-12
-        and m["clipo_num_anchors"] == ref.num_anchors == 7
-    )
-    g_full = torch.autograd.grad(full, emb)[0]
-    # two DP shards (rows interleaved), each with the gathered embeddings and its own local mask
-    total, g_sum = 0.0, torch.zeros_like(emb)
-    for rows in (torch.tensor([0, 3, 4, 8, 9]), torch.tensor([1, 2, 5, 6, 7, 10])):
-        local = torch.zeros(11, dtype=torch.bool)
-        local[rows] = True
-        part, _ = fn(emb, {**data, "clipo_local_mask": local}, n_anchor, None, step=3)
-        total += float(part)
-        g_sum += torch.autograd.grad(part, emb)[0]
-    assert abs(total - float(full)) < 1e-12
-    torch.testing.assert_close(g_sum, g_full, rtol=0, atol=1e-12)
-    with pytest.raises(ValueError, match=r"\[B, d\]"):
-        fn(emb[:5], data, n_anchor, None)
 
 
 def _pg_data(seed=0, b=6, s=9):
@@ -103,7 +54,7 @@ def _pg_data(seed=0, b=6, s=9):
 
 def test_gmpo_protocol_matches_core_and_microbatches_add_up():
     lp, data, adv = _pg_data()
-    fn = GMPOLossFn(reference_policy_kl_penalty=0.01)
+    fn = ObjectiveLossFn("gmpo", reference_policy_kl_penalty=0.01)
     _protocol_ok(fn, "next_token_logprobs")
     mask = (data["token_mask"] * data["sample_mask"].unsqueeze(1))[:, 1:]
     n_tok, n_seq = mask.sum(), (mask.sum(1) > 0).sum()
@@ -134,7 +85,7 @@ def test_gmpo_protocol_matches_core_and_microbatches_add_up():
         "generation_logprobs": torch.tensor([[0.0, -0.2, 0.1]], dtype=torch.float64),
         "advantages": -torch.ones(1, 3),
     }
-    loss, m1 = GMPOLossFn()(
+    loss, m1 = ObjectiveLossFn("gmpo")(
         torch.tensor([[0.5, -0.1]], dtype=torch.float64), one, torch.tensor(1.0), torch.tensor(2.0)
     )
     assert abs(float(loss) - math.exp(0.2)) < 1e-6
@@ -151,7 +102,7 @@ def test_gmpo_metrics_are_shares_that_add_up_per_sequence():
     sequences its packing wrapper calls the loss on one by one: each metric must be a share of
     the global value, so the sum over any split equals the full-batch value (inflated before)."""
     lp, data, _ = _pg_data()
-    fn = GMPOLossFn()
+    fn = ObjectiveLossFn("gmpo")
     mask = (data["token_mask"] * data["sample_mask"].unsqueeze(1))[:, 1:]
     n_tok, n_seq = mask.sum(), (mask.sum(1) > 0).sum()
     _, full = fn(lp[:, 1:], data, n_seq, n_tok)
@@ -166,14 +117,30 @@ def test_gmpo_metrics_are_shares_that_add_up_per_sequence():
     assert abs(full["token_mult_prob_error"] - float((d.abs().exp() * mask).sum() / n_tok)) < 1e-6
 
 
-def test_policy_loss_config_and_builder():
-    assert policy_loss_config("grpo")["reference_policy_kl_penalty"] == 0.001
+def test_policy_loss_config_and_builder_follow_the_registry():
+    for name, objective in OBJECTIVES.items():
+        cfg = policy_loss_config(name)
+        assert cfg == objective.nemo_rl_loss_config()
+        assert (cfg["ratio_clip_min"], cfg["ratio_clip_max"]) == (
+            objective.eps_low,
+            objective.eps_high,
+        )
+    assert policy_loss_config("grpo")["reference_policy_kl_penalty"] == 0.001  # paper App.
     assert policy_loss_config("dapo")["ratio_clip_max"] == 0.28
+    assert policy_loss_config("gspo")["sequence_level_importance_ratios"] is True
     with pytest.raises(ValueError, match="not one of"):
         policy_loss_config("ppo")
-    assert isinstance(build_policy_loss("gmpo", policy_loss_config("gmpo")), GMPOLossFn)
+    built = build_policy_loss("gmpo", policy_loss_config("gmpo"))
+    assert isinstance(built, ObjectiveLossFn) and (built.eps_low, built.eps_high) == (0.4, 0.4)
+    assert built.loss_type == LossType.TOKEN_LEVEL and built.kl_coef == 0.0
+    # a key left out takes the objective's paper default; a key given wins
+    assert ObjectiveLossFn("gmpo").eps_high == get_objective("gmpo").eps_high
+    seq = ObjectiveLossFn("gmpo", ratio_clip_max=0.3, token_level_loss=False)
+    assert seq.eps_high == 0.3 and seq.loss_type == LossType.SEQUENCE_LEVEL
     with pytest.raises(ValueError, match="> 0"):
-        GMPOLossFn(ratio_clip_min=0)
+        ObjectiveLossFn("gmpo", ratio_clip_min=0)
+    with pytest.raises(ValueError, match="ClippedPGLossFn"):
+        ObjectiveLossFn("grpo")
     if not nemo_rl_available():
         from clipo_megatron.nemo_rl import NemoRLMissingError
 
@@ -188,7 +155,7 @@ def test_warmup_train_result_has_what_grpo_train_reads():
     from clipo_megatron.nemo_rl.policy import warmup_train_result
 
     lp, data, _ = _pg_data()
-    out = warmup_train_result(data, GMPOLossFn())
+    out = warmup_train_result(data, ObjectiveLossFn("gmpo"))
     m = out["all_mb_metrics"]
     mask = (data["token_mask"] * data["sample_mask"].unsqueeze(1))[:, 1:]
     assert m["global_valid_toks"] == [float(mask.sum())]  # 6 rows, one filtered

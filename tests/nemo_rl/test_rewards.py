@@ -14,12 +14,12 @@ from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.rewards import (
     ClipoAdvantageEstimator,
     ClipoRunState,
-    GroupNormalizedEstimator,
     HeadStepResult,
     assemble_rows,
     correct_from_rewards,
     group_ids_from_prompts,
 )
+from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
 
 # Rows in train_data order; prompts A = [5, 6, 0], B = [7, 0, 0], C = [5, 6, 1] (right-padded).
 PROMPTS = torch.tensor(
@@ -38,7 +38,7 @@ def _estimator(r_cl=R_CL, *, loo=False, enabled=True, warmup=0):
         return HeadStepResult(rewards=r_cl[: len(correct)].clone(), metrics={"clipo/loss": 1.5})
 
     cfg = ClipoNemoRLConfig.from_dict({"enabled": enabled, "method": {"warmup_steps": warmup}})
-    state = ClipoRunState(warmup_steps=warmup)
+    state = ClipoRunState()
     logged = []
     est = ClipoAdvantageEstimator(
         GroupNormalizedEstimator(use_leave_one_out_baseline=loo),
@@ -146,14 +146,30 @@ def test_assemble_rows_dp_sharding_order_and_replicas():
         assemble_rows([(torch.tensor([7]), torch.tensor([0.0]))], 7)
 
 
-def test_warmup_bookkeeping():
-    est, _, state, logged = _estimator(warmup=2)
-    flags = []
-    for _ in range(4):
+@pytest.mark.parametrize("warmup", [0, 1, 2, 5])
+def test_head_only_steps_equal_warmup_steps(warmup):
+    """grpo_train computes advantages once per step, then calls policy.train: the policy is
+    held for exactly `warmup_steps` steps, and the logged flag agrees with the held ones."""
+    est, _, state, logged = _estimator(warmup=warmup)
+    cfg = est.cfg
+    held = []
+    for total_steps in range(warmup + 3):  # grpo_train's 0-based step counter
+        assert state.step == total_steps
         est.compute_advantage(prompt_ids=PROMPTS, rewards=REWARDS, mask=torch.ones(7, 1))
-        flags.append(state.policy_should_update())
-    assert flags == [False, False, True, True]  # steps 0, 1 are warm-up (head only)
-    assert [m["clipo/policy_updated"] for _, m in logged] == [0.0, 0.0, 1.0, 1.0]
-    s2 = ClipoRunState(warmup_steps=2)
+        held.append(
+            not cfg.method.policy_updates_at(state.trained_step)
+        )  # what ClipoPolicy.train asks
+    assert sum(held) == warmup and held == [True] * warmup + [False] * 3
+    assert [m["clipo/policy_updated"] for _, m in logged] == [float(not h) for h in held]
+    assert [s for s, _ in logged] == list(range(1, warmup + 4))  # grpo_train logs total_steps + 1
+    s2 = ClipoRunState()
     s2.load_state_dict(state.state_dict())
-    assert s2.step == 4
+    assert s2.step == warmup + 3
+    with pytest.raises(RuntimeError, match="before any advantage"):
+        _ = ClipoRunState().trained_step
+
+
+def test_shape_mismatch_is_named():
+    est, _, _, _ = _estimator(R_CL[:5])
+    with pytest.raises(ValueError, match="contrastive rewards shape"):
+        est.compute_advantage(prompt_ids=PROMPTS, rewards=REWARDS, mask=torch.ones(7, 1))
