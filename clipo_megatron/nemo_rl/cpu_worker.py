@@ -14,11 +14,8 @@ passes (`megatron.policy_passes`, the runner's logprob pass and sampler):
   `get_microbatch_iterator`, the seam the GPU worker reads from
   `megatron_policy_worker`; the CLIPO mixin tees it and hooks the final norm,
   exactly as on the GPU;
-- `train(data=, loss_fn=, gbs=, mbs=)` follows `MegatronPolicyWorker.train`:
-  global batches, `global_valid_seqs/toks` all-reduced over DP, the loss
-  function called per microbatch as the worker's post-processor calls it,
-  gradients summed over DP, one AdamW step per global batch, the metrics
-  NeMo-RL's worker adds (`lr`, `wd`, `global_valid_*`);
+- `train(data=, loss_fn=, gbs=, mbs=)` follows `MegatronPolicyWorker.train`
+  step for step (`cpu_train.train_global_batches`);
 - `generate(data=, greedy=)` samples on the same weights (colocated
   generation: nothing to refit), seeded from the prompt tokens so a resumed
   run samples what the uninterrupted run sampled;
@@ -40,6 +37,7 @@ import torch
 
 from clipo_megatron.megatron.policy_passes import forward_logits, sample, token_logprobs
 from clipo_megatron.models.hf_convert import load_megatron_state
+from clipo_megatron.nemo_rl.cpu_train import train_global_batches
 from clipo_megatron.nemo_rl.worker import ClipoWorkerMixin
 
 CPU_WORKER_FQN = "clipo_megatron.nemo_rl.cpu_worker.ClipoCpuPolicyWorker"
@@ -49,12 +47,6 @@ def get_microbatch_iterator(data, micro_batch_size: int):
     """(iterator over [mbs]-row BatchedDataDicts, number of microbatches) — the pooler's seam."""
     n = (data.size + micro_batch_size - 1) // micro_batch_size
     return data.make_microbatch_iterator(micro_batch_size), n
-
-
-def _dp_all_reduce(t: torch.Tensor, group) -> torch.Tensor:
-    if group is not None and torch.distributed.get_world_size(group) > 1:
-        torch.distributed.all_reduce(t, group=group)
-    return t
 
 
 class CpuMegatronPolicyWorkerImpl:
@@ -163,73 +155,19 @@ class CpuMegatronPolicyWorkerImpl:
         return BatchedDataDict({"reference_logprobs": lp["logprobs"]})
 
     def train(self, *, data, loss_fn, eval_mode=False, gbs=None, mbs=None, **_: Any):
-        """NeMo-RL's Megatron `train`, step for step, on CPU (see the module docstring)."""
-        gbs = gbs or self.cfg["train_global_batch_size"]
-        mbs = mbs or self.cfg["train_micro_batch_size"]
-        dp = torch.distributed.get_world_size(self.dp_group)
-        total = int(_dp_all_reduce(torch.tensor(data.size), self.dp_group))
-        all_mb_metrics: list[dict[str, Any]] = []
-        losses: list[float] = []
-        grad_norm = torch.zeros(())
-        self.model.train(not eval_mode)
-        for gb_idx in range(total // gbs):
-            batch = data.get_batch(batch_idx=gb_idx, batch_size=gbs // dp)
-            sample_mask = batch["sample_mask"].float()
-            counts = torch.stack(
-                [sample_mask.sum(), (batch["token_mask"][:, 1:] * sample_mask[:, None]).sum()]
-            )
-            global_valid_seqs, global_valid_toks = _dp_all_reduce(counts, self.dp_group)
-            self.optimizer.zero_grad(set_to_none=True)
-            gb_metrics, gb_loss = [], 0.0
-            with torch.set_grad_enabled(not eval_mode):
-                for mb in batch.make_microbatch_iterator(mbs):
-                    lp = token_logprobs(
-                        forward_logits(self.model, mb["input_ids"]), mb["input_ids"]
-                    )
-                    loss, metrics = loss_fn(
-                        next_token_logprobs=lp[:, 1:],
-                        data=mb,
-                        global_valid_seqs=global_valid_seqs,
-                        global_valid_toks=global_valid_toks,
-                    )
-                    if not eval_mode:
-                        loss.backward()
-                    gb_loss += float(loss.detach())
-                    gb_metrics.append(dict(metrics))
-            if not eval_mode:
-                for p in self.model.parameters():  # shares of a global loss: sum over DP
-                    if p.grad is not None:
-                        _dp_all_reduce(p.grad, self.dp_group)
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    self.model.parameters(), self.clip_grad if self.clip_grad > 0 else float("inf")
-                )
-                self.optimizer.step()
-            group = self.optimizer.param_groups[0]
-            for m in gb_metrics:  # as MegatronPolicyWorker.train adds them
-                for k in list(m):
-                    if "_min" not in k and "_max" not in k:
-                        m[k] = m[k] / (total // gbs)
-                m.update(
-                    lr=group["lr"],
-                    wd=group["weight_decay"],
-                    global_valid_seqs=float(global_valid_seqs),
-                    global_valid_toks=float(global_valid_toks),
-                )
-            all_mb_metrics.extend(gb_metrics)
-            losses.append(gb_loss)
-        global_loss = _dp_all_reduce(torch.tensor(losses, dtype=torch.float64), self.dp_group)
-        mb_metrics: dict[str, list] = {}
-        for m in all_mb_metrics:
-            for k, v in m.items():
-                mb_metrics.setdefault(k, []).append(v)
-        return {
-            "global_loss": global_loss.float(),
-            "grad_norm": torch.tensor([float(grad_norm)]),
-            "all_mb_metrics": mb_metrics,
-            "rank": self.rank,
-            "gpu_name": "cpu",
-            "model_dtype": torch.float32,
-        }
+        """NeMo-RL's Megatron `train`, step for step, on CPU (`cpu_train.train_global_batches`)."""
+        out = train_global_batches(
+            self.model,
+            self.optimizer,
+            data,
+            loss_fn,
+            dp_group=self.dp_group,
+            gbs=gbs or self.cfg["train_global_batch_size"],
+            mbs=mbs or self.cfg["train_micro_batch_size"],
+            eval_mode=eval_mode,
+            clip_grad=self.clip_grad,
+        )
+        return {**out, "rank": self.rank, "gpu_name": "cpu", "model_dtype": torch.float32}
 
     def generate(self, *, data, greedy: bool = False):
         from nemo_rl.distributed.batched_data_dict import BatchedDataDict
