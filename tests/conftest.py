@@ -10,16 +10,14 @@ def mcore_single_process():
     """A world-1 gloo group with megatron's parallel_state initialised (TP = PP = 1)."""
     pytest.importorskip("megatron.core")
     import torch.distributed as dist
-    from megatron.core import parallel_state as ps
-
     from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
+    from clipo_megatron.megatron.parallel import ensure_model_parallel
 
     if not dist.is_initialized():
         init = tempfile.mktemp(prefix="clipo_single_")
         dist.init_process_group("gloo", init_method=f"file://{init}", rank=0, world_size=1)
     enable_cpu_shims()
-    if not ps.model_parallel_is_initialized():
-        ps.initialize_model_parallel(1, 1)
+    ensure_model_parallel(1, 1)
     yield
     os.environ.pop("CLIPO_UNUSED", None)
 
