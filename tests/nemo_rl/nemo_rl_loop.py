@@ -40,6 +40,7 @@ def contract_config(
     dp: int = 1,
 ) -> dict[str, Any]:
     """The objective's track-1 recipe (with NeMo-RL's parent merged), shrunk to a CPU run."""
+    from clipo_megatron.core.objectives import get_objective
     from clipo_megatron.nemo_rl.config import load_recipe
 
     prompts, gens = 2, 8
@@ -85,7 +86,7 @@ def contract_config(
         f"cluster.gpus_per_node={dp}",
         "cluster.num_nodes=1",
     ]
-    if objective == "dapo":  # DAPO's dynamic sampling keeps mixed groups; let it draw more
+    if get_objective(objective).dynamic_sampling:  # it keeps mixed groups; let it draw more
         overrides.append("grpo.dynamic_sampling_max_gen_batches=4")
     cfg = load_recipe(ROOT / RECIPES[objective], overrides)
     cfg["policy"]["generation"]["mcore_generation_config"]["expose_http_server"] = False

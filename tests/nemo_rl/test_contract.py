@@ -24,7 +24,7 @@ import pytest
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow]
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "clipo"
-STEPS, CHECKPOINT_STEP = 3, 2
+STEPS, CHECKPOINT_STEP, WARMUP = 3, 2, 1
 
 
 def _requirements() -> str | None:
@@ -108,7 +108,12 @@ def test_grpo_train_checkpoint_and_resume(
 
     def config(out: Path):
         return contract_config(
-            objective, clipo_on, model_dir=contract_model, out_dir=out, max_steps=STEPS
+            objective,
+            clipo_on,
+            model_dir=contract_model,
+            out_dir=out,
+            max_steps=STEPS,
+            warmup_steps=WARMUP,
         )
 
     full = run_grpo(config(tmp_path / "full"), worker_fqn=nemo_rl_cpu)
@@ -119,8 +124,10 @@ def test_grpo_train_checkpoint_and_resume(
         assert m["global_valid_toks"] > 0
     if clipo_on:
         assert full["clipo_step"] == STEPS
-        assert _train_metrics(full, 1)["clipo/policy_updated"] == 0.0  # warm-up: head only
-        assert _train_metrics(full, 2)["clipo/policy_updated"] == 1.0
+        # exactly `warmup_steps` head-only steps (grpo_train's steps 1..WARMUP), no policy loss
+        held = [_train_metrics(full, s)["clipo/policy_updated"] == 0.0 for s in range(1, STEPS + 1)]
+        assert held == [True] * WARMUP + [False] * (STEPS - WARMUP)
+        assert all(_train_metrics(full, s)["loss"] == 0.0 for s in range(1, WARMUP + 1))
         assert any(_train_metrics(full, s)["clipo/valid_group_frac"] > 0 for s in (1, 2, 3))
     else:
         assert not any(k.startswith("clipo/") for k in _train_metrics(full, 1))
