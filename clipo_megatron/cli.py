@@ -13,7 +13,7 @@ import sys
 _SUBCOMMANDS = {
     "train": (
         "clipo_megatron.runner.train",
-        "GRPO / CLIPO training on one machine (OmegaConf config + dotted overrides)",
+        "GRPO / DAPO / GSPO / GMPO, with or without CLIPO, on one machine (YAML + dotted overrides)",
     ),
     "eval": ("clipo_megatron.eval.run", "pass@1 evaluation over a benchmark suite or datasets"),
 }

@@ -1,15 +1,21 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Typed runner configuration: YAML recipe + dotted overrides, validated at load time."""
+"""Typed runner configuration: YAML recipe + dotted overrides, validated at load time.
+
+The `clipo:` block is the shared typed `ClipoBlock` (`enabled`, `objective`, `method`),
+the one block the NeMo-RL driver reads too. Old spellings (`algo=`, method knobs
+directly under `clipo:`) are refused with the new key named.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
+from clipo_megatron.core.objectives import Objective, get_objective
 from clipo_megatron.generation.factory import BACKENDS
 
 
@@ -46,8 +52,11 @@ class TrainConfig:
     steps: int = 12
     lr: float = 1e-5
     weight_decay: float = 0.0
-    eps_low: float = 0.2
-    eps_high: float = 0.2
+    # Clip ranges and KL coefficient; None: the objective's paper default (core/objectives.py).
+    eps_low: float | None = None
+    eps_high: float | None = None
+    # > 0 keeps a frozen copy of the initial policy as the reference (one extra forward per step).
+    kl_coef: float | None = None
     grad_clip: float = 1.0
     micro_batch: int = 16
 
@@ -82,7 +91,6 @@ class ParallelConfig:
 
 @dataclass
 class RunConfig:
-    algo: str = "clipo"  # "clipo" or "grpo" (the same job without the contrastive reward)
     seed: int = 0
     threads: int = 0  # torch threads; 0 = all cores
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -92,14 +100,21 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    clipo: dict[str, Any] = field(default_factory=lambda: {"embed_dim": 128})
+    # GRPO baseline: clipo.enabled=false; the policy objective: clipo.objective (grpo|dapo|gspo|gmpo).
+    clipo: ClipoBlock = field(default_factory=lambda: ClipoBlock(method=CLIPOConfig(embed_dim=128)))
 
-    def validate(self) -> ClipoBlock:
+    def objective(self) -> Objective:
+        return get_objective(self.clipo.objective)
+
+    def effective_kl_coef(self) -> float:
+        """train.kl_coef, or the objective's default (GRPO: 0.001, k3 to the initial policy)."""
+        return self.objective().kl_coef if self.train.kl_coef is None else self.train.kl_coef
+
+    def validate(self) -> None:
         def need(ok, what):
             if not ok:
                 raise ValueError(f"config: {what}")
 
-        need(self.algo in ("clipo", "grpo"), f"algo={self.algo!r} must be 'clipo' or 'grpo'")
         need(
             self.model.source in ("smollm2", "tiny"),
             f"model.source={self.model.source!r} must be 'smollm2' or 'tiny'",
@@ -125,21 +140,56 @@ class RunConfig:
         )
         need(self.parallel.tp >= 1, f"parallel.tp={self.parallel.tp} must be >= 1")
         need(self.parallel.pp >= 1, f"parallel.pp={self.parallel.pp} must be >= 1")
-        return ClipoBlock(enabled=self.algo == "clipo", method=CLIPOConfig.from_dict(self.clipo))
+        need(
+            self.rollout.backend != "vllm" or self.parallel.tp * self.parallel.pp == 1,
+            "rollout.backend=vllm with parallel.tp or parallel.pp > 1: the in-process vLLM engine "
+            "cannot share the model-parallel ranks' process group; use rollout.backend=hf (or auto)",
+        )
+        for key in ("eps_low", "eps_high", "kl_coef"):
+            v = getattr(self.train, key)
+            need(
+                v is None or v >= 0,
+                f"train.{key}={v} must be >= 0 (or null: the objective's default)",
+            )
+        if not isinstance(self.clipo, ClipoBlock):  # built by hand from a mapping
+            self.clipo = ClipoBlock.from_dict(self.clipo)
+
+
+_METHOD_KEYS = {f.name for f in dataclasses.fields(CLIPOConfig)}
+
+
+def _refuse_old_spellings(parts: list[DictConfig]) -> None:
+    """One error naming the new key for each spelling the runner no longer reads."""
+    for part in parts:
+        if "algo" in part:
+            raise ValueError(
+                f"algo={part['algo']} is gone: CLIPO on / off is clipo.enabled=true|false "
+                "(GRPO baseline: clipo.enabled=false) and the objective is clipo.objective"
+            )
+        clipo = part.get("clipo")
+        moved = sorted(set(clipo or {}) & _METHOD_KEYS) if isinstance(clipo, DictConfig) else []
+        if moved:
+            raise ValueError(
+                f"clipo.{moved[0]} is now clipo.method.{moved[0]} "
+                "(the method's knobs live under clipo.method)"
+            )
 
 
 def load_config(path: str | None, overrides: list[str]) -> RunConfig:
     """YAML (optional) + `key=value` dotted overrides on top of the typed defaults."""
-    base = OmegaConf.structured(RunConfig)
-    parts = [base]
-    if path:
-        parts.append(OmegaConf.load(path))
     bad = [o for o in overrides if "=" not in o]
     if bad:
         raise ValueError(f"overrides must look like key=value, got {bad}")
-    parts.append(OmegaConf.from_dotlist(overrides))
-    merged = OmegaConf.merge(*parts)
-    cfg: RunConfig = OmegaConf.to_object(merged)
+    try:
+        parts = [OmegaConf.load(path)] if path else []
+        parts.append(OmegaConf.from_dotlist(overrides))
+        _refuse_old_spellings(parts)
+        merged = OmegaConf.merge(OmegaConf.structured(RunConfig), *parts)
+        cfg: RunConfig = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:  # unknown key / wrong type: its first line names the key
+        lines = str(e).splitlines()
+        key = next((x.split(":", 1)[1].strip() for x in lines if "full_key:" in x), "")
+        raise ValueError(f"config: {lines[0]}" + (f" (key {key})" if key else "")) from None
     cfg.validate()
     return cfg
 

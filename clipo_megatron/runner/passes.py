@@ -1,0 +1,249 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The runner's two passes over a batch of rollouts, plain and through the pipeline schedule.
+
+- the fused logprob pass: token logprobs [B, S] and mean response hidden states [B, D]
+  in one forward (the pooler the NeMo-RL workers use, `megatron/microbatch_pooler.py`),
+  plus the frozen reference policy's logprobs when the run has a KL term;
+- the policy update: one optimizer step on the registry objective's loss, micro-batches
+  scaled by the batch's global normalisers so they sum to the batch loss.
+
+Token ids and masks are right-padded [B, S]; `mask` is True at response tokens and
+`logprobs[:, t]` is log p(ids[:, t] | ids[:, <t]) (position 0 holds 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from clipo_megatron.core.objectives import Objective
+from clipo_megatron.megatron.microbatch_pooler import (
+    SAMPLE_IDX_KEY,
+    MicrobatchPooler,
+    find_final_norm,
+)
+from clipo_megatron.megatron.policy_passes import forward_logits, token_logprobs
+from clipo_megatron.runner import parallel
+
+
+def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int):
+    """Right-padded token ids [B, S] and response mask [B, S] (True at response tokens)."""
+    lens = [len(p) + len(r) for p, r in zip(prompt_ids, response_ids)]
+    s = max(lens)
+    ids = torch.full((len(lens), s), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(lens), s, dtype=torch.bool)
+    for i, (p, r) in enumerate(zip(prompt_ids, response_ids)):
+        ids[i, : len(p) + len(r)] = torch.tensor(p + r)
+        mask[i, len(p) : len(p) + len(r)] = True
+    return ids, mask
+
+
+@dataclass
+class UpdateBatch:
+    """The rows one policy update trains on."""
+
+    ids: torch.Tensor  # [B, S] token ids
+    mask: torch.Tensor  # [B, S] response mask
+    old_logprobs: torch.Tensor  # [B, S] from the logprob pass (the sampling policy)
+    advantages: torch.Tensor  # [B]
+    ref_logprobs: torch.Tensor | None = None  # [B, S] the frozen reference (KL term), or None
+
+    def rows(self, keep: torch.Tensor) -> UpdateBatch:
+        """The rows where `keep` [B] is True (DAPO's dynamic sampling)."""
+        ref = None if self.ref_logprobs is None else self.ref_logprobs[keep]
+        return UpdateBatch(
+            self.ids[keep], self.mask[keep], self.old_logprobs[keep], self.advantages[keep], ref
+        )
+
+    def micro(self, start: int, size: int) -> UpdateBatch:
+        j = slice(start, start + size)
+        ref = None if self.ref_logprobs is None else self.ref_logprobs[j]
+        return UpdateBatch(self.ids[j], self.mask[j], self.old_logprobs[j], self.advantages[j], ref)
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """The registry objective with this run's knobs; None takes the objective's paper default."""
+
+    objective: Objective
+    eps_low: float | None
+    eps_high: float | None
+    kl_coef: float  # effective: > 0 only with reference logprobs
+
+    def __call__(self, logprobs: torch.Tensor, mb: UpdateBatch, whole: UpdateBatch):
+        """A micro-batch's loss, normalised by the whole batch's response tokens (token-mean)
+        or sequences with >= 1 response token (seq-mean-token-mean), so micro-batches sum to
+        the batch loss."""
+        return self.objective.loss(
+            logprobs,
+            mb.old_logprobs,
+            mb.advantages,
+            mb.mask,
+            eps_low=self.eps_low,
+            eps_high=self.eps_high,
+            ref_logprobs=mb.ref_logprobs if self.kl_coef > 0 else None,
+            kl_coef=self.kl_coef,
+            num_tokens=float(whole.mask.sum()),
+            num_seqs=float((whole.mask.sum(1) > 0).sum()),
+        )
+
+
+def _pooled_microbatches(ids, mask, mb: int) -> list[dict]:
+    """Microbatches as the shared pooler reads them: rows, response mask, token ids."""
+    return [
+        {
+            SAMPLE_IDX_KEY: torch.arange(i, min(i + mb, ids.shape[0])),
+            "token_mask": mask[i : i + mb],
+            "ids": ids[i : i + mb],
+            "mask": mask[i : i + mb],
+        }
+        for i in range(0, ids.shape[0], mb)
+    ]
+
+
+def _in_row_order(pooler: MicrobatchPooler) -> torch.Tensor:
+    rows, pooled = pooler.result()
+    return pooled[torch.argsort(rows)]  # [B, D]
+
+
+def logprob_and_pool(
+    model, ids, mask, micro_batch: int, logprob_fn=token_logprobs, ref_model=None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The fused logprob pass: logprobs [B, S], pooled states [B, D], reference logprobs [B, S] | None.
+
+    The same pass the NeMo-RL workers run: microbatches teed through
+    `MicrobatchPooler`, the final norm hooked, one forward per microbatch (and one
+    more on the frozen reference policy when there is one).
+    """
+    pooler = MicrobatchPooler()
+    lps, refs = [], []
+    model.eval()
+    with torch.no_grad(), pooler.hooked(find_final_norm(model)):
+        for mb in pooler.tee(_pooled_microbatches(ids, mask, micro_batch)):
+            lps.append(logprob_fn(forward_logits(model, mb["ids"]), mb["ids"]))
+            if ref_model is not None:
+                refs.append(logprob_fn(forward_logits(ref_model, mb["ids"]), mb["ids"]))
+    return torch.cat(lps), _in_row_order(pooler), torch.cat(refs) if refs else None
+
+
+def policy_update(
+    model,
+    optimizer,
+    batch: UpdateBatch,
+    loss_fn: PolicyLoss,
+    micro_batch: int,
+    grad_clip: float,
+    logprob_fn=token_logprobs,
+    clip_fn=torch.nn.utils.clip_grad_norm_,
+) -> dict[str, float]:
+    """One optimizer step; `pg/loss` is the batch loss (the sum of the micro-batches')."""
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    total, stats = 0.0, {}
+    for i in range(0, batch.ids.shape[0], micro_batch):
+        mb = batch.micro(i, micro_batch)
+        loss, stats = loss_fn(logprob_fn(forward_logits(model, mb.ids), mb.ids), mb, batch)
+        loss.backward()
+        total += float(loss.detach())
+    grad_norm = clip_fn(model.parameters(), grad_clip)
+    optimizer.step()
+    return {"pg/loss": total, "pg/grad_norm": float(grad_norm), **stats}
+
+
+def pipeline_logprob_and_pool(
+    model, ids, mask, micro_batch: int, logprob_fn=token_logprobs, ref_model=None
+):
+    """`logprob_and_pool` through Megatron-Core's pipeline schedule (forward only); every stage
+    gets the result. The reference policy's logprobs take one more forward-only schedule."""
+    from clipo_megatron.runner.pipeline import (
+        broadcast_from_last_stage,
+        run_schedule,
+        uniform_micro_batch,
+    )
+
+    b, s = ids.shape
+    micro = _pooled_microbatches(ids, mask, uniform_micro_batch(b, micro_batch))
+    last = parallel.is_pipeline_last_stage()
+
+    def forward_step(it, m):
+        x = next(it)
+        out = forward_logits(m, x["ids"])  # the last stage's final norm is hooked: pooled here
+        if not last:
+            return out, None
+        return out, lambda logits: (logits.sum() * 0.0, {"lp": logprob_fn(logits, x["ids"])})
+
+    def one_pass(net, pooler):
+        net.eval()
+        with torch.no_grad(), pooler.hooked(find_final_norm(net) if last else None):
+            outs = run_schedule(
+                net,
+                micro,
+                forward_step,
+                forward_only=True,
+                seq_length=s,
+                data=pooler.tee(micro) if last else None,
+            )
+        return torch.cat([o["lp"] for o in outs]) if last else None
+
+    pooler = MicrobatchPooler()
+    lp = one_pass(model, pooler)
+    ref = one_pass(ref_model, MicrobatchPooler()) if ref_model is not None else None
+    res = (lp, _in_row_order(pooler), ref) if last else None
+    return broadcast_from_last_stage(res)
+
+
+def pipeline_policy_update(
+    model,
+    optimizer,
+    batch: UpdateBatch,
+    loss_fn: PolicyLoss,
+    micro_batch: int,
+    grad_clip: float,
+    logprob_fn=token_logprobs,
+    clip_fn=None,
+) -> dict[str, float]:
+    """`policy_update` through the pipeline schedule (1F1B); metrics from the last stage, on every stage."""
+    from clipo_megatron.runner.pipeline import (
+        allreduce_tied_embedding_grads,
+        broadcast_from_last_stage,
+        run_schedule,
+        uniform_micro_batch,
+    )
+
+    b, s = batch.ids.shape
+    mb_size = uniform_micro_batch(b, micro_batch)
+    micro = [
+        {"ids": batch.ids[i : i + mb_size], "mb": batch.micro(i, mb_size)}
+        for i in range(0, b, mb_size)
+    ]
+    last = parallel.is_pipeline_last_stage()
+
+    def forward_step(it, m):
+        mb = next(it)["mb"]
+        out = forward_logits(m, mb.ids)
+        if not last:
+            return out, None
+
+        def stage_loss(logits):
+            loss, stats = loss_fn(logprob_fn(logits, mb.ids), mb, batch)
+            # The schedule divides by the number of micro-batches; the global normalisers already weigh them.
+            return loss * len(micro), {"loss": float(loss.detach()), **stats}
+
+        return out, stage_loss
+
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    outs = run_schedule(model, micro, forward_step, forward_only=False, seq_length=s)
+    allreduce_tied_embedding_grads(model)
+    grad_norm = clip_fn(model.parameters(), grad_clip)
+    optimizer.step()
+    stats = (
+        {
+            "pg/loss": sum(o["loss"] for o in outs),
+            **{k: v for k, v in outs[-1].items() if k != "loss"},
+        }
+        if outs
+        else None
+    )
+    return {**broadcast_from_last_stage(stats), "pg/grad_norm": float(grad_norm)}

@@ -1,0 +1,285 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""`Run`: everything one training run holds, and one RL step.
+
+One RL step:
+  generate (current weights) -> verify (math-verify) -> fused logprob pass on the
+  Megatron policy, which also pools the response hidden states (and, with a KL term,
+  the frozen reference policy's logprobs) -> head step (CLIPO loss, rewards from the
+  pre-update loss) -> r' = r + r_CL (r_CL = 0 with clipo.enabled=false) -> group
+  advantages -> the objective's filter (DAPO: drop zero-variance groups) -> policy
+  update on the registry objective (`clipo.objective`) -> weight sync to the generator.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from clipo_megatron.core.advantages import group_advantages
+from clipo_megatron.megatron.policy_passes import token_logprobs
+from clipo_megatron.runner import optim_state, parallel
+from clipo_megatron.runner.config import RunConfig, to_dict
+from clipo_megatron.runner.passes import (
+    PolicyLoss,
+    UpdateBatch,
+    logprob_and_pool,
+    pack,
+    pipeline_logprob_and_pool,
+    pipeline_policy_update,
+    policy_update,
+)
+
+STAGES = ("generate", "verify", "logprob_embed", "head", "train", "sync")
+
+
+def max_model_len(cfg: RunConfig) -> int:
+    """Prompt budget + the longest generation the run asks for (train or eval), for the vLLM engine."""
+    return 1024 + max(cfg.rollout.max_tokens, cfg.eval.max_tokens)
+
+
+class Run:
+    """Everything one training run holds; `step()` does one RL step.
+
+    With `parallel.tp` / `parallel.pp` > 1 (under torchrun) every rank holds its
+    stage's TP shard of the policy; rank 0 alone generates and verifies
+    (`self.gen` is None elsewhere). `state_dict()` is collective and returns the
+    full (TP = PP = 1) layout.
+    """
+
+    def __init__(self, cfg: RunConfig):
+        from clipo_megatron.generation.factory import build_rollout_generator
+        from clipo_megatron.megatron.head import attach_head, build_contrastive_head
+        from clipo_megatron.megatron.head_trainer import HeadTrainer
+        from clipo_megatron.megatron.model_builder import transformer_config
+        from clipo_megatron.runner.policy import build_policy, load_hf_policy
+        from clipo_megatron.runner.problems import load_problems
+
+        cfg.validate()
+        self.cfg, self.clipo = cfg, cfg.clipo
+        self.loss_fn = PolicyLoss(
+            cfg.objective(), cfg.train.eps_low, cfg.train.eps_high, cfg.effective_kl_coef()
+        )
+        self.tp, self.pp = cfg.parallel.tp, cfg.parallel.pp
+        parallel.init_distributed(self.tp, self.pp)
+        self.tp_group = parallel.tp_group() if self.tp > 1 else None
+        self.logprob_fn = parallel.vocab_parallel_token_logprobs if self.tp > 1 else token_logprobs
+        hf, self.tok = load_hf_policy(
+            cfg.model.source,
+            tiny_hidden=cfg.model.tiny_hidden,
+            tiny_layers=cfg.model.tiny_layers,
+            seed=cfg.seed,
+        )
+        self.model, self.arch = build_policy(hf, self.tp, self.pp)
+        # The KL term's reference: the initial policy, frozen (rebuilt the same way on resume).
+        self.ref_model = None
+        if self.loss_fn.kl_coef > 0:
+            self.ref_model = build_policy(hf, self.tp, self.pp)[0].requires_grad_(False)
+        backend = "hf" if self._parallel and cfg.rollout.backend == "auto" else cfg.rollout.backend
+        self.gen = None
+        if parallel.is_rank0():
+            self.gen = build_rollout_generator(
+                backend,
+                hf,
+                self.tok,
+                self.arch,
+                export_dir=Path(cfg.output.dir) / "generator_hf",
+                seed=cfg.seed,
+                max_model_len=max_model_len(cfg),
+            )
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
+        )
+        torch.manual_seed(cfg.seed + 1)
+        head = build_contrastive_head(
+            transformer_config(self.arch),
+            input_size=self.arch.hidden_size,
+            embed_dim=self.clipo.method.embed_dim,
+            head_type=self.clipo.method.head_type,
+        )
+        if getattr(self.model, "post_process", True):  # the replicated head hangs on the last stage
+            attach_head(self.model, head)
+        self.head = HeadTrainer(head, self.clipo.method)
+        self.problems = load_problems(cfg.data, cfg.data.train_size, path=cfg.data.path)
+        self.step_idx = 0
+        self.history: list[dict] = []
+        self.embeddings: dict[str, dict] = {}
+
+    # ---- one RL step -------------------------------------------------
+    def _rollouts(self, t: dict):
+        """Rank 0 generates and verifies; every rank gets (prompts, rollouts, rewards [B])."""
+        from clipo_megatron.verify.boxed import verify_batch
+
+        cfg = self.cfg
+        p = cfg.rollout.prompts_per_step
+        start = (self.step_idx * p) % len(self.problems)
+        batch = [self.problems[(start + i) % len(self.problems)] for i in range(p)]
+        t0 = time.perf_counter()
+        ro = rewards = None
+        if self.gen is not None:
+            ro = self.gen.generate(
+                [b.messages for b in batch],
+                cfg.rollout.n,
+                temperature=cfg.rollout.temperature,
+                top_p=cfg.rollout.top_p,
+                max_tokens=cfg.rollout.max_tokens,
+                seed=cfg.seed * 1_000_003 + self.step_idx,
+            )
+        t["generate"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if self.gen is not None:
+            rewards = torch.tensor(
+                verify_batch(ro.texts, [batch[i].answer for i in ro.prompt_index])
+            )
+        ro, rewards = parallel.broadcast_from_rank0((ro, rewards))  # all ranks train on rank 0's
+        t["verify"] = time.perf_counter() - t0
+        return batch, ro, rewards
+
+    def _update(self, batch: UpdateBatch, shaped: torch.Tensor, group_ids) -> dict:
+        """The objective's filter, then one policy update (none when every group is filtered)."""
+        kept = self.loss_fn.objective.filter_groups(shaped, group_ids)
+        metrics: dict[str, float] = {}
+        if kept is not None:
+            batch = batch.rows(kept.keep)
+            metrics["train/kept_rows"] = float(kept.keep.sum())
+            metrics["train/dropped_groups"] = float(kept.num_dropped_groups)
+        if batch.ids.shape[0] == 0:
+            return {**metrics, "train/skipped_update": 1.0}
+        update = pipeline_policy_update if self.pp > 1 else policy_update
+        metrics.update(
+            update(
+                self.model,
+                self.optimizer,
+                batch,
+                self.loss_fn,
+                self.cfg.train.micro_batch,
+                self.cfg.train.grad_clip,
+                self.logprob_fn,
+                self._clip_fn(),
+            )
+        )
+        return {**metrics, "train/skipped_update": 0.0}
+
+    def policy_updates_now(self) -> bool:
+        """CLIPO's warm-up (the head trains alone first) applies only with CLIPO on."""
+        return not self.clipo.enabled or self.clipo.method.policy_updates_at(self.step_idx)
+
+    def step(self) -> dict:
+        cfg, t = self.cfg, {}
+        batch, ro, rewards = self._rollouts(t)
+
+        t0 = time.perf_counter()
+        ids, mask = pack(ro.prompt_ids, ro.response_ids, self.tok.pad_token_id)
+        lp_pass = pipeline_logprob_and_pool if self.pp > 1 else logprob_and_pool
+        old_lp, pooled, ref_lp = lp_pass(
+            self.model, ids, mask, cfg.train.micro_batch, self.logprob_fn, self.ref_model
+        )
+        t["logprob_embed"] = time.perf_counter() - t0
+
+        group_ids = torch.tensor([batch[i].index for i in ro.prompt_index])
+        sample_ids = torch.arange(len(ro.texts)) + self.step_idx * len(ro.texts)
+        t0 = time.perf_counter()
+        out = self.head.step(pooled, rewards, group_ids, sample_ids, step=self.step_idx)
+        r_cl = out.rewards if self.clipo.enabled else torch.zeros_like(rewards)
+        t["head"] = time.perf_counter() - t0
+
+        shaped = rewards + r_cl  # [B]
+        adv = group_advantages(shaped, group_ids)
+        t0 = time.perf_counter()
+        metrics = {}
+        if self.policy_updates_now():
+            metrics = self._update(UpdateBatch(ids, mask, old_lp, adv, ref_lp), shaped, group_ids)
+        t["train"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        self._sync_generator()
+        t["sync"] = time.perf_counter() - t0
+
+        metrics.update(out.metrics)
+        metrics.update(
+            {
+                "step": self.step_idx,
+                "reward/mean": float(rewards.mean()),
+                "reward/clipo_mean": float(r_cl.mean()),
+                "reward/shaped_mean": float(shaped.mean()),
+                "response/mean_tokens": float(mask.sum(1).float().mean()),
+                **{f"time/{k}": v for k, v in t.items()},
+            }
+        )
+        emb = {"emb": out.embeddings, "correct": rewards.clone(), "group": group_ids}
+        self.embeddings.setdefault("start", emb)
+        self.embeddings["end"] = emb
+        self.history.append(metrics)
+        self.step_idx += 1
+        return metrics
+
+    # ---- model-parallel plumbing ------------------------------------
+    @property
+    def _parallel(self) -> bool:
+        return self.tp > 1 or self.pp > 1
+
+    def _clip_fn(self):
+        if not self._parallel:
+            return torch.nn.utils.clip_grad_norm_
+        return parallel.clip_grad_norm_model_parallel
+
+    def full_policy_state(self) -> dict:
+        """The policy in the TP = PP = 1 layout without `_extra_state` (collective when model-parallel)."""
+        if not self._parallel:
+            return {
+                k: v for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")
+            }
+        from clipo_megatron.runner.pipeline import full_from_local
+
+        return full_from_local(self.model.state_dict(), self.arch, self.tp_group)
+
+    def _sync_generator(self) -> None:
+        full = self.full_policy_state()
+        if self.gen is not None:
+            self.gen.sync_from_megatron(full)
+
+    # ---- checkpoint / resume ----------------------------------------
+    def state_dict(self) -> dict:
+        """Everything to resume, in the TP = PP = 1 layout (any layout resumes it); collective if model-parallel."""
+        return {
+            "step": self.step_idx,
+            "policy": self.full_policy_state(),
+            "optimizer": optim_state.full_optimizer_state(
+                self.optimizer, self.model, self.arch, self.tp_group, self._parallel
+            ),
+            "head": self.head.state_dict(),
+            "history": self.history,
+            "embeddings": self.embeddings,
+            "torch_rng": torch.get_rng_state(),
+            "config": to_dict(self.cfg),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        from clipo_megatron.models.hf_convert import load_megatron_state
+        from clipo_megatron.runner.pipeline import local_from_full
+
+        full = {k: v for k, v in state["policy"].items() if not k.endswith("_extra_state")}
+        load_megatron_state(self.model, local_from_full(self.model.state_dict(), full, self.arch))
+        self.optimizer.load_state_dict(
+            optim_state.local_optimizer_state(
+                self.optimizer, self.model, self.arch, state["optimizer"]
+            )
+        )
+        self.head.load_state_dict(state["head"])
+        self.step_idx, self.history, self.embeddings = (
+            state["step"],
+            state["history"],
+            state["embeddings"],
+        )
+        torch.set_rng_state(state["torch_rng"])
+        self._sync_generator()
+
+    def close(self) -> None:
+        """Release the generator (its engine) and the verifier worker processes."""
+        from clipo_megatron.verify.pool import shared_pool
+
+        gen, self.gen = self.gen, None
+        if gen is not None and hasattr(gen, "close"):
+            gen.close()
+        shared_pool().close()
