@@ -1,17 +1,22 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Checks of a run's inputs before any model loads: a mistake costs a second, not a model load."""
+"""Checks of a run's inputs before any model loads: a mistake costs a second, not a model load.
+
+`check_inputs` reads only the YAML and the overrides (no schema, no torch import), so a
+wrong data path fails before the seconds torch takes to import.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
-from clipo_megatron.runner.config import RunConfig
+PATH_KEYS = ("data.path", "eval.path", "output.dir")
 
 
 def _writable_dir(path: Path) -> None:
     """`path` exists as a writable directory or can be created (nothing is created here)."""
-    probe = path
+    probe = path.absolute()
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
@@ -20,18 +25,39 @@ def _writable_dir(path: Path) -> None:
         raise ValueError(f"output.dir={path}: {probe} is not writable; choose another output.dir")
 
 
-def preflight(cfg: RunConfig) -> None:
-    """ValueError / FileNotFoundError naming the key for an unusable data file, eval file,
-    output directory or launch size."""
+def input_paths(config_path: str | None, overrides: list[str]) -> dict[str, str]:
+    """data.path / eval.path / output.dir as the YAML and the overrides set them ("" if unset)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if config_path and not Path(config_path).is_file():
+        raise FileNotFoundError(f"--config {config_path}: no such file")
+    try:
+        raw = OmegaConf.merge(
+            OmegaConf.load(config_path) if config_path else OmegaConf.create(),
+            OmegaConf.from_dotlist([o for o in overrides if "=" in o]),
+        )
+        return {k: str(OmegaConf.select(raw, k, default="") or "") for k in PATH_KEYS}
+    except OmegaConfBaseException as e:
+        raise ValueError(f"config: {str(e).splitlines()[0]}") from None
+
+
+def check_inputs(paths: dict[str, str]) -> None:
+    """The data files exist and their first row parses; the output directory can be written."""
     from clipo_megatron.runner.problems import load_problems
 
-    for key, path in (("data.path", cfg.data.path), ("eval.path", cfg.eval.path)):
-        if path:
-            try:
-                load_problems(cfg.data, 1, path=path)  # the first row exists and parses
+    for key in ("data.path", "eval.path"):
+        if paths.get(key):
+            try:  # the data layer's own loader reads the first row
+                load_problems(SimpleNamespace(one_shot=True), 1, path=paths[key])
             except (OSError, ValueError) as e:
-                raise ValueError(f"{key}={path}: {e}") from None
-    _writable_dir(Path(cfg.output.dir))
+                raise ValueError(f"{key}={paths[key]}: {e}") from None
+    if paths.get("output.dir"):
+        _writable_dir(Path(paths["output.dir"]))
+
+
+def check_launch(cfg) -> None:
+    """The process count matches parallel.tp * parallel.pp (torchrun's WORLD_SIZE)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if cfg.parallel.tp * cfg.parallel.pp != world:
         raise ValueError(

@@ -91,13 +91,16 @@ def _parse(argv):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from clipo_megatron.runner.config import load_config
-    from clipo_megatron.runner.preflight import preflight
+    from clipo_megatron.runner import preflight
 
     args = _parse(argv)
-    try:
+    try:  # user errors: one line, exit 2, before any model load
+        preflight.check_inputs(preflight.input_paths(args.config, args.overrides))
+        from clipo_megatron.runner.config import load_config  # imports torch (seconds)
+
         cfg = load_config(args.config, list(args.overrides))
-        preflight(cfg)
+        preflight.check_inputs({"output.dir": cfg.output.dir})  # the default, if none was given
+        preflight.check_launch(cfg)
     except (ValueError, FileNotFoundError) as e:
         _user_error(str(e))
     # Megatron-Core on CPU warns about missing Apex/TransformerEngine on every layer.

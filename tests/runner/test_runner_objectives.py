@@ -1,0 +1,188 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Every objective x CLIPO on / off through the runner's real update (tiny model, 2 steps):
+the logged policy loss equals a naive per-sequence loop over the same logprobs and advantages;
+CLIPO off gives zero contrastive reward; DAPO's filter drops exactly the zero-variance groups."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.core")
+pytest.importorskip("transformers")
+pytest.importorskip("math_verify")
+pytest.importorskip("reasoning_gym")
+
+# Eight 2-step runs, 30-45 s each on the shared 2-core box: slow.
+pytestmark = [pytest.mark.slow, pytest.mark.mcore, pytest.mark.runner]
+
+P, N, MAX_TOKENS = 3, 4, 5  # prompts per step, group size, response budget
+TINY = [
+    "model.source=tiny",
+    f"rollout.prompts_per_step={P}",
+    f"rollout.n={N}",
+    f"rollout.max_tokens={MAX_TOKENS}",
+    "rollout.backend=hf",
+    "train.micro_batch=5",  # 12 rows: micro-batches of 5, 5, 2 (the normalisers must be global)
+    "train.lr=1e-3",
+    "model.tiny_hidden=32",
+    "model.tiny_layers=1",
+    "clipo.method.embed_dim=8",
+    "threads=1",
+]
+# Per step, rows in prompt order (groups of N): step 0 has an all-correct and an all-wrong group.
+PSEUDO_REWARDS = [
+    [1, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0],
+    [1, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 0],
+]
+EPS = {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "gspo": (3e-4, 4e-4), "gmpo": (0.4, 0.4)}
+KL = {"grpo": 0.001, "dapo": 0.0, "gspo": 0.0, "gmpo": 0.0}
+# Offsets to the sampling policy's logprobs (off-policy by about the clip range): ratios != 1,
+# some clipped, so the clip and the aggregation both act (on-policy GSPO's loss is 0).
+OFF_POLICY = {"grpo": 0.3, "dapo": 0.3, "gspo": 5e-4, "gmpo": 0.5}
+
+
+def _naive_loss(objective, lp, old, adv, mask, ref):
+    """The batch loss, one sequence at a time, from the paper's formulas (App. baselines)."""
+    lo, hi = EPS[objective]
+    per_seq, lens = [], []
+    for i in range(lp.shape[0]):
+        t = mask[i].nonzero().flatten().tolist()
+        a = float(adv[i])
+        lr = [float(lp[i, j] - old[i, j]) for j in t]
+        if objective in ("grpo", "dapo"):
+            terms = [-min(math.exp(x) * a, min(max(math.exp(x), 1 - lo), 1 + hi) * a) for x in lr]
+        elif objective == "gspo":
+            s = math.exp(sum(lr) / len(t))
+            terms = [-min(s * a, min(max(s, 1 - lo), 1 + hi) * a)] * len(t)
+        else:  # gmpo
+            sg = (a > 0) - (a < 0)
+            clipped = [sg * min(sg * x, sg * min(max(x, -lo), hi)) for x in lr]
+            terms = [-a * math.exp(sum(clipped) / len(t))] * len(t)
+        if KL[objective]:
+            d = [float(ref[i, j] - lp[i, j]) for j in t]
+            terms = [x + KL[objective] * (math.exp(y) - y - 1) for x, y in zip(terms, d)]
+        per_seq.append(sum(terms))
+        lens.append(len(t))
+    if objective == "gspo":  # seq-mean-token-mean
+        return sum(s / n for s, n in zip(per_seq, lens)) / len(lens)
+    return sum(per_seq) / sum(lens)  # token-mean
+
+
+def _train(objective: str, enabled: bool, out_dir, monkeypatch) -> dict:
+    import clipo_megatron.runner.run as run_mod
+    import clipo_megatron.verify.boxed as boxed
+    from clipo_megatron.megatron.policy_passes import forward_logits, token_logprobs
+    from clipo_megatron.runner.config import load_config
+
+    calls = iter(PSEUDO_REWARDS)
+    monkeypatch.setattr(
+        boxed, "verify_batch", lambda texts, answers: [float(x) for x in next(calls)]
+    )
+    updates = []
+    real_update = run_mod.policy_update
+
+    def spy(model, optimizer, batch, *args):
+        i, t = torch.meshgrid(*(torch.arange(n) for n in batch.ids.shape), indexing="ij")
+        batch.old_logprobs = batch.old_logprobs + OFF_POLICY[objective] * torch.sin(
+            1.7 * i + 0.9 * t
+        )
+        with torch.no_grad():  # the policy the update differentiates, before its step
+            lp = token_logprobs(forward_logits(model, batch.ids), batch.ids)
+        metrics = real_update(model, optimizer, batch, *args)
+        updates.append({"batch": batch, "lp": lp, "metrics": metrics})
+        return metrics
+
+    monkeypatch.setattr(run_mod, "policy_update", spy)
+    overrides = [f"clipo.objective={objective}", f"clipo.enabled={str(enabled).lower()}"]
+    run = run_mod.Run(load_config(None, TINY + overrides + [f"output.dir={out_dir}"]))
+    real_generate = run.gen.generate
+
+    def uneven_lengths(*a, **kw):  # responses of 1..MAX_TOKENS tokens: token- and seq-means differ
+        ro = real_generate(*a, **kw)
+        ro.response_ids = [r[: 1 + i % len(r)] for i, r in enumerate(ro.response_ids)]
+        return ro
+
+    run.gen.generate = uneven_lengths
+    history = [run.step() for _ in PSEUDO_REWARDS]
+    run.close()
+    return {"run": run, "history": history, "updates": updates}
+
+
+_CACHE: dict = {}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, mcore_single_process):
+    """One 2-step run per (objective, CLIPO on / off), built on first use and shared."""
+    from clipo_megatron.models.smollm2 import smollm2_gguf_path
+
+    try:
+        smollm2_gguf_path()  # the tokenizer
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+
+    def get(objective: str, enabled: bool) -> dict:
+        key = (objective, enabled)
+        if key not in _CACHE:
+            with pytest.MonkeyPatch.context() as mp:
+                d = tmp_path_factory.mktemp(f"{objective}_{enabled}")
+                _CACHE[key] = _train(objective, enabled, d, mp)
+        return _CACHE[key]
+
+    return get
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["clipo", "no_clipo"])
+@pytest.mark.parametrize("objective", ["grpo", "dapo", "gspo", "gmpo"])
+def test_logged_policy_loss_is_the_objective(trained, objective, enabled):
+    r = trained(objective, enabled)
+    assert len(r["updates"]) == 2
+    for u in r["updates"]:
+        b = u["batch"]
+        assert (b.ref_logprobs is not None) == (KL[objective] > 0)  # grpo: frozen reference
+        want = _naive_loss(objective, u["lp"], b.old_logprobs, b.advantages, b.mask, b.ref_logprobs)
+        assert u["metrics"]["pg/loss"] == pytest.approx(want, rel=1e-5, abs=1e-7)
+    # a real signal: mixed groups, nonzero advantages, clipped and unclipped tokens, a moving policy
+    assert all(abs(u["metrics"]["pg/loss"]) > 1e-5 for u in r["updates"])
+    assert any(u["metrics"]["pg/grad_norm"] > 0 for u in r["updates"])
+
+
+@pytest.mark.parametrize("objective", ["grpo", "dapo"])
+def test_clipo_off_gives_zero_contrastive_reward(trained, objective):
+    off, on = trained(objective, False)["history"], trained(objective, True)["history"]
+    assert all(m["reward/clipo_mean"] == 0.0 for m in off)
+    assert all(m["reward/shaped_mean"] == m["reward/mean"] for m in off)
+    assert on[0]["reward/clipo_mean"] != 0.0  # the same step with CLIPO on shapes the rewards
+    assert off[0]["clipo/loss"] == on[0]["clipo/loss"]  # the head trains either way
+
+
+def test_dapo_filter_drops_exactly_the_zero_variance_groups(trained):
+    r = trained("dapo", False)
+    step0, step1 = r["updates"]
+    # step 0: group 0 all correct, group 2 all wrong -> only group 1's 4 rows train
+    assert r["history"][0]["train/kept_rows"] == 4.0
+    assert r["history"][0]["train/dropped_groups"] == 2.0
+    b = step0["batch"]
+    assert b.ids.shape[0] == 4 and bool((b.advantages != 0).all())
+    lengths = [1 + i % MAX_TOKENS for i in range(N, 2 * N)]  # rows 4..7 of the uneven responses
+    assert b.mask.sum(1).tolist() == lengths
+    assert r["history"][1]["train/kept_rows"] == 12.0  # step 1: every group mixed
+    assert step1["batch"].ids.shape[0] == 12
+    assert "train/kept_rows" not in trained("grpo", False)["history"][0]  # no filter elsewhere
+
+
+def test_dapo_skips_the_update_when_every_group_is_filtered(trained):
+    from clipo_megatron.runner.passes import UpdateBatch
+
+    run = trained("dapo", False)["run"]
+    b = trained("dapo", False)["updates"][1]["batch"]
+    before = {k: v.clone() for k, v in run.model.state_dict().items() if torch.is_tensor(v)}
+    group_ids = torch.arange(P).repeat_interleave(N)
+    same = UpdateBatch(b.ids, b.mask, b.old_logprobs, torch.zeros(P * N))
+    m = run._update(same, torch.ones(P * N), group_ids)
+    assert m == {"train/kept_rows": 0.0, "train/dropped_groups": 3.0, "train/skipped_update": 1.0}
+    after = run.model.state_dict()
+    assert all(torch.equal(v, after[k]) for k, v in before.items())

