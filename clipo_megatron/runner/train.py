@@ -112,7 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // world))
     from clipo_megatron.runner.run import Run
 
-    run = Run(cfg)
+    try:
+        run = Run(cfg)
+    except KeyboardInterrupt:
+        print("stopped while loading, before step 0", file=sys.stderr)
+        return 130
     try:
         with StopSignals() as stop:
             return _train(run, cfg, stop)
@@ -166,6 +170,8 @@ def _train(run, cfg, stop: StopSignals) -> int:
     log = (out / "metrics.jsonl").open("a") if rank0 else None
     try:
         while run.step_idx < cfg.train.steps:
+            if broadcast_from_rank0(stop.signum) is not None:
+                break  # every rank stops before the same step (rank 0's signal decides)
             m = run.step()
             if log:
                 log.write(json.dumps(m) + "\n")
@@ -183,8 +189,6 @@ def _train(run, cfg, stop: StopSignals) -> int:
             if run.step_idx % cfg.output.checkpoint_every == 0 or run.step_idx == cfg.train.steps:
                 save_checkpoint(run, ckpt)
                 saved_at = run.step_idx
-            if broadcast_from_rank0(stop.signum) is not None and run.step_idx < cfg.train.steps:
-                break  # every rank stops at the same step (rank 0's signal decides)
     except KeyboardInterrupt:  # a second signal: abandon the step
         stop.signum = stop.signum or signal.SIGINT
     finally:

@@ -59,7 +59,7 @@ def _same(a: dict, b: dict) -> bool:
 
 def _steps(overrides, steps):
     from clipo_megatron.runner.config import load_config
-    from clipo_megatron.runner.train import Run
+    from clipo_megatron.runner.run import Run
 
     run = Run(load_config(None, overrides))
     hist = [run.step() for _ in range(steps)]
@@ -68,7 +68,7 @@ def _steps(overrides, steps):
 
 def _mp_worker(rank, world, overrides, ckpt):
     import clipo_megatron.verify.boxed as boxed
-    from clipo_megatron.runner.train import save_checkpoint
+    from clipo_megatron.runner.checkpoint import save_checkpoint
 
     boxed.verify_batch = _pseudo_rewards
     run, hist = _steps(overrides, 2)
@@ -106,7 +106,7 @@ def runs(request, tmp_path_factory, mcore_single_process):
     boxed.verify_batch = _pseudo_rewards
     try:
         from clipo_megatron.runner.config import load_config as _lc
-        from clipo_megatron.runner.train import Run as _Run
+        from clipo_megatron.runner.run import Run as _Run
 
         init_state = {
             k: v.clone()
@@ -121,7 +121,7 @@ def runs(request, tmp_path_factory, mcore_single_process):
         ref.append({k: v for k, v in ref_run.step().items() if not k.startswith("time/")})
         # Resume the TP = 2 (PP = 2) checkpoint in this (TP = PP = 1) process: the cross-layout path.
         from clipo_megatron.runner.config import load_config
-        from clipo_megatron.runner.train import Run
+        from clipo_megatron.runner.run import Run
 
         resumed = Run(load_config(None, TINY + [f"output.dir={d / 'resumed'}"]))
         resumed.load_state_dict(torch.load(ckpt, weights_only=False))

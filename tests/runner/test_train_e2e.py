@@ -128,3 +128,38 @@ def test_vllm_backend_run_resumes_exactly(tmp_path, mcore_single_process):
     assert any(
         (a / "generator_hf").glob("*/model.safetensors")
     )  # the engine's export: vLLM really generated
+
+
+def test_sigint_stops_cleanly_and_says_where_to_resume(tmp_path):
+    """A real `clipo-megatron train` process: SIGINT after the first logged step -> exit 130,
+    the resume line, and no process of its group left behind (verifier pool, engine)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    _need_smollm2()
+    d = tmp_path / "sig"
+    cmd = [sys.executable, "-m", "clipo_megatron.cli", "train", *TINY, "rollout.backend=hf"]
+    cmd += ["train.steps=50", "eval.size=0", f"output.dir={d}"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for _ in range(600):  # wait for a logged step (a loaded box: minutes)
+            if (d / "metrics.jsonl").exists() and (d / "metrics.jsonl").read_text().strip():
+                break
+            if proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=300)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert (
+        last.startswith("stopped at step ") and "rerun the same command to resume from step" in last
+    )
+    with pytest.raises(ProcessLookupError):  # nothing of the run's process group survives it
+        os.killpg(proc.pid, 0)
