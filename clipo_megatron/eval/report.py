@@ -51,7 +51,11 @@ def bar_chart(
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(cols) * max(1, len(runs)) / 1.5), 4.0))
     for k, (name, scores) in enumerate(runs.items()):
         xs = [i + (k - (len(runs) - 1) / 2) * width for i in range(len(cols))]
-        ax.bar(xs, [scores.get(c) or 0.0 for c in cols], width, label=name)
+        bars = ax.bar(xs, [scores.get(c) or 0.0 for c in cols], width, label=name)
+        ax.bar_label(bars, fmt="%.1f", fontsize=7)  # a 0 bar is still read as 0, not as missing
+    # pass@1 in %: a fixed 0..100 axis (all-zero scores used to give an empty -0.04..0.04 axis)
+    top = max([100.0] + [v or 0.0 for s in runs.values() for v in s.values()])
+    ax.set_ylim(0, top * 1.05)
     ax.set_xticks(range(len(cols)), [label(c) for c in cols], rotation=30, ha="right")
     ax.set_ylabel(title)
     ax.legend(fontsize=8)

@@ -207,7 +207,12 @@ class Run:
                 **{f"time/{k}": v for k, v in t.items()},
             }
         )
-        emb = {"emb": out.embeddings, "correct": rewards.clone(), "group": group_ids}
+        emb = {
+            "emb": out.embeddings,
+            "correct": rewards.clone(),
+            "group": group_ids,
+            "step": self.step_idx,
+        }
         self.embeddings.setdefault("start", emb)
         self.embeddings["end"] = emb
         self.history.append(metrics)
