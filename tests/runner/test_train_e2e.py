@@ -161,5 +161,13 @@ def test_sigint_stops_cleanly_and_says_where_to_resume(tmp_path):
     assert (
         last.startswith("stopped at step ") and "rerun the same command to resume from step" in last
     )
-    with pytest.raises(ProcessLookupError):  # nothing of the run's process group survives it
-        os.killpg(proc.pid, 0)
+    # Nothing of the run's process group outlives it: the verifier workers are joined; the
+    # multiprocessing forkserver / resource tracker exit on their own within a second or so.
+    for _ in range(60):
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("processes of the stopped run are still alive 30 s after it exited")
