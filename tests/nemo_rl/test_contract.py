@@ -61,8 +61,12 @@ def nemo_rl_cpu():
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")  # Policy asks for it on the Megatron path
     ACTOR_ENVIRONMENT_REGISTRY[CPU_WORKER_FQN] = PY_EXECUTABLES.SYSTEM  # the test's own venv
     ray.init(num_cpus=8, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    # NeMo-RL's memory tracker asks Ray for "the" local cluster (address auto): name ours, so a
+    # second Ray instance on the machine (another suite, another version) is not ambiguous.
+    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     yield CPU_WORKER_FQN
     ray.shutdown()
+    os.environ.pop("RAY_ADDRESS", None)
 
 
 @pytest.fixture(scope="module")
