@@ -10,6 +10,7 @@ def mcore_single_process():
     """A world-1 gloo group with megatron's parallel_state initialised (TP = PP = 1)."""
     pytest.importorskip("megatron.core")
     import torch.distributed as dist
+
     from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
     from clipo_megatron.megatron.parallel import ensure_model_parallel
 

@@ -4,7 +4,7 @@
 verl layout (the authors' published files, `../shared/data/README.md`):
 `prompt` = [{"role": "user", "content": question + instruction}],
 `reward_model` = {"ground_truth": ...}, `data_source`, `extra_info.index`.
-Flat rows: a question under `question|problem|Question|input`, an answer
+Flat rows: a question under `question|problem|Question|input|query|prompt`, an answer
 under `answer|Answer|solution|answerKey|target`, and for multiple choice the
 options under `choices|options` (a list, or {"label": [...], "text": [...]}).
 GSM8K answers ("... #### 1,234") keep the number after "####"; a solution
@@ -21,8 +21,9 @@ from typing import Any
 from clipo_megatron.data.records import Record
 from clipo_megatron.data.registry import DatasetSpec
 from clipo_megatron.data.templates import build_prompt, format_choices
+from clipo_megatron.verify.extract import clean_answer
 
-_Q = ("question", "problem", "Question", "input", "query")
+_Q = ("question", "problem", "Question", "input", "query", "prompt")
 _A = ("answer", "Answer", "solution", "answerKey", "target", "final_answer")
 _C = ("choices", "options")
 
@@ -49,20 +50,6 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
                     raise ValueError(f"{p} line {n} is not JSON: {e}") from e
         return rows
     raise ValueError(f"{p}: unsupported file type {p.suffix!r}; use .parquet or .jsonl")
-
-
-def clean_answer(answer: Any) -> str:
-    """GSM8K '... #### 1,234' -> '1234'; a solution with \\boxed{} -> its last box; else the text."""
-    from clipo_megatron.verify.extract import last_boxed
-
-    a = str(answer)
-    if "####" in a:
-        return a.split("####")[-1].strip().replace(",", "")
-    if "\\boxed" in a or "\\fbox" in a:
-        boxed = last_boxed(a)
-        if boxed is not None:
-            return boxed.strip()
-    return a.strip()
 
 
 def _content(prompt: Any) -> str:

@@ -20,36 +20,17 @@ import functools
 from typing import Any
 
 from clipo_megatron.data import templates
+from clipo_megatron.data.registry import get_spec
+from clipo_megatron.data.templates import build_prompt, instruction_for
+from clipo_megatron.verify.extract import clean_answer
 
 MATH_INSTRUCTION = templates.MATH
-MC_KINDS = ("mmlu", "truthfulqa", "commonsenseqa")
-KIND_ALIASES = {
-    "gsm8k": "math",
-    "math": "math",
-    "math500": "math",
-    "aime": "math",
-    "amc": "math",
-    "theoremqa": "math",
-    "gsm_symbolic": "math",
-    "mmlu": "mmlu",
-    "truthfulqa": "truthfulqa",
-    "commonsenseqa": "commonsenseqa",
-}
+__all__ = ["build_prompt", "instruction_for", "clipo_data_processor", "score", "score_batch"]
 
 
-def instruction_for(dataset: str) -> str:
-    """The paper's instruction for a dataset (the data package's appendix table)."""
-    if dataset.lower() not in KIND_ALIASES:
-        raise ValueError(f"unknown dataset {dataset!r}; known: {sorted(KIND_ALIASES)}")
-    return templates.instruction_for(dataset)
-
-
-def build_prompt(problem: str, dataset: str) -> str:
-    """q + newline + instruction; a problem that already ends with it (the authors' files) is kept as is."""
-    instruction = instruction_for(dataset)
-    if problem.rstrip().endswith(instruction):
-        return problem.rstrip()
-    return f"{problem.rstrip()}\n{instruction}"
+def kind_of(dataset: str) -> str:
+    """The reward kind of a dataset (name or alias), from the data registry: "math" or "mc"."""
+    return get_spec(dataset).kind
 
 
 def _text(x: Any) -> str:
@@ -62,12 +43,10 @@ def _text(x: Any) -> str:
 
 
 def _ground_truth(x: Any) -> str:
-    """verl `reward_model` dicts carry `ground_truth`; a full solution (MATH 7.5k) is reduced to its last box."""
-    from clipo_megatron.verify.boxed import last_boxed
-
+    """verl `reward_model` dicts carry `ground_truth`; the answer rule is the data layer's
+    (GSM8K `#### 1,234` -> 1234, a full solution -> its last box)."""
     gt = x["ground_truth"] if isinstance(x, dict) and "ground_truth" in x else _text(x)
-    boxed = last_boxed(str(gt)) if "\\boxed" in str(gt) else None
-    return boxed if boxed is not None else str(gt)
+    return clean_answer(gt)
 
 
 def _problem_and_answer(
@@ -117,7 +96,7 @@ def clipo_data_processor(
     return {
         "message_log": [{"role": "user", "content": text, "token_ids": token_ids}],
         "length": length,
-        "extra_env_info": {"ground_truth": answer, "clipo_kind": KIND_ALIASES[dataset.lower()]},
+        "extra_env_info": {"ground_truth": answer, "clipo_kind": kind_of(dataset)},
         "loss_multiplier": loss_multiplier,
         "idx": idx,
         "task_name": datum_dict.get(
@@ -135,27 +114,17 @@ PROCESSORS = {
 # ----------------------------------------------------------------------------- rewards
 
 
-def choice_reward(response: str, ground_truth: str) -> float:
-    """1.0 if the last boxed answer names the ground-truth option letter."""
-    try:
-        from clipo_megatron.verify.mc import verify_choice  # type: ignore[import-not-found]
-
-        return float(verify_choice(response, ground_truth))
-    except ImportError:
-        from clipo_megatron.verify.boxed import last_boxed
-
-        ans = last_boxed(response)
-        if ans is None:
-            return 0.0
-        letter = ans.strip().strip("()").replace("\\text{", "").rstrip("}").strip().upper()[:1]
-        return float(letter == str(ground_truth).strip().strip("()").upper()[:1])
-
-
 def score(response: str, ground_truth: str, kind: str = "math") -> float:
-    """The verifiable reward of one response (call in a worker process: math-verify uses signals)."""
-    if kind in MC_KINDS:
-        return choice_reward(response, ground_truth)
-    from clipo_megatron.verify.boxed import verify_math
+    """The verifiable reward of one response (call in a worker process: math-verify uses signals).
+
+    kind "mc": the last boxed option letter against the ground truth; "math": math-verify."""
+    if kind == "mc":
+        from clipo_megatron.verify.choice import verify_choice
+
+        return verify_choice(response, ground_truth)
+    if kind != "math":
+        raise ValueError(f"unknown reward kind {kind!r}; expected 'math' or 'mc'")
+    from clipo_megatron.verify.math import verify_math
 
     return verify_math(response, ground_truth)
 

@@ -4,7 +4,7 @@
 Registered as env `clipo_math` by `data.register_with_nemo_rl()`. Each step
 scores the last assistant message of every rollout against
 `metadata["ground_truth"]` with `data.score` (math-verify for math, letter
-match for `clipo_kind` in mmlu / truthfulqa / commonsenseqa) in a process pool
+match for `clipo_kind` "mc": MMLU / TruthfulQA / CommonsenseQA) in a process pool
 (math-verify's timeouts are signal based: processes, not threads).
 """
 

@@ -24,9 +24,9 @@ def evaluate(run, seed_offset: int = 10_000) -> dict:
         max_tokens=e.max_tokens,
         seed=run.cfg.seed + 7,
     )
-    ok = torch.tensor(verify_batch(ro.texts, [probs[i].answer for i in ro.prompt_index])).view(
-        len(probs), e.n
-    )  # [P, n]
+    ok = torch.tensor(
+        verify_batch(ro.texts, [probs[i].ground_truth for i in ro.prompt_index])
+    ).view(len(probs), e.n)  # [P, n]
     dt = time.perf_counter() - t0
     return {
         "pass@1": float(ok.mean()),

@@ -130,7 +130,7 @@ class Run:
         t0 = time.perf_counter()
         if self.gen is not None:
             rewards = torch.tensor(
-                verify_batch(ro.texts, [batch[i].answer for i in ro.prompt_index])
+                verify_batch(ro.texts, [batch[i].ground_truth for i in ro.prompt_index])
             )
         ro, rewards = parallel.broadcast_from_rank0((ro, rewards))  # all ranks train on rank 0's
         t["verify"] = time.perf_counter() - t0

@@ -58,3 +58,16 @@ def normalize_text(answer: str) -> str:
         prev, answer = answer, _WRAPPERS.sub(r"\1", answer)
     answer = answer.replace("$", "").strip().rstrip(".").strip()
     return answer.lower()
+
+
+def clean_answer(answer: object) -> str:
+    """The gold-answer rule, its one home: GSM8K '... #### 1,234' -> '1234'; a solution with
+    \\boxed{} -> its last box; else the stripped text."""
+    a = str(answer)
+    if "####" in a:
+        return a.split("####")[-1].strip().replace(",", "")
+    if "\\boxed" in a or "\\fbox" in a:
+        boxed = last_boxed(a)
+        if boxed is not None:
+            return boxed.strip()
+    return a.strip()

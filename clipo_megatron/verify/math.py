@@ -15,14 +15,7 @@ processes plus a hard kill).
 
 from __future__ import annotations
 
-from clipo_megatron.verify.extract import last_boxed, normalize_text
-
-
-def _gold_text(ground_truth: str) -> str:
-    """A ground truth that is a full solution (MATH train) is graded against its last box."""
-    gt = str(ground_truth)
-    boxed = last_boxed(gt) if "\\boxed" in gt or "\\fbox" in gt else None
-    return boxed if boxed is not None else gt
+from clipo_megatron.verify.extract import clean_answer, last_boxed, normalize_text
 
 
 def grade_math_answer(
@@ -31,7 +24,7 @@ def grade_math_answer(
     """True if an extracted answer equals the ground truth (string-normalised or math-verify)."""
     if answer is None or not answer.strip():
         return False
-    gold = _gold_text(ground_truth)
+    gold = clean_answer(ground_truth)  # a full solution is graded against its answer
     if normalize_text(answer) == normalize_text(gold):
         return True
     from math_verify import parse, verify

@@ -72,7 +72,7 @@ def test_processor_on_the_authors_parquet():
     )  # last box only
     mmlu = pd.read_parquet(DATA / "test" / "mmlu2k.parquet").iloc[0].to_dict()
     out = PROCESSORS["clipo_mmlu"](mmlu, None, _Tok(), 8192, 0)
-    assert out["extra_env_info"]["clipo_kind"] == "mmlu"
+    assert out["extra_env_info"]["clipo_kind"] == "mc"
 
 
 @pytest.mark.runner
@@ -88,8 +88,47 @@ def test_rewards_math_verify_and_letters():
             "\\boxed{(c)}",
         ],
         ["1/2", "\\frac12", "4", "4", "B", "D"],
-        ["math", "math", "math", "math", "mmlu", "mmlu"],
+        ["math", "math", "math", "math", "mc", "mc"],
     )
     assert r == [1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="unknown reward kind 'mmlu'"):
+        score_batch(["\\boxed{B}"], ["B"], ["mmlu"])
     with pytest.raises(ValueError, match="ground truths"):
         score_batch(["a"], [])
+
+
+def test_one_data_path_same_prompt_and_answer_for_one_row(tmp_path):
+    """The runner's adapter, the eval loader's row parser and the NeMo-RL processor give the
+    same prompt and gold answer for one GSM8K row (flat layout and the authors' verl layout)."""
+    import json
+
+    from clipo_megatron.data.files import row_to_record
+    from clipo_megatron.data.registry import get_spec
+    from clipo_megatron.nemo_rl.data import clipo_data_processor
+    from clipo_megatron.runner.problems import jsonl_problems
+
+    class Tok:  # the chat template is the identity on one user message
+        def apply_chat_template(self, messages, **kw):
+            return messages[-1]["content"]
+
+        def __call__(self, text, **kw):
+            import torch
+
+            return {"input_ids": torch.zeros(1, len(text), dtype=torch.long)}
+
+    q, sol = "Tom has 3 apples and buys 1,000 more. How many?", "3 + 1000 = 1003\n#### 1,003"
+    verl = {
+        "prompt": [{"role": "user", "content": q + "\n" + MATH_INSTRUCTION}],
+        "reward_model": {"ground_truth": "1003"},
+    }
+    for row in ({"question": q, "answer": sol}, verl):
+        f = tmp_path / "row.jsonl"
+        f.write_text(json.dumps(row) + "\n")
+        (runner,) = jsonl_problems(f, 0, one_shot=False)
+        evaluated = row_to_record(row, 0, get_spec("gsm8k"), str(f))
+        nemo = clipo_data_processor(row, None, Tok(), 4096, 0, dataset="gsm8k")
+        want_prompt = q + "\n" + MATH_INSTRUCTION
+        assert runner.prompt == evaluated.prompt == want_prompt
+        assert nemo["message_log"][0]["content"] == want_prompt
+        assert runner.ground_truth == evaluated.ground_truth == "1003"
+        assert nemo["extra_env_info"]["ground_truth"] == "1003"

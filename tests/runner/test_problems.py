@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from clipo_megatron.runner.problems import clean_answer, jsonl_problems
+from clipo_megatron.runner.problems import jsonl_problems
+from clipo_megatron.verify.extract import clean_answer
 
 pytestmark = [pytest.mark.runner]
 
@@ -31,12 +32,12 @@ def test_jsonl_rows_and_errors(tmp_path):
         + "\n"
     )
     ps = jsonl_problems(f, 0)
-    assert [p.answer for p in ps] == ["2", "4"]
+    assert [p.ground_truth for p in ps] == ["2", "4"]
     assert ps[0].prompt.startswith("1+1?\n") and "\\boxed{}" in ps[0].prompt
     assert len(jsonl_problems(f, 1)) == 1
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"q": "x"}) + "\n")
-    with pytest.raises(ValueError, match="row 0: needs one of"):
+    with pytest.raises(ValueError, match="row 0: needs a question"):
         jsonl_problems(bad, 0)
     with pytest.raises(FileNotFoundError, match="local jsonl"):
         jsonl_problems(tmp_path / "missing.jsonl", 1)
