@@ -15,8 +15,22 @@ _SUBCOMMANDS = {
         "clipo_megatron.runner.train",
         "GRPO / DAPO / GSPO / GMPO, with or without CLIPO, on one machine (YAML + dotted overrides)",
     ),
-    "eval": ("clipo_megatron.eval.run", "pass@1 evaluation over a benchmark suite or datasets"),
+    "eval": (
+        "clipo_megatron.eval.run",
+        "pass@1 over a benchmark suite or datasets; --run DIR / --config: a training run's held-out task",
+    ),
 }
+# `eval --run DIR` / `eval --config` evaluate the runner's own task with the runner's `Run`:
+# routed here, above both packages, so that eval never imports the runner.
+_RUNNER_HELDOUT = "clipo_megatron.runner.heldout"
+
+
+def _module_for(argv: list[str]) -> str:
+    if argv[0] == "eval":
+        rest = set(argv[1:])
+        if rest & {"--run", "--config"} and not rest & {"--suite", "--datasets", "compare"}:
+            return _RUNNER_HELDOUT
+    return _SUBCOMMANDS[argv[0]][0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nunknown subcommand {argv[0]!r}", file=sys.stderr)
             return 2
         return 0
-    module = importlib.import_module(_SUBCOMMANDS[argv[0]][0])
+    module = importlib.import_module(_module_for(argv))
     return int(module.main(argv[1:]) or 0)
 
 

@@ -100,7 +100,7 @@ def _load_train_run(run_dir: Path):
     import torch
 
     from clipo_megatron.models.hf_convert import arch_from_hf_config, load_hf_from_megatron
-    from clipo_megatron.runner.policy import load_hf_policy
+    from clipo_megatron.models.hf_policy import load_hf_policy
 
     cfg = json.loads((run_dir / "config.json").read_text())
     m = cfg["model"]

@@ -5,7 +5,7 @@
     clipo-megatron eval --datasets gsm8k,mmlu --model smollm2 --data-dir DATA --limit 20 --max-tokens 256
     clipo-megatron eval --datasets gsm_symbolic --source gsm_symbolic=gym --limit 50 --model smollm2
     clipo-megatron eval compare runs/eval/base runs/eval/mine [--names base,mine] --out runs/eval/cmp
-    clipo-megatron eval --run runs/cpu_demo            # a training run's held-out task (eval/heldout.py)
+    clipo-megatron eval --run runs/cpu_demo            # a training run's held-out task (runner/heldout.py)
 
 --model: `smollm2`, an HF model directory, or a `clipo-megatron train` output dir (Megatron checkpoint).
 --backend: auto (vLLM when installed, else HF transformers), hf, vllm.
@@ -256,10 +256,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "compare":
         return run_compare(argv[1:])
-    if ("--run" in argv or "--config" in argv) and not {"--suite", "--datasets"} & set(argv):
-        from clipo_megatron.eval.heldout import main as heldout_main
-
-        return heldout_main(argv)
     args = _parser().parse_args(argv)
     if not (args.suite or args.datasets):
         _parser().print_help()

@@ -7,10 +7,6 @@ generator is an HF model of the same weights, re-synced after each update.
 
 from __future__ import annotations
 
-import os
-
-import torch
-
 from clipo_megatron.megatron.model_builder import (
     build_gpt_model,
     policy_from_hf,
@@ -28,34 +24,6 @@ def init_single_process() -> None:
     from clipo_megatron.runner.parallel import init_distributed
 
     init_distributed(1, 1)
-
-
-def load_hf_policy(source: str, *, tiny_hidden: int = 64, tiny_layers: int = 2, seed: int = 0):
-    """(HF model, tokenizer): SmolLM2-135M-Instruct, or a tiny random Llama with its tokenizer."""
-    from clipo_megatron.models.smollm2 import load_smollm2, load_smollm2_tokenizer
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if source == "smollm2":
-        return load_smollm2()
-    import transformers
-
-    tok = load_smollm2_tokenizer()
-    cfg = transformers.LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=tiny_hidden,
-        intermediate_size=2 * tiny_hidden,
-        num_hidden_layers=tiny_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        rms_norm_eps=1e-5,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(seed)
-    return transformers.LlamaForCausalLM(cfg).float().eval(), tok
 
 
 def build_policy(hf_model, tp: int = 1, pp: int = 1):

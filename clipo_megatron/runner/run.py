@@ -53,7 +53,8 @@ class Run:
         from clipo_megatron.megatron.head import attach_head, build_contrastive_head
         from clipo_megatron.megatron.head_trainer import HeadTrainer
         from clipo_megatron.megatron.model_builder import transformer_config
-        from clipo_megatron.runner.policy import build_policy, load_hf_policy
+        from clipo_megatron.models.hf_policy import load_hf_policy
+        from clipo_megatron.runner.policy import build_policy
         from clipo_megatron.runner.problems import load_problems
 
         cfg.validate()

@@ -218,7 +218,7 @@ def _train(run, cfg, stop: StopSignals) -> int:
 
 
 def __getattr__(name: str):
-    """Names that lived here before the split (eval/heldout.py and bench/ import them)."""
+    """Names that lived here before the split (bench/ imports them)."""
     if name in ("Run", "STAGES"):
         from clipo_megatron.runner import run
 

@@ -8,7 +8,9 @@ Loads the run's config and its latest checkpoint (policy weights), samples
 n answers per held-out problem at the eval temperature (0.6, top-p 0.95 by
 default, the paper's), verifies them with math-verify and writes
 eval.json / eval.md into the run directory (or --out). The paper's benchmark
-suites are `clipo-megatron eval --suite ...` (`clipo_megatron.eval.run`).
+suites are `clipo-megatron eval --suite ...` (`clipo_megatron.eval.run`). This command
+belongs to the runner (its config, task and `Run`); `clipo_megatron/cli.py` routes
+`eval --run / --config` here, so the eval package never imports the runner.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_intermixed_args(argv)
     warnings.filterwarnings("ignore", module=r"megatron\..*")
     from clipo_megatron.runner.config import load_config
-    from clipo_megatron.runner.train import Run, evaluate
+    from clipo_megatron.runner.evaluation import evaluate
+    from clipo_megatron.runner.run import Run
 
     ckpt = None
     if args.run:
