@@ -135,7 +135,7 @@ def build_generator(
     vLLM loads HF directories directly; `smollm2` and training run dirs are first exported to an HF
     directory (SmolLM2 once, into the user cache; a run's checkpoint into `<run>/hf_export`).
     """
-    from clipo_megatron.generation.factory import BACKENDS
+    from clipo_megatron.generation import BACKENDS
     from clipo_megatron.generation.vllm_backend import vllm_available
 
     if backend not in BACKENDS:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from clipo_megatron.eval.suites import get_suite, suite_for
-from clipo_megatron.generation.factory import BACKENDS
+from clipo_megatron.generation import BACKENDS
 
 
 def _parse_sources(items: list[str]) -> dict[str, str]:

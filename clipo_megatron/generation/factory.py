@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-BACKENDS = ("auto", "hf", "vllm")
+from clipo_megatron.generation import BACKENDS
+
 MIN_VLLM_CPU_HEAD_DIM = 32
 
 

@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
 from clipo_megatron.core.objectives import Objective, get_objective
-from clipo_megatron.generation.factory import BACKENDS
+from clipo_megatron.generation import BACKENDS
 
 
 @dataclass
