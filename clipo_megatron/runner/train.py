@@ -218,17 +218,9 @@ def _train(run, cfg, stop: StopSignals) -> int:
 
 
 def __getattr__(name: str):
-    """Names that lived here before the split (bench/ imports them)."""
+    """`Run` and `STAGES` lived here before the split; bench/bench_step.py still imports them."""
     if name in ("Run", "STAGES"):
         from clipo_megatron.runner import run
 
         return getattr(run, name)
-    if name == "evaluate":
-        from clipo_megatron.runner.evaluation import evaluate
-
-        return evaluate
-    if name == "save_checkpoint":
-        from clipo_megatron.runner.checkpoint import save_checkpoint
-
-        return save_checkpoint
     raise AttributeError(name)
