@@ -38,7 +38,7 @@ def as_group_ids(
         return group_ids
     if hasattr(group_ids, "dtype") and hasattr(group_ids, "tolist"):  # numpy array
         if group_ids.dtype.kind in "iu":
-            return torch.as_tensor(group_ids.astype("int64"), device=device)
+            return torch.as_tensor(group_ids.astype("int64"), device=device)  # type: ignore[attr-defined]
         ids = group_ids.tolist()
     elif isinstance(group_ids, (str, bytes)) or not isinstance(group_ids, Iterable):
         raise ValueError(

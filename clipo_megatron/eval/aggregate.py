@@ -11,6 +11,11 @@ from __future__ import annotations
 from clipo_megatron.eval.suites import group_members
 
 
+def _delta(score: float | None, baseline: float | None) -> float | None:
+    """score - baseline, None where either is missing."""
+    return None if score is None or baseline is None else score - baseline
+
+
 def dataset_score(verdicts: list[float]) -> float:
     """pass@1 in percent over all samples of a dataset."""
     if not verdicts:
@@ -39,11 +44,5 @@ def compare(runs: dict[str, dict[str, float]]) -> dict:
     names = list(runs)
     base = runs[names[0]]
     table = {name: {c: runs[name].get(c) for c in columns} for name in names}
-    deltas = {
-        name: {
-            c: (None if table[name][c] is None or base.get(c) is None else table[name][c] - base[c])
-            for c in columns
-        }
-        for name in names[1:]
-    }
+    deltas = {name: {c: _delta(table[name][c], base.get(c)) for c in columns} for name in names[1:]}
     return {"baseline": names[0], "columns": columns, "scores": table, "deltas": deltas}

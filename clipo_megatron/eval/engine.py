@@ -116,12 +116,12 @@ def evaluate_dataset(
         )
         new += len(todo)
     rows = store.records([r.index for r in records], n)
-    verdicts = [r["verdict"] for r in rows]
+    scores = [float(r["verdict"]) for r in rows]
     return {
-        "score": dataset_score(verdicts),
+        "score": dataset_score(scores),
         "questions": len(records),
         "samples": len(rows),
-        "correct": int(sum(verdicts)),
+        "correct": int(sum(scores)),
         "no_answer": sum(r["extracted"] is None for r in rows),
         "timeouts": sum(r["status"] != "ok" for r in rows),
         "new_samples": new,

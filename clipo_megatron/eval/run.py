@@ -23,6 +23,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from clipo_megatron.eval.suites import get_suite, suite_for
 from clipo_megatron.generation import BACKENDS
@@ -89,7 +90,7 @@ def _settings(args, datasets: list[str]):
     from clipo_megatron.eval.engine import EvalSettings
 
     suite = get_suite(args.suite) if args.suite else suite_for(datasets)
-    d = {"n": 1, "max_tokens": 2048, "temperature": 0.6, "top_p": 0.95}
+    d: dict[str, Any] = {"n": 1, "max_tokens": 2048, "temperature": 0.6, "top_p": 0.95}
     if suite is not None:
         d = {
             "n": suite.n,

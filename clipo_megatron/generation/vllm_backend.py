@@ -92,7 +92,7 @@ class VLLMGenerator:
         self.llm = LLM(
             model=str(model_dir),
             tokenizer=str(model_dir),
-            dtype=dtype,
+            dtype=dtype,  # type: ignore[arg-type]  # a str the caller validated ("float32", ...)
             seed=seed,
             max_model_len=max_model_len,
             enforce_eager=True,

@@ -69,9 +69,15 @@ def clipo_step(
         )
     if warmup_steps is None and trainer is None:
         raise ValueError("pass warmup_steps= on pipeline stages without a HeadTrainer")
-    warmup = trainer.cfg if warmup_steps is None else CLIPOConfig(warmup_steps=warmup_steps)
-    rewards, metrics = None, {}
+    if warmup_steps is None:
+        assert trainer is not None  # checked above
+        warmup = trainer.cfg
+    else:
+        warmup = CLIPOConfig(warmup_steps=warmup_steps)
+    rewards: torch.Tensor | None = None
+    metrics: dict[str, float] = {}
     if last:
+        assert trainer is not None and response_sums is not None  # checked above
         if response_sums.shape[0] != b:
             raise ValueError(
                 f"response_sums has {response_sums.shape[0]} rows, response_counts {b}"

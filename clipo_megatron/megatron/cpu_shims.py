@@ -12,6 +12,7 @@ CUDA is available, so the GPU path is never altered.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -44,13 +45,22 @@ class _CudaToCpu(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _cpu_device() -> Any:
+    """Megatron places tensors on `torch.cuda.current_device()`: on CPU that is "cpu"."""
+    return "cpu"
+
+
+def _no_sync(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
 def enable_cpu_shims() -> None:
     """Process-wide: patch torch.cuda.current_device/synchronize and push the device mode."""
     global _ENABLED
     if _ENABLED or torch.cuda.is_available():
         return
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
-    torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
+    torch.cuda.current_device = _cpu_device
+    torch.cuda.synchronize = _no_sync
     _CudaToCpu().__enter__()
     _ENABLED = True
 
@@ -62,8 +72,8 @@ def cpu_shims():
         yield
         return
     saved = torch.cuda.current_device, torch.cuda.synchronize
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
-    torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
+    torch.cuda.current_device = _cpu_device
+    torch.cuda.synchronize = _no_sync
     try:
         with _CudaToCpu():
             yield

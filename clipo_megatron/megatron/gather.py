@@ -81,6 +81,7 @@ def broadcast_from_last_stage(
     Non-last stages pass t=None and the expected shape/dtype (their local batch).
     """
     if group_size(pp_group) == 1:
+        assert t is not None, "a pipeline of one stage is the last stage: it passes t"
         return t
     ranks = dist.get_process_group_ranks(pp_group)
     buf = t.contiguous() if t is not None else torch.empty(shape, dtype=dtype)
