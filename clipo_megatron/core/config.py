@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 LossType = Literal["infonce", "supcon", "softnn"]
 Similarity = Literal["cosine", "dot"]
@@ -223,7 +223,7 @@ class ClipoBlock:
         get_objective(self.objective)  # one error naming the registered objectives
 
     @classmethod
-    def from_dict(cls, cfg: dict[str, Any] | None) -> ClipoBlock:
+    def from_dict(cls, cfg: dict[str, Any] | None) -> Self:
         """Build from a plain / OmegaConf mapping; unknown keys are named with the valid ones."""
         cfg = dict(cfg or {})
         known = {f.name for f in dataclasses.fields(cls)}

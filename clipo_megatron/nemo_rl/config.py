@@ -77,7 +77,7 @@ RESOLVERS = {
 
 
 def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()):
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     path = path.resolve()
     if path in seen:
@@ -87,12 +87,13 @@ def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()):
             f"recipe {path} does not exist (named by {seen[-1] if seen else 'the caller'})"
         )
     node = OmegaConf.load(path)
+    assert isinstance(node, DictConfig), f"recipe {path} must be a mapping"
     parents = node.pop("defaults", None)
     if parents is None:
         return node
     if isinstance(parents, str):
         parents = [parents]
-    merged = OmegaConf.create({})
+    merged: Any = OmegaConf.create({})
     for parent in parents:
         parent = str(parent)
         if parent.startswith(NEMO_RL_PREFIX):

@@ -37,7 +37,7 @@ def collect_head_step(results: list[dict[str, Any]], batch_size: int) -> HeadSte
     rewards = assemble_rows(
         [(r["sample_idx"], r["rewards"]) for r in results], batch_size, name="contrastive rewards"
     )
-    metrics = next((r["metrics"] for r in results if r["metrics"]), {})
+    metrics: dict[str, Any] = next((r["metrics"] for r in results if r["metrics"]), {})
     return HeadStepResult(rewards=rewards, metrics=dict(metrics))
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def check_nemo_rl(config: dict[str, Any]) -> list[str]:
     return []
 
 
-def _pydantic_line(err: dict[str, Any]) -> str:
+def _pydantic_line(err: Any) -> str:  # a pydantic ErrorDetails (a TypedDict)
     key = ".".join(str(p) for p in err["loc"])
     if err["type"] == "missing":
         return (
@@ -142,8 +143,8 @@ def preflight_config(config: dict[str, Any], *, cluster_env: bool = True) -> Rep
     report = Report(config=config)
     has_nemo_rl = nemo_rl_importable()
     data = config.get("data") or {}
-    checks = [
-        ("clipo / cross-field rules", lambda: ([_clipo(report, config)], [])),
+    checks: list[tuple[str, Callable[[], tuple[list[str], list[str]]]]] = [
+        ("clipo / cross-field rules", lambda: ([p for p in [_clipo(report, config)] if p], [])),
         ("NeMo-RL", lambda: (check_nemo_rl(config) if has_nemo_rl else [], [])),
         ("data files", lambda: check_files(data)),
         ("train / validation overlap", lambda: (check_overlap(data), [])),

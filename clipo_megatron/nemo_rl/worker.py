@@ -133,14 +133,14 @@ class ClipoWorkerMixin:
 
     def get_logprobs(self, *, data, micro_batch_size=None, **kwargs):
         if self._clipo_groups is None or SAMPLE_IDX_KEY not in data:  # reference pass / CLIPO off
-            return super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)  # type: ignore[misc]
+            return super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)
         g = self._clipo_groups
         pooler = MicrobatchPooler(
             tp_group=g.tp, cp_group=g.cp, sequence_parallel=g.sequence_parallel
         )
-        norm = find_final_norm(self.model) if self._clipo is not None else None  # type: ignore[attr-defined]
+        norm = find_final_norm(self.model) if self._clipo is not None else None
         with teed_microbatches(self._clipo_iterator_module, pooler), pooler.hooked(norm):
-            out = super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)  # type: ignore[misc]
+            out = super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)
         if self._clipo is not None:
             self._clipo.record(*pooler.result())
         return out

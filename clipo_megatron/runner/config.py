@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -181,11 +182,11 @@ def load_config(path: str | None, overrides: list[str]) -> RunConfig:
     if bad:
         raise ValueError(f"overrides must look like key=value, got {bad}")
     try:
-        parts = [OmegaConf.load(path)] if path else []
+        parts: list[Any] = [OmegaConf.load(path)] if path else []
         parts.append(OmegaConf.from_dotlist(overrides))
         _refuse_old_spellings(parts)
         merged = OmegaConf.merge(OmegaConf.structured(RunConfig), *parts)
-        cfg: RunConfig = OmegaConf.to_object(merged)
+        cfg = cast(RunConfig, OmegaConf.to_object(merged))
     except OmegaConfBaseException as e:  # unknown key / wrong type: its first line names the key
         lines = str(e).splitlines()
         key = next((x.split(":", 1)[1].strip() for x in lines if "full_key:" in x), "")

@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     if ckpt is not None:
         state = torch.load(ckpt, weights_only=False)
         run.model.load_state_dict(state["policy"])
+        assert run.gen is not None  # a single process is rank 0: it holds the generator
         run.gen.sync_from_megatron(run.model.state_dict())
         step = state["step"]
     res = evaluate(run)

@@ -54,7 +54,7 @@ def gather_stages(local_full_named: dict) -> dict:
     """Merge every pipeline stage's {full name: value} (pickled over the PP group; small models only)."""
     if mp.pipeline_world_size() == 1:
         return local_full_named
-    parts = [None] * mp.pipeline_world_size()
+    parts: list[dict] = [{} for _ in range(mp.pipeline_world_size())]
     dist.all_gather_object(parts, local_full_named, group=mp.pipeline_group())
     merged: dict = {}
     for p in parts:

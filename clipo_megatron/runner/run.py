@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -117,7 +118,8 @@ class Run:
         start = (self.step_idx * p) % len(self.problems)
         batch = [self.problems[(start + i) % len(self.problems)] for i in range(p)]
         t0 = time.perf_counter()
-        ro = rewards = None
+        ro: Any = None
+        rewards: torch.Tensor | None = None
         if self.gen is not None:
             ro = self.gen.generate(
                 [b.messages for b in batch],
@@ -167,7 +169,7 @@ class Run:
         return not self.clipo.enabled or self.clipo.method.policy_updates_at(self.step_idx)
 
     def step(self) -> dict:
-        cfg, t = self.cfg, {}
+        cfg, t = self.cfg, dict[str, float]()
         batch, ro, rewards = self._rollouts(t)
 
         t0 = time.perf_counter()
