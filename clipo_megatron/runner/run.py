@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from clipo_megatron.core.advantages import group_advantages
+from clipo_megatron.core.rewards import shaped_rewards
 from clipo_megatron.megatron.policy_passes import token_logprobs
 from clipo_megatron.runner import optim_state, parallel
 from clipo_megatron.runner.config import RunConfig, to_dict
@@ -187,7 +188,7 @@ class Run:
         r_cl = out.rewards if self.clipo.enabled else torch.zeros_like(rewards)
         t["head"] = time.perf_counter() - t0
 
-        shaped = rewards + r_cl  # [B]
+        shaped = shaped_rewards(rewards, r_cl)  # [B] r' = r + r_CL
         adv = group_advantages(shaped, group_ids)
         t0 = time.perf_counter()
         metrics = {}
