@@ -30,7 +30,7 @@ def main() -> None:
     a = ap.parse_args()
     warnings.filterwarnings("ignore")
     from clipo_megatron.runner.config import load_config
-    from clipo_megatron.runner.train import STAGES, Run
+    from clipo_megatron.runner.run import STAGES, Run
 
     cfg = load_config(a.config, [f"output.dir={tempfile.mkdtemp()}", *a.overrides])
     t0 = time.perf_counter()

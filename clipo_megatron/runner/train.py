@@ -215,12 +215,3 @@ def _train(run, cfg, stop: StopSignals) -> int:
         plot_tsne(run.embeddings, out / "tsne.png")
     print((out / "results.md").read_text())
     return 0
-
-
-def __getattr__(name: str):
-    """`Run` and `STAGES` lived here before the split; bench/bench_step.py still imports them."""
-    if name in ("Run", "STAGES"):
-        from clipo_megatron.runner import run
-
-        return getattr(run, name)
-    raise AttributeError(name)
