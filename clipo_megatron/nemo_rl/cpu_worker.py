@@ -62,10 +62,9 @@ class CpuMegatronPolicyWorkerImpl:
         init_reference_model: bool = True,
         **_: Any,
     ):
-        from megatron.core import parallel_state as ps
-
         from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
         from clipo_megatron.megatron.model_builder import policy_from_hf
+        from clipo_megatron.megatron.parallel import data_parallel_group, ensure_model_parallel
 
         torch.set_num_threads(int(os.environ.get("CLIPO_CPU_WORKER_THREADS", "1")))
         mcfg = config["megatron_cfg"]
@@ -76,11 +75,10 @@ class CpuMegatronPolicyWorkerImpl:
         if not torch.distributed.is_initialized():
             torch.distributed.init_process_group("gloo")  # RANK / WORLD_SIZE / MASTER_* from Ray
         enable_cpu_shims()
-        if not ps.model_parallel_is_initialized():
-            ps.initialize_model_parallel(1, 1)
+        ensure_model_parallel(1, 1)
         self.cfg = config
         self.tokenizer = tokenizer
-        self.dp_group = ps.get_data_parallel_group()
+        self.dp_group = data_parallel_group()
         self.rank = torch.distributed.get_rank()
 
         import transformers

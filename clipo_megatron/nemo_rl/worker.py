@@ -147,8 +147,7 @@ class ClipoWorkerMixin:
 
     def clipo_setup(self, *, clipo_cfg: dict[str, Any]) -> bool:
         """Build the head on the last pipeline stage (called once by the policy after init)."""
-        from megatron.core import parallel_state as ps
-
+        from clipo_megatron.megatron import parallel as mp
         from clipo_megatron.megatron.head import build_contrastive_head
         from clipo_megatron.megatron.parallel import ParallelGroups
 
@@ -157,7 +156,7 @@ class ClipoWorkerMixin:
         self._clipo_groups = ParallelGroups.from_parallel_state(
             sequence_parallel=bool(mcfg.sequence_parallel)
         )
-        if not ps.is_pipeline_last_stage(ignore_virtual=True):
+        if not mp.is_pipeline_last_stage():
             return False
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.method.seed)  # identical replicated head on every DP / TP rank
@@ -175,24 +174,24 @@ class ClipoWorkerMixin:
 
     def clipo_save_head(self, *, step_dir: str, extra: dict | None = None) -> None:
         """Every worker joins; dp_rank 0 / cp_rank 0 of each TP rank on the last stage writes."""
-        from megatron.core import parallel_state as ps
+        from clipo_megatron.megatron import parallel as mp
 
         if self._clipo is not None:
-            writer = ps.get_data_parallel_rank() == 0 and ps.get_context_parallel_rank() == 0
+            writer = mp.data_parallel_rank() == 0 and mp.context_parallel_rank() == 0
             self._clipo.save(
-                step_dir, tp_rank=ps.get_tensor_model_parallel_rank(), writer=writer, extra=extra
+                step_dir, tp_rank=mp.tensor_parallel_rank(), writer=writer, extra=extra
             )
         torch.distributed.barrier()
 
     def clipo_load_head(self, *, step_dir: str) -> dict:
-        from megatron.core import parallel_state as ps
+        from clipo_megatron.megatron import parallel as mp
 
         if self._clipo is None:
             return {}
-        return self._clipo.load(step_dir, tp_rank=ps.get_tensor_model_parallel_rank())
+        return self._clipo.load(step_dir, tp_rank=mp.tensor_parallel_rank())
 
     def clipo_head_state(self) -> dict:
-        """The head trainer's state (head, AdamW, RNG, steps); {} off the last stage. For checks."""
+        """The head trainer's state (head, AdamW, steps); {} off the last stage. For checks."""
         return {} if self._clipo is None else self._clipo.trainer.state_dict()
 
     def clipo_head_step(

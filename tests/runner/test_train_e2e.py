@@ -92,16 +92,18 @@ def test_smollm2_step_has_real_rewards_and_contrastive_loss(tmp_path, mcore_sing
 
 def test_eval_command_on_a_checkpoint(tmp_path, mcore_single_process):
     _need_smollm2()
-    from clipo_megatron.eval.run import main as eval_main
+    from clipo_megatron.cli import main as cli_main
+    from clipo_megatron.runner.heldout import main as heldout_main
 
     d = tmp_path / "e"
     assert main(TINY + ["train.steps=1", f"output.dir={d}", "output.plots=false"]) == 0
-    assert eval_main(["--run", str(d), "eval.size=2", "eval.n=3"]) == 0
+    # the user's command: `clipo-megatron eval --run DIR` (cli.py routes it to runner/heldout.py)
+    assert cli_main(["eval", "--run", str(d), "eval.size=2", "eval.n=3"]) == 0
     res = json.loads((d / "eval.json").read_text())
     assert res["step"] == 1 and res["n"] == 3 and res["problems"] == 2
     assert (d / "eval.md").read_text().count("|") > 10
     with pytest.raises(FileNotFoundError, match="config.json"):
-        eval_main(["--run", str(tmp_path / "nope")])
+        heldout_main(["--run", str(tmp_path / "nope")])
 
 
 @pytest.mark.vllm
