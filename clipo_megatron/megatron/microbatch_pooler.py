@@ -27,6 +27,9 @@ from typing import Any
 import torch
 
 SAMPLE_IDX_KEY = "clipo_sample_idx"
+# Shared-prefix rows (`megatron/shared_prefix.py`): [R, T] local sample index at each response
+# token, -1 elsewhere; one padded row holds several samples, so a per-row mask cannot say it.
+SEGMENTS_KEY = "clipo_segments"
 
 
 def _get(mb: Any, key: str):
@@ -96,10 +99,14 @@ class MicrobatchPooler:
                     f"microbatch has no {SAMPLE_IDX_KEY!r}: the CLIPO policy attaches it to the "
                     "logprob data; was get_logprobs called through ClipoPolicy?"
                 )
+            segments = data.get(SEGMENTS_KEY) if isinstance(data, dict) else None
             self.pending.append(
                 {
                     "rows": torch.as_tensor(data[SAMPLE_IDX_KEY]).long().cpu(),
-                    "mask": torch.as_tensor(data[self.response_key]),
+                    "segments": segments,
+                    "mask": None
+                    if segments is not None
+                    else torch.as_tensor(data[self.response_key]),
                     "lengths": torch.as_tensor(data["input_lengths"])
                     if "input_lengths" in data
                     else None,
@@ -112,9 +119,9 @@ class MicrobatchPooler:
         """Pool one microbatch's final hidden states (called from the final-norm hook)."""
         from clipo_megatron.megatron.parallel_pooling import (
             local_rank_info,
+            local_segment_ids,
             packed_local_segment_ids,
             padded_local_segment_ids,
-            sharded_response_mean,
         )
 
         if not self.pending:
@@ -124,6 +131,16 @@ class MicrobatchPooler:
         meta = self.pending.popleft()
         info = local_rank_info(self.tp_group, self.cp_group, self.sequence_parallel)
         shard = info["cp_size"] * info["sp_size"]
+        if meta["segments"] is not None:  # shared-prefix rows: hidden [T_local, R, H]
+            segments = meta["segments"].long().cpu()  # [R, T]
+            b = meta["rows"].numel()
+            segments = torch.nn.functional.pad(
+                segments, (0, hidden.shape[0] * shard - segments.shape[1]), value=-1
+            )
+            seg = local_segment_ids(segments, **info)  # [T_local * R]
+            counts = torch.bincount(segments[segments >= 0], minlength=b)  # [b]
+            self._store(meta, hidden, seg, counts)
+            return
         mask = meta["mask"].bool().cpu()  # [b, S]
         b = mask.shape[0]
         if meta["cu"] is not None:  # packed THD: hidden [T_local, 1, H]
@@ -143,6 +160,11 @@ class MicrobatchPooler:
             mask = torch.nn.functional.pad(mask, (0, s_full - mask.shape[1]))  # [b, S_full]
             seg = padded_local_segment_ids(mask, **info)  # [S_local * b]
             counts = mask.sum(1)  # [b]
+        self._store(meta, hidden, seg, counts)
+
+    def _store(self, meta: dict, hidden: torch.Tensor, seg: torch.Tensor, counts: torch.Tensor):
+        from clipo_megatron.megatron.parallel_pooling import sharded_response_mean
+
         pooled = sharded_response_mean(
             hidden.detach().float(),
             seg.to(hidden.device),

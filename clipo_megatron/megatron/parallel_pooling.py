@@ -58,13 +58,30 @@ def padded_local_segment_ids(
 ) -> torch.Tensor:
     """[S_local * B] sequence index of each local token of an sbd tensor (-1 = not response)."""
     b, s = response_mask.shape
+    seg = torch.arange(b).unsqueeze(1).expand(b, s)  # [B, S]
+    seg = torch.where(response_mask.bool(), seg, torch.full_like(seg, -1))
+    return local_segment_ids(
+        seg, cp_size=cp_size, cp_rank=cp_rank, sp_size=sp_size, sp_rank=sp_rank
+    )
+
+
+def local_segment_ids(
+    segments: torch.Tensor,
+    *,
+    cp_size: int = 1,
+    cp_rank: int = 0,
+    sp_size: int = 1,
+    sp_rank: int = 0,
+) -> torch.Tensor:
+    """[S_local * R] this rank's part of a [R, S] segment-id matrix (-1 = not pooled), sbd order.
+
+    A row may hold several sequences (shared-prefix packing: one prompt, G responses).
+    """
+    r, s = segments.shape
     pos = cp_chunk_positions(s, cp_size, cp_rank)[
         _sp_slice(s // cp_size, sp_size, sp_rank)
     ]  # [S_local]
-    local = response_mask[:, pos].bool()  # [B, S_local]
-    seg = torch.arange(b).unsqueeze(1).expand(b, pos.numel())  # [B, S_local]
-    seg = torch.where(local, seg, torch.full_like(seg, -1))
-    return seg.transpose(0, 1).reshape(-1)  # sbd order: [S_local, B] flattened
+    return segments[:, pos].transpose(0, 1).reshape(-1)  # sbd order: [S_local, R] flattened
 
 
 def packed_local_segment_ids(

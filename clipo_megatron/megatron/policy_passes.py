@@ -27,13 +27,22 @@ def forward_logits(model, ids: torch.Tensor) -> torch.Tensor:
     return model(ids, pos, causal_mask(s))
 
 
+def forward_packed_logits(model, packed) -> torch.Tensor:
+    """A shared-prefix micro-batch (`shared_prefix.PackedGroups`) -> [R, T, V] logits."""
+    from clipo_megatron.megatron.shared_prefix import packed_rope
+
+    with packed_rope(model, packed.position_ids):
+        return model(packed.ids, packed.position_ids, packed.attention_mask)
+
+
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """[..., V] logits, [...] targets -> [...] log p(target) (fp32)."""
+    return torch.log_softmax(logits.float(), -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """[B, S] log p(ids[:, t] | ids[:, <t]); position 0 (never a response token) gets 0."""
-    lp = (
-        torch.log_softmax(logits[:, :-1].float(), -1)
-        .gather(-1, ids[:, 1:].unsqueeze(-1))
-        .squeeze(-1)
-    )  # [B, S-1]
+    lp = target_logprobs(logits[:, :-1], ids[:, 1:])  # [B, S-1]
     return torch.cat([torch.zeros_like(lp[:, :1]), lp], 1)
 
 

@@ -59,7 +59,10 @@ class TrainConfig:
     # > 0 keeps a frozen copy of the initial policy as the reference (one extra forward per step).
     kl_coef: float | None = None
     grad_clip: float = 1.0
-    micro_batch: int = 16
+    micro_batch: int = 16  # rollouts per micro-batch (shared-prefix: whole groups, at least one)
+    # Pack each prompt's group as one sequence (the prompt once, block-causal mask): the same
+    # logprobs, pooled states and gradients as one row per rollout, ~G-fold fewer prompt tokens.
+    shared_prefix: bool = True
 
 
 @dataclass
@@ -72,6 +75,10 @@ class EvalConfig:
     before_training: bool = True
     # Held-out local jsonl (e.g. a GSM8K test split); empty: reasoning-gym, another seed.
     path: str = ""
+    # The perturbed held-out set (data/perturbed.py: more terms, two-digit numbers, a distracting
+    # sentence), reported beside the in-distribution one. None: eval.size on the generated
+    # arithmetic task, none with data.path / eval.path; 0: off.
+    perturbed_size: int | None = None
 
 
 @dataclass
@@ -111,6 +118,14 @@ class RunConfig:
         """train.kl_coef, or the objective's default (GRPO: 0.001, k3 to the initial policy)."""
         return self.objective().kl_coef if self.train.kl_coef is None else self.train.kl_coef
 
+    def perturbed_eval_size(self) -> int:
+        """Problems in the perturbed held-out set (0: none); it perturbs the generated arithmetic."""
+        e = self.eval
+        if e.perturbed_size is not None:
+            return e.perturbed_size
+        arithmetic = self.data.dataset == "basic_arithmetic" and not (self.data.path or e.path)
+        return e.size if arithmetic else 0
+
     def validate(self) -> None:
         def need(ok, what):
             if not ok:
@@ -146,6 +161,17 @@ class RunConfig:
             "rollout.backend=vllm with parallel.tp or parallel.pp > 1: the in-process vLLM engine "
             "cannot share the model-parallel ranks' process group; use rollout.backend=hf (or auto)",
         )
+        ps = self.eval.perturbed_size
+        need(
+            ps is None or ps >= 0,
+            f"eval.perturbed_size={ps} must be >= 0 (0: off; null: eval.size)",
+        )
+        need(
+            not ps or (self.data.dataset == "basic_arithmetic" and not self.data.path),
+            f"eval.perturbed_size={ps}: the perturbed set perturbs the generated basic_arithmetic "
+            "task; with data.path or another data.dataset set eval.perturbed_size=0",
+        )
+        need(self.eval.size >= 0, f"eval.size={self.eval.size} must be >= 0 (0: no evaluation)")
         for key in ("eps_low", "eps_high", "kl_coef"):
             v = getattr(self.train, key)
             need(

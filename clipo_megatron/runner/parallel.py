@@ -70,16 +70,11 @@ def broadcast_from_rank0(obj):
     return box[0]
 
 
-def vocab_parallel_token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """[B, S] log p(ids[:, t] | ids[:, <t]) from vocab-sharded logits [B, S, V/tp]; position 0 gets 0.
-
-    Megatron-Core's vocab-parallel cross entropy (max and sum-exp all-reduced over
-    the TP group, differentiable) returns -log p of the target.
-    """
+def vocab_parallel_target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """[..., V/tp] vocab-sharded logits, [...] targets -> [...] log p(target), differentiable."""
     from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
 
-    nll = vocab_parallel_cross_entropy(logits[:, :-1].float().clone(), ids[:, 1:])
-    return torch.cat([torch.zeros_like(nll[:, :1]), -nll], 1)
+    return -vocab_parallel_cross_entropy(logits.float().clone(), targets)
 
 
 def clip_grad_norm_model_parallel(params, max_norm: float) -> torch.Tensor:

@@ -8,7 +8,10 @@
   scaled by the batch's global normalisers so they sum to the batch loss.
 
 Token ids and masks are right-padded [B, S]; `mask` is True at response tokens and
-`logprobs[:, t]` is log p(ids[:, t] | ids[:, <t]) (position 0 holds 0).
+`logprobs[:, t]` is log p(ids[:, t] | ids[:, <t]) at response tokens. Both passes run
+in either micro-batch layout (`runner/micro_batches.py`): shared-prefix packing (the
+prompt once per group, the default) or one row per rollout; the numbers are the same.
+`target_fn` is the plain or vocab-parallel (TP) log p(target) of a logits tensor.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ from dataclasses import dataclass
 import torch
 
 from clipo_megatron.core.objectives import Objective
-from clipo_megatron.megatron.microbatch_pooler import (
-    SAMPLE_IDX_KEY,
-    MicrobatchPooler,
-    find_final_norm,
-)
-from clipo_megatron.megatron.policy_passes import forward_logits, token_logprobs
+from clipo_megatron.megatron.microbatch_pooler import MicrobatchPooler, find_final_norm
+from clipo_megatron.megatron.policy_passes import target_logprobs
 from clipo_megatron.runner import parallel
+from clipo_megatron.runner.micro_batches import (
+    forward,
+    micro_batches,
+    rollout_logprobs,
+    seq_length,
+)
 
 
 def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int):
@@ -50,16 +55,11 @@ class UpdateBatch:
     ref_logprobs: torch.Tensor | None = None  # [B, S] the frozen reference (KL term), or None
 
     def rows(self, keep: torch.Tensor) -> UpdateBatch:
-        """The rows where `keep` [B] is True (DAPO's dynamic sampling)."""
+        """The rows `keep` selects: a bool mask [B] (DAPO's dynamic sampling) or indices (a micro-batch)."""
         ref = None if self.ref_logprobs is None else self.ref_logprobs[keep]
         return UpdateBatch(
             self.ids[keep], self.mask[keep], self.old_logprobs[keep], self.advantages[keep], ref
         )
-
-    def micro(self, start: int, size: int) -> UpdateBatch:
-        j = slice(start, start + size)
-        ref = None if self.ref_logprobs is None else self.ref_logprobs[j]
-        return UpdateBatch(self.ids[j], self.mask[j], self.old_logprobs[j], self.advantages[j], ref)
 
 
 @dataclass(frozen=True)
@@ -89,26 +89,28 @@ class PolicyLoss:
         )
 
 
-def _pooled_microbatches(ids, mask, mb: int) -> list[dict]:
-    """Microbatches as the shared pooler reads them: rows, response mask, token ids."""
-    return [
-        {
-            SAMPLE_IDX_KEY: torch.arange(i, min(i + mb, ids.shape[0])),
-            "token_mask": mask[i : i + mb],
-            "ids": ids[i : i + mb],
-            "mask": mask[i : i + mb],
-        }
-        for i in range(0, ids.shape[0], mb)
-    ]
-
-
 def _in_row_order(pooler: MicrobatchPooler) -> torch.Tensor:
     rows, pooled = pooler.result()
     return pooled[torch.argsort(rows)]  # [B, D]
 
 
+def _in_rows(parts: list[torch.Tensor], mbs: list[dict]) -> torch.Tensor:
+    """Per-micro-batch [b_k, S] results back in batch row order [B, S]."""
+    from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY
+
+    rows = torch.cat([mb[SAMPLE_IDX_KEY] for mb in mbs])
+    return torch.cat(parts)[torch.argsort(rows)]
+
+
 def logprob_and_pool(
-    model, ids, mask, micro_batch: int, logprob_fn=token_logprobs, ref_model=None
+    model,
+    ids,
+    mask,
+    micro_batch: int,
+    target_fn=target_logprobs,
+    ref_model=None,
+    *,
+    shared_prefix: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The fused logprob pass: logprobs [B, S], pooled states [B, D], reference logprobs [B, S] | None.
 
@@ -116,15 +118,18 @@ def logprob_and_pool(
     `MicrobatchPooler`, the final norm hooked, one forward per microbatch (and one
     more on the frozen reference policy when there is one).
     """
+    s = ids.shape[1]
+    mbs = micro_batches(ids, mask, micro_batch, shared_prefix=shared_prefix)
     pooler = MicrobatchPooler()
     lps, refs = [], []
     model.eval()
     with torch.no_grad(), pooler.hooked(find_final_norm(model)):
-        for mb in pooler.tee(_pooled_microbatches(ids, mask, micro_batch)):
-            lps.append(logprob_fn(forward_logits(model, mb["ids"]), mb["ids"]))
+        for mb in pooler.tee(mbs):
+            lps.append(rollout_logprobs(forward(model, mb), mb, target_fn, s))
             if ref_model is not None:
-                refs.append(logprob_fn(forward_logits(ref_model, mb["ids"]), mb["ids"]))
-    return torch.cat(lps), _in_row_order(pooler), torch.cat(refs) if refs else None
+                refs.append(rollout_logprobs(forward(ref_model, mb), mb, target_fn, s))
+    ref = _in_rows(refs, mbs) if refs else None
+    return _in_rows(lps, mbs), _in_row_order(pooler), ref
 
 
 def policy_update(
@@ -134,16 +139,21 @@ def policy_update(
     loss_fn: PolicyLoss,
     micro_batch: int,
     grad_clip: float,
-    logprob_fn=token_logprobs,
+    target_fn=target_logprobs,
     clip_fn=torch.nn.utils.clip_grad_norm_,
+    *,
+    shared_prefix: bool = True,
 ) -> dict[str, float]:
     """One optimizer step; `pg/loss` is the batch loss (the sum of the micro-batches')."""
+    from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY
+
+    s = batch.ids.shape[1]
     model.train()
     optimizer.zero_grad(set_to_none=True)
     total, stats = 0.0, {}
-    for i in range(0, batch.ids.shape[0], micro_batch):
-        mb = batch.micro(i, micro_batch)
-        loss, stats = loss_fn(logprob_fn(forward_logits(model, mb.ids), mb.ids), mb, batch)
+    for mb in micro_batches(batch.ids, batch.mask, micro_batch, shared_prefix=shared_prefix):
+        rows = batch.rows(mb[SAMPLE_IDX_KEY])
+        loss, stats = loss_fn(rollout_logprobs(forward(model, mb), mb, target_fn, s), rows, batch)
         loss.backward()
         total += float(loss.detach())
     grad_norm = clip_fn(model.parameters(), grad_clip)
@@ -152,26 +162,32 @@ def policy_update(
 
 
 def pipeline_logprob_and_pool(
-    model, ids, mask, micro_batch: int, logprob_fn=token_logprobs, ref_model=None
+    model,
+    ids,
+    mask,
+    micro_batch: int,
+    target_fn=target_logprobs,
+    ref_model=None,
+    *,
+    shared_prefix: bool = True,
 ):
     """`logprob_and_pool` through Megatron-Core's pipeline schedule (forward only); every stage
     gets the result. The reference policy's logprobs take one more forward-only schedule."""
-    from clipo_megatron.runner.pipeline import (
-        broadcast_from_last_stage,
-        run_schedule,
-        uniform_micro_batch,
-    )
+    from clipo_megatron.runner.pipeline import broadcast_from_last_stage, run_schedule
 
-    b, s = ids.shape
-    micro = _pooled_microbatches(ids, mask, uniform_micro_batch(b, micro_batch))
+    s = ids.shape[1]
+    micro = micro_batches(ids, mask, micro_batch, shared_prefix=shared_prefix, uniform=True)
     last = parallel.is_pipeline_last_stage()
 
     def forward_step(it, m):
-        x = next(it)
-        out = forward_logits(m, x["ids"])  # the last stage's final norm is hooked: pooled here
+        mb = next(it)
+        out = forward(m, mb)  # the last stage's final norm is hooked: pooled here
         if not last:
             return out, None
-        return out, lambda logits: (logits.sum() * 0.0, {"lp": logprob_fn(logits, x["ids"])})
+        return out, lambda logits: (
+            logits.sum() * 0.0,
+            {"lp": rollout_logprobs(logits, mb, target_fn, s)},
+        )
 
     def one_pass(net, pooler):
         net.eval()
@@ -181,10 +197,10 @@ def pipeline_logprob_and_pool(
                 micro,
                 forward_step,
                 forward_only=True,
-                seq_length=s,
+                seq_length=seq_length(micro),
                 data=pooler.tee(micro) if last else None,
             )
-        return torch.cat([o["lp"] for o in outs]) if last else None
+        return _in_rows([o["lp"] for o in outs], micro) if last else None
 
     pooler = MicrobatchPooler()
     lp = one_pass(model, pooler)
@@ -200,33 +216,34 @@ def pipeline_policy_update(
     loss_fn: PolicyLoss,
     micro_batch: int,
     grad_clip: float,
-    logprob_fn=token_logprobs,
+    target_fn=target_logprobs,
     clip_fn=None,
+    *,
+    shared_prefix: bool = True,
 ) -> dict[str, float]:
     """`policy_update` through the pipeline schedule (1F1B); metrics from the last stage, on every stage."""
+    from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY
     from clipo_megatron.runner.pipeline import (
         allreduce_tied_embedding_grads,
         broadcast_from_last_stage,
         run_schedule,
-        uniform_micro_batch,
     )
 
-    b, s = batch.ids.shape
-    mb_size = uniform_micro_batch(b, micro_batch)
-    micro = [
-        {"ids": batch.ids[i : i + mb_size], "mb": batch.micro(i, mb_size)}
-        for i in range(0, b, mb_size)
-    ]
+    s = batch.ids.shape[1]
+    micro = micro_batches(
+        batch.ids, batch.mask, micro_batch, shared_prefix=shared_prefix, uniform=True
+    )
     last = parallel.is_pipeline_last_stage()
 
     def forward_step(it, m):
-        mb = next(it)["mb"]
-        out = forward_logits(m, mb.ids)
+        mb = next(it)
+        out = forward(m, mb)
         if not last:
             return out, None
 
         def stage_loss(logits):
-            loss, stats = loss_fn(logprob_fn(logits, mb.ids), mb, batch)
+            rows = batch.rows(mb[SAMPLE_IDX_KEY])
+            loss, stats = loss_fn(rollout_logprobs(logits, mb, target_fn, s), rows, batch)
             # The schedule divides by the number of micro-batches; the global normalisers already weigh them.
             return loss * len(micro), {"loss": float(loss.detach()), **stats}
 
@@ -234,7 +251,9 @@ def pipeline_policy_update(
 
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    outs = run_schedule(model, micro, forward_step, forward_only=False, seq_length=s)
+    outs = run_schedule(
+        model, micro, forward_step, forward_only=False, seq_length=seq_length(micro)
+    )
     allreduce_tied_embedding_grads(model)
     grad_norm = clip_fn(model.parameters(), grad_clip)
     optimizer.step()

@@ -20,7 +20,7 @@ import torch
 
 from clipo_megatron.core.advantages import group_advantages
 from clipo_megatron.core.rewards import shaped_rewards
-from clipo_megatron.megatron.policy_passes import token_logprobs
+from clipo_megatron.megatron.policy_passes import target_logprobs
 from clipo_megatron.runner import optim_state, parallel
 from clipo_megatron.runner.config import RunConfig, to_dict
 from clipo_megatron.runner.passes import (
@@ -67,7 +67,7 @@ class Run:
         self.tp, self.pp = cfg.parallel.tp, cfg.parallel.pp
         parallel.init_distributed(self.tp, self.pp)
         self.tp_group = parallel.tp_group() if self.tp > 1 else None
-        self.logprob_fn = parallel.vocab_parallel_token_logprobs if self.tp > 1 else token_logprobs
+        self.target_fn = parallel.vocab_parallel_target_logprobs if self.tp > 1 else target_logprobs
         hf, self.tok = load_hf_policy(
             cfg.model.source,
             tiny_hidden=cfg.model.tiny_hidden,
@@ -159,8 +159,9 @@ class Run:
                 self.loss_fn,
                 self.cfg.train.micro_batch,
                 self.cfg.train.grad_clip,
-                self.logprob_fn,
+                self.target_fn,
                 self._clip_fn(),
+                shared_prefix=self.cfg.train.shared_prefix,
             )
         )
         return {**metrics, "train/skipped_update": 0.0}
@@ -177,7 +178,13 @@ class Run:
         ids, mask = pack(ro.prompt_ids, ro.response_ids, self.tok.pad_token_id)
         lp_pass = pipeline_logprob_and_pool if self.pp > 1 else logprob_and_pool
         old_lp, pooled, ref_lp = lp_pass(
-            self.model, ids, mask, cfg.train.micro_batch, self.logprob_fn, self.ref_model
+            self.model,
+            ids,
+            mask,
+            cfg.train.micro_batch,
+            self.target_fn,
+            self.ref_model,
+            shared_prefix=cfg.train.shared_prefix,
         )
         t["logprob_embed"] = time.perf_counter() - t0
 

@@ -1,0 +1,234 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Shared-prefix passes equal the per-rollout passes: logprobs, pooled states, gradients.
+
+Reference: a naive loop written here, one forward per rollout over exactly its own
+prompt + response (no padding), log-softmax and a mean of the final-norm outputs over
+its response tokens. The packed passes (`train.shared_prefix=true`) and the per-rollout
+passes must both match it to 1e-5 (fp32); the parameter gradients of a policy-gradient
+loss, where the prompt's gradient is the sum over its responses, must match the
+reference's gradients, and a whole `policy_update` must move the weights the same way.
+TP = 2 and PP = 2 (two gloo processes) run the packed passes on sharded / staged models
+and must give the single-process reference's numbers.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.core")
+pytest.importorskip("transformers")
+
+from tests.megatron.dist_utils import run_distributed  # noqa: E402
+
+pytestmark = [pytest.mark.mcore, pytest.mark.runner]
+TOL = dict(rtol=1e-5, atol=1e-5)
+VOCAB = 96  # divisible by TP = 2
+
+
+def _hf(seed=0):
+    from tests.tiny_models import tiny_hf_config, tiny_hf_model
+
+    cfg = tiny_hf_config(
+        "llama", vocab_size=VOCAB, hidden=64, ffn=128, tied=False, max_positions=128
+    )
+    return tiny_hf_model(cfg, seed)
+
+
+def _batch(seed=0):
+    """3 prompt groups of 4 rollouts, prompts of 9 / 5 / 13 tokens, responses of 1-7 tokens."""
+    from clipo_megatron.runner.passes import pack
+
+    g = torch.Generator().manual_seed(seed)
+    prompts, responses = [], []
+    for plen in (9, 5, 13):
+        p = torch.randint(1, VOCAB, (plen,), generator=g).tolist()
+        for _ in range(4):
+            n = int(torch.randint(1, 8, (1,), generator=g))
+            prompts.append(p)
+            responses.append(torch.randint(1, VOCAB, (n,), generator=g).tolist())
+    ids, mask = pack(prompts, responses, pad_id=0)
+    adv = torch.randn(ids.shape[0], generator=g)
+    return ids, mask, adv
+
+
+def _naive(model, ids, mask, adv):
+    """Per rollout, unpadded: logprobs [B, S], pooled [B, D], grads of sum_i adv_i * sum_t lp_it."""
+    from clipo_megatron.megatron.microbatch_pooler import find_final_norm
+    from clipo_megatron.megatron.policy_passes import forward_logits, token_logprobs
+
+    captured = []
+    h = find_final_norm(model).register_forward_hook(lambda _m, _i, o: captured.append(o))
+    model.zero_grad(set_to_none=True)
+    lps = torch.zeros(ids.shape, dtype=torch.float32)
+    pooled = []
+    for b in range(ids.shape[0]):
+        n = int(mask[b].nonzero().max()) + 1
+        row = ids[b : b + 1, :n]
+        lp = token_logprobs(forward_logits(model, row), row)[0]  # [n]
+        resp = mask[b, :n]
+        (adv[b] * lp[resp].sum()).backward()
+        lps[b, :n] = torch.where(resp, lp.detach(), 0.0)
+        pooled.append(captured.pop()[:, 0][resp].mean(0).detach())  # [S, 1, D] -> [D]
+    h.remove()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    return lps, torch.stack(pooled), grads
+
+
+def _layout_grads(model, ids, mask, adv, shared_prefix, target_fn=None):
+    """Grads of the same loss through the runner's micro-batches (2 groups per micro-batch)."""
+    from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY
+    from clipo_megatron.megatron.policy_passes import target_logprobs
+    from clipo_megatron.runner.micro_batches import forward, micro_batches, rollout_logprobs
+
+    model.zero_grad(set_to_none=True)
+    for mb in micro_batches(ids, mask, 8, shared_prefix=shared_prefix):
+        lp = rollout_logprobs(forward(model, mb), mb, target_fn or target_logprobs, ids.shape[1])
+        rows = mb[SAMPLE_IDX_KEY]
+        (adv[rows, None] * torch.where(mask[rows], lp, 0.0)).sum().backward()
+    return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+def test_packed_layout_is_block_causal_with_continued_positions():
+    from clipo_megatron.megatron.shared_prefix import plan_shared_prefix
+    from clipo_megatron.runner.passes import pack
+
+    ids, mask = pack([[5, 6, 7], [5, 6, 7], [8, 9]], [[1, 2], [3], [4, 4, 4]], pad_id=0)
+    (p,) = plan_shared_prefix(ids, mask, max_rollouts=16)
+    assert p.rollouts.tolist() == [0, 1, 2]
+    assert p.ids.tolist() == [[5, 6, 7, 1, 2, 3], [8, 9, 4, 4, 4, 0]]
+    assert p.position_ids[0].tolist() == [0, 1, 2, 3, 4, 3]  # r_2 restarts at the prompt's end
+    assert p.position_ids[1, :5].tolist() == [0, 1, 2, 3, 4]
+    assert p.segments.tolist() == [[-1, -1, -1, 0, 0, 1], [-1, -1, 2, 2, 2, -1]]
+    allowed = ~p.attention_mask[0, 0]
+    assert allowed[5].tolist() == [True, True, True, False, False, True]  # r_2 skips r_1
+    assert allowed[4].tolist() == [True, True, True, True, True, False]
+    pad = ~p.attention_mask[1, 0, 5]
+    assert pad[5] and not pad[:5].any()  # padding sees itself only
+    # the first token of every response is predicted at the prompt's last position
+    first = (p.dst[:, 0] < 2) & (p.dst[:, 1] == 3)  # rollouts 0 and 1 at their first response token
+    assert p.src[first].tolist() == [[0, 2], [0, 2]]
+    assert p.src[p.dst[:, 0] == 2].tolist() == [[1, 1], [1, 2], [1, 3]]
+    assert p.target.tolist() == [1, 2, 3, 4, 4, 4]
+
+
+def test_micro_batches_hold_whole_groups():
+    from clipo_megatron.runner.micro_batches import micro_batches
+
+    ids, mask, _ = _batch()
+    mbs = micro_batches(ids, mask, 5, shared_prefix=True)
+    assert [mb["clipo_sample_idx"].tolist() for mb in mbs] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8, 9, 10, 11],
+    ]  # 4 + 4 > 5: one group each
+    assert len(micro_batches(ids, mask, 100, shared_prefix=True)) == 1
+    uni = micro_batches(ids, mask, 8, shared_prefix=True, uniform=True)  # 3 groups: 1 per mb
+    assert len({tuple(mb["ids"].shape) for mb in uni}) == 1 and len(uni) == 3
+
+
+@pytest.fixture(scope="module")
+def single(mcore_single_process):
+    from clipo_megatron.runner.policy import build_policy
+
+    model, _ = build_policy(_hf())
+    ids, mask, adv = _batch()
+    return model, ids, mask, adv, _naive(model, ids, mask, adv)
+
+
+@pytest.mark.parametrize("shared_prefix", [True, False])
+def test_logprobs_and_pooled_states_match_per_rollout(single, shared_prefix):
+    from clipo_megatron.runner.passes import logprob_and_pool
+
+    model, ids, mask, _, (ref_lp, ref_pooled, _) = single
+    lp, pooled, _ = logprob_and_pool(model, ids, mask, 8, shared_prefix=shared_prefix)
+    torch.testing.assert_close(torch.where(mask, lp, 0.0), ref_lp, **TOL)
+    torch.testing.assert_close(pooled, ref_pooled, **TOL)
+    assert float(ref_lp[mask].abs().min()) > 0.1  # real logprobs, not zeros
+
+
+@pytest.mark.parametrize("shared_prefix", [True, False])
+def test_gradients_match_per_rollout(single, shared_prefix):
+    model, ids, mask, adv, (_, _, ref_grads) = single
+    grads = _layout_grads(model, ids, mask, adv, shared_prefix)
+    assert grads.keys() == ref_grads.keys()
+    for k, g in grads.items():
+        torch.testing.assert_close(g, ref_grads[k], **TOL, msg=k)
+    emb = ref_grads["embedding.word_embeddings.weight"]
+    prompt_tok = int(ids[8, 0])  # group 3's first prompt token: gets gradient from 4 responses
+    assert float(emb[prompt_tok].abs().sum()) > 0
+
+
+def test_policy_update_moves_weights_the_same(single):
+    from clipo_megatron.core.objectives import get_objective
+    from clipo_megatron.runner.passes import (
+        PolicyLoss,
+        UpdateBatch,
+        logprob_and_pool,
+        policy_update,
+    )
+    from clipo_megatron.runner.policy import build_policy
+
+    _, ids, mask, adv, _ = single
+    out = {}
+    for sp in (True, False):
+        torch.manual_seed(0)
+        model, _ = build_policy(_hf())
+        # SGD: the weight change is the (clipped) gradient itself; Adam's first step is ~lr * sign(g),
+        # which turns fp32 reduction-order noise in ~0 gradients into visible differences.
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        old, _, _ = logprob_and_pool(model, ids, mask, 8, shared_prefix=False)
+        old = old - 0.05 * torch.randn(
+            old.shape, generator=torch.Generator().manual_seed(1)
+        )  # clip
+        loss = PolicyLoss(get_objective("grpo"), None, None, 0.0)
+        m = policy_update(
+            model, opt, UpdateBatch(ids, mask, old, adv), loss, 5, 1.0, shared_prefix=sp
+        )
+        out[sp] = (
+            m,
+            {k: v.detach().clone() for k, v in model.state_dict().items() if "extra" not in k},
+        )
+    (m1, w1), (m0, w0) = out[True], out[False]
+    torch.testing.assert_close(torch.tensor(m1["pg/loss"]), torch.tensor(m0["pg/loss"]), **TOL)
+    torch.testing.assert_close(
+        torch.tensor(m1["pg/grad_norm"]), torch.tensor(m0["pg/grad_norm"]), **TOL
+    )
+    for k in w0:
+        torch.testing.assert_close(w1[k], w0[k], **TOL, msg=k)
+    assert m1["pg/grad_norm"] > 1e-2  # a real step
+
+
+def _mp_worker(rank, world, layout):
+    from clipo_megatron.runner import parallel
+    from clipo_megatron.runner.passes import logprob_and_pool, pipeline_logprob_and_pool
+    from clipo_megatron.runner.policy import build_policy
+
+    tp, pp = (2, 1) if layout == "tp" else (1, 2)
+    parallel.init_distributed(tp, pp)
+    model, _ = build_policy(_hf(), tp, pp)
+    ids, mask, adv = _batch()
+    if pp > 1:
+        lp, pooled, _ = pipeline_logprob_and_pool(model, ids, mask, 8)
+        return {"lp": lp, "pooled": pooled}
+    target_fn = parallel.vocab_parallel_target_logprobs
+    lp, pooled, _ = logprob_and_pool(model, ids, mask, 8, target_fn)
+    grads = _layout_grads(model, ids, mask, adv, True, target_fn)
+    from clipo_megatron.megatron.tp_state import gather_tensor
+
+    full = {k: gather_tensor(k, g, parallel.tp_group()) for k, g in grads.items()}
+    return {"lp": lp, "pooled": pooled, "grads": full}
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("layout", ["tp", "pp"])
+def test_packed_passes_under_tp_and_pp_match_single_process(single, layout):
+    _, ids, mask, _, (ref_lp, ref_pooled, ref_grads) = single
+    res = run_distributed(_mp_worker, 2, layout, timeout=300)
+    for r in res.values():
+        torch.testing.assert_close(torch.where(mask, r["lp"], 0.0), ref_lp, **TOL)
+        torch.testing.assert_close(r["pooled"], ref_pooled, **TOL)
+    if layout == "tp":
+        for k, g in res[0]["grads"].items():
+            torch.testing.assert_close(g, ref_grads[k], **TOL, msg=k)
