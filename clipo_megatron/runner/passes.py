@@ -150,15 +150,22 @@ def policy_update(
     s = batch.ids.shape[1]
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    total, stats = 0.0, {}
+    total, per_mb = 0.0, []
     for mb in micro_batches(batch.ids, batch.mask, micro_batch, shared_prefix=shared_prefix):
         rows = batch.rows(mb[SAMPLE_IDX_KEY])
         loss, stats = loss_fn(rollout_logprobs(forward(model, mb), mb, target_fn, s), rows, batch)
         loss.backward()
         total += float(loss.detach())
+        per_mb.append((stats, float(rows.mask.sum())))
     grad_norm = clip_fn(model.parameters(), grad_clip)
     optimizer.step()
-    return {"pg/loss": total, "pg/grad_norm": float(grad_norm), **stats}
+    return {"pg/loss": total, "pg/grad_norm": float(grad_norm), **_token_mean(per_mb)}
+
+
+def _token_mean(per_mb: list[tuple[dict, float]]) -> dict[str, float]:
+    """The batch's per-token metrics from the micro-batches' (token means, token counts)."""
+    n = sum(w for _, w in per_mb) or 1.0
+    return {k: sum(st[k] * w for st, w in per_mb) / n for k in per_mb[-1][0]} if per_mb else {}
 
 
 def pipeline_logprob_and_pool(
@@ -245,7 +252,11 @@ def pipeline_policy_update(
             rows = batch.rows(mb[SAMPLE_IDX_KEY])
             loss, stats = loss_fn(rollout_logprobs(logits, mb, target_fn, s), rows, batch)
             # The schedule divides by the number of micro-batches; the global normalisers already weigh them.
-            return loss * len(micro), {"loss": float(loss.detach()), **stats}
+            return loss * len(micro), {
+                "loss": float(loss.detach()),
+                "stats": stats,
+                "ntok": float(rows.mask.sum()),
+            }
 
         return out, stage_loss
 
@@ -260,7 +271,7 @@ def pipeline_policy_update(
     stats = (
         {
             "pg/loss": sum(o["loss"] for o in outs),
-            **{k: v for k, v in outs[-1].items() if k != "loss"},
+            **_token_mean([(o["stats"], o["ntok"]) for o in outs]),
         }
         if outs
         else None

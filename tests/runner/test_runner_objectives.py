@@ -84,14 +84,14 @@ def _train(objective: str, enabled: bool, out_dir, monkeypatch) -> dict:
     updates = []
     real_update = run_mod.policy_update
 
-    def spy(model, optimizer, batch, *args):
+    def spy(model, optimizer, batch, *args, **kw):
         i, t = torch.meshgrid(*(torch.arange(n) for n in batch.ids.shape), indexing="ij")
         batch.old_logprobs = batch.old_logprobs + OFF_POLICY[objective] * torch.sin(
             1.7 * i + 0.9 * t
         )
         with torch.no_grad():  # the policy the update differentiates, before its step
             lp = token_logprobs(forward_logits(model, batch.ids), batch.ids)
-        metrics = real_update(model, optimizer, batch, *args)
+        metrics = real_update(model, optimizer, batch, *args, **kw)
         updates.append({"batch": batch, "lp": lp, "metrics": metrics})
         return metrics
 

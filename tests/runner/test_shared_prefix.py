@@ -159,76 +159,107 @@ def test_gradients_match_per_rollout(single, shared_prefix):
     assert float(emb[prompt_tok].abs().sum()) > 0
 
 
-def test_policy_update_moves_weights_the_same(single):
+def _sgd_update(model, ids, mask, adv, old, shared_prefix, update=None, **kw):
+    """One `policy_update` with SGD (lr 1): the weight change is the clipped gradient itself.
+
+    (Adam's first step is ~lr * sign(g), which turns fp32 reduction-order noise in ~0 gradients
+    into visible differences.)
+    """
     from clipo_megatron.core.objectives import get_objective
-    from clipo_megatron.runner.passes import (
-        PolicyLoss,
-        UpdateBatch,
-        logprob_and_pool,
-        policy_update,
+    from clipo_megatron.runner.passes import PolicyLoss, UpdateBatch, policy_update
+
+    loss = PolicyLoss(get_objective("grpo"), None, None, 0.0)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    batch = UpdateBatch(ids, mask, old, adv)
+    return (update or policy_update)(
+        model, opt, batch, loss, 5, 1.0, shared_prefix=shared_prefix, **kw
     )
+
+
+def _weights(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if "extra" not in k}
+
+
+@pytest.fixture(scope="module")
+def reference_update(single):
+    """The per-rollout update on a fresh copy of the policy: old logprobs, metrics, updated weights."""
+    from clipo_megatron.runner.policy import build_policy
+
+    _, ids, mask, adv, (ref_lp, _, _) = single
+    # off-policy old logprobs, so that the clip is active
+    old = ref_lp - 0.05 * torch.randn(ref_lp.shape, generator=torch.Generator().manual_seed(1))
+    model, _ = build_policy(_hf())
+    m = _sgd_update(model, ids, mask, adv, old, False)
+    return old, m, _weights(model)
+
+
+def test_policy_update_moves_weights_the_same(single, reference_update):
     from clipo_megatron.runner.policy import build_policy
 
     _, ids, mask, adv, _ = single
-    out = {}
-    for sp in (True, False):
-        torch.manual_seed(0)
-        model, _ = build_policy(_hf())
-        # SGD: the weight change is the (clipped) gradient itself; Adam's first step is ~lr * sign(g),
-        # which turns fp32 reduction-order noise in ~0 gradients into visible differences.
-        opt = torch.optim.SGD(model.parameters(), lr=1.0)
-        old, _, _ = logprob_and_pool(model, ids, mask, 8, shared_prefix=False)
-        old = old - 0.05 * torch.randn(
-            old.shape, generator=torch.Generator().manual_seed(1)
-        )  # clip
-        loss = PolicyLoss(get_objective("grpo"), None, None, 0.0)
-        m = policy_update(
-            model, opt, UpdateBatch(ids, mask, old, adv), loss, 5, 1.0, shared_prefix=sp
-        )
-        out[sp] = (
-            m,
-            {k: v.detach().clone() for k, v in model.state_dict().items() if "extra" not in k},
-        )
-    (m1, w1), (m0, w0) = out[True], out[False]
-    torch.testing.assert_close(torch.tensor(m1["pg/loss"]), torch.tensor(m0["pg/loss"]), **TOL)
-    torch.testing.assert_close(
-        torch.tensor(m1["pg/grad_norm"]), torch.tensor(m0["pg/grad_norm"]), **TOL
-    )
-    for k in w0:
-        torch.testing.assert_close(w1[k], w0[k], **TOL, msg=k)
+    old, m0, w0 = reference_update
+    model, _ = build_policy(_hf())
+    m1 = _sgd_update(model, ids, mask, adv, old, True)
+    assert m0.keys() == m1.keys()
+    for k in m0:
+        torch.testing.assert_close(torch.tensor(m1[k]), torch.tensor(m0[k]), **TOL, msg=k)
+    for k, w in _weights(model).items():
+        torch.testing.assert_close(w, w0[k], **TOL, msg=k)
     assert m1["pg/grad_norm"] > 1e-2  # a real step
 
 
-def _mp_worker(rank, world, layout):
+def _mp_worker(rank, world, layout, old):
     from clipo_megatron.runner import parallel
-    from clipo_megatron.runner.passes import logprob_and_pool, pipeline_logprob_and_pool
+    from clipo_megatron.runner.passes import (
+        logprob_and_pool,
+        pipeline_logprob_and_pool,
+        pipeline_policy_update,
+    )
+    from clipo_megatron.runner.pipeline import full_from_local
     from clipo_megatron.runner.policy import build_policy
 
     tp, pp = (2, 1) if layout == "tp" else (1, 2)
     parallel.init_distributed(tp, pp)
-    model, _ = build_policy(_hf(), tp, pp)
+    model, arch = build_policy(_hf(), tp, pp)
     ids, mask, adv = _batch()
     if pp > 1:
         lp, pooled, _ = pipeline_logprob_and_pool(model, ids, mask, 8)
-        return {"lp": lp, "pooled": pooled}
-    target_fn = parallel.vocab_parallel_target_logprobs
-    lp, pooled, _ = logprob_and_pool(model, ids, mask, 8, target_fn)
-    grads = _layout_grads(model, ids, mask, adv, True, target_fn)
-    from clipo_megatron.megatron.tp_state import gather_tensor
-
-    full = {k: gather_tensor(k, g, parallel.tp_group()) for k, g in grads.items()}
-    return {"lp": lp, "pooled": pooled, "grads": full}
+        update, kw = pipeline_policy_update, {}
+    else:
+        kw = {"target_fn": parallel.vocab_parallel_target_logprobs}
+        lp, pooled, _ = logprob_and_pool(model, ids, mask, 8, kw["target_fn"])
+        update = None
+    m = _sgd_update(
+        model,
+        ids,
+        mask,
+        adv,
+        old,
+        True,
+        update,
+        clip_fn=parallel.clip_grad_norm_model_parallel,
+        **kw,
+    )
+    full = full_from_local(model.state_dict(), arch, parallel.tp_group() if tp > 1 else None)
+    return {"lp": lp, "pooled": pooled, "update": m, "weights": full}
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("layout", ["tp", "pp"])
-def test_packed_passes_under_tp_and_pp_match_single_process(single, layout):
-    _, ids, mask, _, (ref_lp, ref_pooled, ref_grads) = single
-    res = run_distributed(_mp_worker, 2, layout, timeout=300)
+def test_packed_passes_under_tp_and_pp_match_single_process(single, reference_update, layout):
+    """Packed passes on a TP = 2 shard / PP = 2 stages: logprobs, pooled states, and an SGD update whose
+    weights carry the gradients, all equal to the single-process per-rollout numbers."""
+    _, ids, mask, _, (ref_lp, ref_pooled, _) = single
+    old, m0, w0 = reference_update
+    res = run_distributed(_mp_worker, 2, layout, old, timeout=300)
     for r in res.values():
         torch.testing.assert_close(torch.where(mask, r["lp"], 0.0), ref_lp, **TOL)
         torch.testing.assert_close(r["pooled"], ref_pooled, **TOL)
-    if layout == "tp":
-        for k, g in res[0]["grads"].items():
-            torch.testing.assert_close(g, ref_grads[k], **TOL, msg=k)
+        for k in ("pg/loss", "pg/grad_norm"):
+            torch.testing.assert_close(
+                torch.tensor(r["update"][k]), torch.tensor(m0[k]), **TOL, msg=k
+            )
+        assert r["weights"].keys() == w0.keys()
+        for k, w in r["weights"].items():
+            torch.testing.assert_close(w, w0[k], **TOL, msg=k)
