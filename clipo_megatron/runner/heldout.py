@@ -6,7 +6,8 @@
 
 Loads the run's config and its latest checkpoint (policy weights), samples
 n answers per held-out problem at the eval temperature (0.6, top-p 0.95 by
-default, the paper's), verifies them with math-verify and writes
+default, the paper's) on the in-distribution set and on the perturbed one
+(eval.perturbed_size), verifies them with math-verify and writes
 eval.json / eval.md into the run directory (or --out). The paper's benchmark
 suites are `clipo-megatron eval --suite ...` (`clipo_megatron.eval.run`). This command
 belongs to the runner (its config, task and `Run`); `clipo_megatron/cli.py` routes
@@ -22,6 +23,10 @@ from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
+
+
+def _score(res: dict, key: str) -> str:
+    return f"{res[key]:.3f}" if key in res else "-"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,12 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(res, indent=2))
     md = [
-        "| checkpoint | step | problems | n | T | pass@1 | samples/s |",
-        "|---|---|---|---|---|---|---|",
-        f"| {res['checkpoint']} | {step} | {res['problems']} | {res['n']} | {res['temperature']} | "
-        f"{res['pass@1']:.3f} | {res['samples_per_s']:.1f} |",
+        "| checkpoint | step | problems | n | T | pass@1 | perturbed problems | perturbed pass@1 |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {res['checkpoint']} | {step} | {res.get('problems', 0)} | {res['n']} | "
+        f"{res['temperature']} | {_score(res, 'pass@1')} | {res.get('perturbed_problems', 0)} | "
+        f"{_score(res, 'pass@1_perturbed')} |",
     ]
     (out / "eval.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
-    print(f"throughput: {res['samples_per_s']:.2f} samples/s")
+    if "samples_per_s" in res:
+        print(f"throughput: {res['samples_per_s']:.2f} samples/s")
     return 0

@@ -27,6 +27,21 @@ def trim_metrics_log(path: Path, from_step: int) -> None:
         tmp.replace(path)
 
 
+def eval_rows(cfg: RunConfig, before: dict, after: dict) -> list[str]:
+    """results.md rows of both held-out sets, before and after training (what was measured)."""
+    t, rows = cfg.eval.temperature, []
+    for key, name in (("pass@1", "held-out"), ("pass@1_perturbed", "perturbed held-out")):
+        for when, res in (("before", before), ("after", after)):
+            if key in res:
+                size = res["problems" if key == "pass@1" else "perturbed_problems"]
+                rows.append(
+                    f"| {name} pass@1 {when} ({size} x n={res['n']}, T={t}) | {res[key]:.3f} |"
+                )
+    if "samples_per_s" in after:
+        rows.append(f"| eval throughput (samples/s) | {after['samples_per_s']:.1f} |")
+    return rows
+
+
 def write_results(
     out: Path, cfg: RunConfig, history: list[dict], before: dict, after: dict
 ) -> None:
@@ -45,7 +60,6 @@ def write_results(
         "eval_after": after,
         "mean_step_seconds": steps_t,
     }
-    (out / "results.json").write_text(json.dumps(res, indent=2))
     lines = [
         f"# {run_label(cfg)} on {cfg.data.dataset} ({cfg.model.source}), {len(h)} steps",
         "",
@@ -54,14 +68,7 @@ def write_results(
         f"| train reward, first quarter of steps | {first:.3f} |",
         f"| train reward, last quarter of steps | {last:.3f} |",
     ]
-    t = cfg.eval.temperature
-    if before:
-        lines.append(
-            f"| held-out pass@1 before (n={before['n']}, T={t}) | {before['pass@1']:.3f} |"
-        )
-    if after:
-        lines.append(f"| held-out pass@1 after (n={after['n']}, T={t}) | {after['pass@1']:.3f} |")
-        lines.append(f"| eval throughput (samples/s) | {after['samples_per_s']:.1f} |")
+    lines += eval_rows(cfg, before, after)
     lines.append(
         "| mean step time (s): "
         + " / ".join(STAGES)
@@ -70,3 +77,7 @@ def write_results(
         + " |"
     )
     (out / "results.md").write_text("\n".join(lines) + "\n")
+    # Last, and atomically: a results.json marks a finished run (`clipo-megatron compare` skips it).
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(res, indent=2))
+    tmp.replace(out / "results.json")

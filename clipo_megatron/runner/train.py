@@ -28,6 +28,10 @@ import sys
 import threading
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clipo_megatron.runner.config import RunConfig
 
 PROG = "clipo-megatron train"
 
@@ -103,6 +107,14 @@ def main(argv: list[str] | None = None) -> int:
         preflight.check_launch(cfg)
     except (ValueError, FileNotFoundError) as e:
         _user_error(str(e))
+    return train_one(cfg)
+
+
+def train_one(cfg: RunConfig, *, before: dict | None = None) -> int:
+    """One training run from a validated `RunConfig`: build, train (resuming from the run's
+    checkpoint), evaluate, write results; the exit status. `clipo-megatron compare` calls it
+    per run. `before`: the base policy's held-out results, when another run of the same seed
+    and eval config has measured them already (the base policy does not depend on the arm)."""
     # Megatron-Core on CPU warns about missing Apex/TransformerEngine on every layer.
     warnings.filterwarnings("ignore", module=r"megatron\..*")
     import torch
@@ -119,12 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     try:
         with StopSignals() as stop:
-            return _train(run, cfg, stop)
+            return _train(run, cfg, stop, before)
     finally:
         run.close()  # the generator's engine and the verifier's worker processes
 
 
-def _train(run, cfg, stop: StopSignals) -> int:
+def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
     from tqdm import tqdm
 
     from clipo_megatron.runner.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
@@ -139,19 +151,17 @@ def _train(run, cfg, stop: StopSignals) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     results: dict = {}
+    evaluates = cfg.eval.size > 0 or cfg.perturbed_eval_size() > 0
     if ckpt.exists():
         run.load_state_dict(load_checkpoint(ckpt))
         if (out / "eval_before.json").exists():
             results = json.loads((out / "eval_before.json").read_text())
         if rank0:
             print(f"[clipo-megatron] resumed from {ckpt} at step {run.step_idx}")
-    elif cfg.eval.before_training and cfg.eval.size > 0 and rank0:
-        results = evaluate(run)
+    elif cfg.eval.before_training and evaluates and rank0:
+        results = before if before is not None else evaluate(run)
         (out / "eval_before.json").write_text(json.dumps(results, indent=2))
-        print(
-            f"[clipo-megatron] before training: pass@1 {results['pass@1']:.3f} "
-            f"({results['samples_per_s']:.1f} samples/s)"
-        )
+        print(f"[clipo-megatron] before training: {_scores(results)}")
     saved_at = run.step_idx  # a rerun resumes here
     if rank0:
         trim_metrics_log(out / "metrics.jsonl", run.step_idx)
@@ -206,12 +216,22 @@ def _train(run, cfg, stop: StopSignals) -> int:
         return stop.exit_code
     if not rank0:
         return 0
-    final = evaluate(run) if cfg.eval.size > 0 else {}
-    write_results(out, cfg, run.history, results, final)
+    final = evaluate(run) if evaluates else {}
     if cfg.output.plots:
         from clipo_megatron.runner.plots import plot_curves, plot_tsne
 
         plot_curves(run.history, out / "curves.png", title=run_label(cfg))
         plot_tsne(run.embeddings, out / "tsne.png")
+    write_results(out, cfg, run.history, results, final)  # results.json last: the run is done
     print((out / "results.md").read_text())
     return 0
+
+
+def _scores(res: dict) -> str:
+    """e.g. "pass@1 0.688, perturbed pass@1 0.250 (6.1 samples/s)"."""
+    parts = [f"{name} {res[k]:.3f}" for k, name in _SCORES if k in res]
+    rate = f" ({res['samples_per_s']:.1f} samples/s)" if "samples_per_s" in res else ""
+    return ", ".join(parts) + rate
+
+
+_SCORES = (("pass@1", "pass@1"), ("pass@1_perturbed", "perturbed pass@1"))
