@@ -5,6 +5,12 @@ The documented fallback when vLLM is not installed (and the CPU default):
 the generator is an HF copy of the policy; after every policy update
 `sync_from_megatron` converts the GPTModel state dict (`megatron_to_hf`) and
 loads it, so rollouts always come from the current policy.
+
+Prefill is shared: the n rollouts of a prompt start from one KV cache of its
+first W-1 (left-padded) positions, computed once per prompt and repeated
+n-fold; `model.generate` then runs the last prompt position and the decode for
+all P*n rows exactly as before (same rows, same sampling calls, so the same
+draws from torch's generator for a given seed).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ class HFGenerator:
         self.model = model.eval()
         self.tok = tokenizer
         self.arch = arch
+        # False: every rollout computes its own prompt (the pre-sharing path; tests and bench).
+        self.share_prefill = True
 
     @torch.no_grad()
     def generate(
@@ -49,21 +57,28 @@ class HFGenerator:
     ) -> Rollouts:
         """n samples per prompt; `seed` makes the whole batch reproducible."""
         torch.manual_seed(seed)
-        chats = [chat_text(self.tok, p) for p in prompts for _ in range(n)]
+        chats = [chat_text(self.tok, p) for p in prompts]
         enc = self.tok(chats, return_tensors="pt", padding=True, add_special_tokens=False)
+        ids = enc.input_ids.repeat_interleave(n, 0)  # [P*n, W], rollouts of a prompt adjacent
+        mask = enc.attention_mask.repeat_interleave(n, 0)  # [P*n, W]
+        shared = {}
+        if self.share_prefill and n > 1 and ids.shape[1] > 1:
+            shared["past_key_values"] = self._prefill_once(enc.input_ids, enc.attention_mask, n)
         out = self.model.generate(
-            **enc,
+            input_ids=ids,
+            attention_mask=mask,
+            **shared,
             do_sample=temperature > 0,
             temperature=max(temperature, 1e-5),
             top_p=top_p,
             max_new_tokens=max_tokens,
             pad_token_id=self.tok.pad_token_id,
         )
-        width = enc.input_ids.shape[1]
+        width = ids.shape[1]
         rollouts = Rollouts([], [], [], [])
         eos = self.tok.eos_token_id
         for i, row in enumerate(out):
-            prompt = enc.input_ids[i][enc.attention_mask[i].bool()].tolist()
+            prompt = ids[i][mask[i].bool()].tolist()
             resp = row[width:].tolist()
             if eos in resp:
                 resp = resp[: resp.index(eos) + 1]
@@ -75,6 +90,28 @@ class HFGenerator:
             rollouts.texts.append(self.tok.decode(resp, skip_special_tokens=True))
             rollouts.prompt_index.append(i // n)
         return rollouts
+
+    def _prefill_once(self, ids: torch.Tensor, mask: torch.Tensor, n: int):
+        """KV of positions 0..W-2 of each distinct prompt [P, W], repeated to [P*n] rows.
+
+        The last position stays for `generate`, which needs its logits for the first draw:
+        it is recomputed per rollout (P*n tokens), the other W-1 once per prompt. Position ids
+        are generate's own (from the padding mask), so the cached KV is what it would compute.
+        """
+        from transformers import DynamicCache
+
+        pos = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)  # [P, W]
+        cache = DynamicCache(config=self.model.config)
+        self.model(
+            input_ids=ids[:, :-1],
+            attention_mask=mask[:, :-1],
+            position_ids=pos[:, :-1],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,  # no [P, W-1, vocab] logits: only the KV is wanted
+        )
+        cache.batch_repeat_interleave(n)  # [P, ...] -> [P*n, ...], rollouts adjacent
+        return cache
 
     @torch.no_grad()
     def sync_from_megatron(self, megatron_state: dict) -> None:

@@ -21,6 +21,7 @@ pytest.importorskip("megatron.core")
 pytest.importorskip("transformers")
 
 from clipo_megatron.generation.hf_backend import HFGenerator  # noqa: E402
+from clipo_megatron.generation.vllm_backend import PREFIX_BLOCK_SIZE  # noqa: E402
 from tests.tiny_models import tiny_char_llama  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.mcore, pytest.mark.runner, pytest.mark.slow]
@@ -154,3 +155,100 @@ def test_weight_sync_that_misses_or_adds_a_tensor_is_an_error(engine):
         gen.load_hf_state({**full, "model.extra.weight": torch.zeros(2)})
     with pytest.raises(ValueError, match=f"reshaped \\['{name}'\\]"):
         gen.load_hf_state({**full, name: full[name][:, :-1]})
+
+
+# ~100 tokens each (the char tokenizer: one per character), like the demo's prompts: several
+# full 32-token blocks to share.
+LONG_PROMPTS = [
+    "Add the two numbers and think step by step before you answer. What is 17 + 25? Put it in \\boxed{}.",
+    "Subtract the second number from the first and explain each step. What is 61 - 19? Use \\boxed{}.",
+    "Multiply the two numbers; show your work, then give the result. What is 7 * 8? Answer in \\boxed{}.",
+]
+
+
+def _sample(gen, prompts, n, *, share: bool, seed: int, temperature=1.0, max_tokens=10):
+    """gen.generate's engine call with logprobs, counted: (tokens, logprobs, TokenCount)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from clipo_megatron.generation.counting import VLLMTokenCounter
+
+    ids = gen.generate(prompts, 1, temperature=0.0, top_p=1.0, max_tokens=1, seed=0).prompt_ids
+    params = SamplingParams(
+        n=n,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        logprobs=0,
+        skip_reading_prefix_cache=not share,
+    )
+    gen.llm.reset_prefix_cache()
+    torch.manual_seed(seed)
+    with VLLMTokenCounter(gen.llm) as count:
+        outs = gen.llm.generate(
+            [TokensPrompt(prompt_token_ids=i) for i in ids], params, use_tqdm=False
+        )
+    toks = [list(c.token_ids) for o in outs for c in o.outputs]
+    lps = [
+        torch.tensor([lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)])
+        for o in outs
+        for c in o.outputs
+    ]
+    return toks, lps, count, [len(i) for i in ids]
+
+
+def test_rollouts_of_a_prompt_share_its_prefill(engine):
+    """Engine's own counts: per-rollout path n * sum(len) prompt tokens, shared path each
+    prompt's full 32-token blocks once; same seeded tokens, logprobs to 1e-5."""
+    gen, n = engine["vllm"], 4
+    old_toks, old_lp, old, lens = _sample(gen, LONG_PROMPTS, n, share=False, seed=3)
+    new_toks, new_lp, new, _ = _sample(gen, LONG_PROMPTS, n, share=True, seed=3)
+    assert old.cache_hits == 0 and old.prefill == n * sum(lens)
+    assert new.cache_hits + new.prefill == n * sum(lens)
+    # Children 2..n of a prompt compute only what lies past its last full block (< 1 block);
+    # the first may also reuse blocks of an earlier prompt (the shared chat template).
+    assert new.prefill <= sum(lens) + (n - 1) * sum(
+        x - (x - 1) // PREFIX_BLOCK_SIZE * PREFIX_BLOCK_SIZE for x in lens
+    )
+    assert new.prefill < old.prefill / 2
+    assert old.prefill_per_step[1:] == new.prefill_per_step[1:] == [0] * (old.steps - 1)
+    assert new_toks == old_toks  # one engine step of prefill either way: same draws per row
+    for a, b in zip(new_lp, old_lp):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    # Through the generator: same seeded rollouts with sharing on and off.
+    kw = dict(temperature=1.0, top_p=1.0, max_tokens=10, seed=3)
+    shared = gen.generate(LONG_PROMPTS, n, **kw)
+    gen.share_prefill = False
+    try:
+        per_rollout = gen.generate(LONG_PROMPTS, n, **kw)
+    finally:
+        gen.share_prefill = True
+    assert shared.response_ids == per_rollout.response_ids
+
+
+def test_greedy_children_over_shared_blocks_match_hf(engine):
+    """Requests that read another request's blocks in the same step decode as HF does (vLLM
+    takes no greedy n > 1: the prompts are repeated instead, which shares the same way)."""
+    prompts = [p for p in LONG_PROMPTS for _ in range(3)]
+    gen = engine["vllm"]
+    _, _, count, lens = _sample(gen, prompts, 1, share=True, seed=0, temperature=0.0)
+    assert count.cache_hits >= sum(x // PREFIX_BLOCK_SIZE * PREFIX_BLOCK_SIZE for x in lens[1::3])
+    ro = gen.generate(prompts, 1, temperature=0.0, top_p=1.0, max_tokens=12, seed=0)
+    want = _hf_greedy(engine["hf"], LONG_PROMPTS, 12)[1]
+    assert ro.response_ids == [r for r in want for _ in range(3)]
+
+
+def test_per_rollout_prefill_over_the_token_budget_takes_two_steps(engine):
+    """Why seeded rollouts of the main job changed: without sharing, n * sum(len) > the engine's
+    max_num_batched_tokens splits the prefill over two steps (the rows get other draws of
+    torch's generator); shared, it is one step. Greedy tokens do not depend on the draws."""
+    gen = engine["vllm"]
+    budget = gen.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    lens = _sample(gen, LONG_PROMPTS, 1, share=True, seed=0, max_tokens=1)[3]
+    n = budget // sum(lens) + 1  # per-rollout prefill just over the budget
+    prompts = [p for p in LONG_PROMPTS for _ in range(n)]  # greedy: n requests, not n=...
+    old_toks, _, old, _ = _sample(gen, prompts, 1, share=False, seed=0, temperature=0.0)
+    new_toks, _, new, _ = _sample(gen, prompts, 1, share=True, seed=0, temperature=0.0)
+    assert old.prefill == n * sum(lens) > budget
+    assert old.prefill_per_step[0] == budget and old.prefill_per_step[1] > 0
+    assert new.prefill_per_step[0] == new.prefill < budget
+    assert new_toks == old_toks
