@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""`clipo-megatron` command line: `train` and `eval`.
+"""`clipo-megatron` command line: `train`, `compare` and `eval`.
 
 Each subcommand lives in its own module exposing `main(argv) -> int`; they are
 imported lazily so `clipo-megatron eval --help` does not pay for Megatron.
@@ -14,6 +14,10 @@ _SUBCOMMANDS = {
     "train": (
         "clipo_megatron.runner.train",
         "GRPO / DAPO / GSPO / GMPO, with or without CLIPO, on one machine (YAML + dotted overrides)",
+    ),
+    "compare": (
+        "clipo_megatron.runner.compare",
+        "objectives x {CLIPO, baseline} x seeds: one table with 95 % intervals, plots (resumable)",
     ),
     "eval": (
         "clipo_megatron.eval.run",
@@ -36,8 +40,8 @@ def _module_for(argv: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in _SUBCOMMANDS:
-        lines = ["usage: clipo-megatron {train,eval} [args]", ""]
-        lines += [f"  {name:6s} {desc}" for name, (_, desc) in _SUBCOMMANDS.items()]
+        lines = [f"usage: clipo-megatron {{{','.join(_SUBCOMMANDS)}}} [args]", ""]
+        lines += [f"  {name:8s} {desc}" for name, (_, desc) in _SUBCOMMANDS.items()]
         print("\n".join(lines))
         if argv and argv[0] not in ("-h", "--help"):
             print(f"\nunknown subcommand {argv[0]!r}", file=sys.stderr)

@@ -1,5 +1,6 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Training curves and the t-SNE of head embeddings (paper appendix figure), as PNG.
+"""Training curves and the t-SNE of head embeddings (paper appendix figure), as PNG; for
+`clipo-megatron compare`, two arms' curves overlaid and the paired differences as bars.
 
 A step without a valid CLIPO group has no contrastive loss or cosine: it is a
 gap in the curves, not a point at 0. The t-SNE uses the Okabe-Ito colours and
@@ -15,6 +16,18 @@ CORRECT_STYLE = {"c": "#0072B2", "marker": "o", "label": "correct"}
 INCORRECT_STYLE = {"c": "#E69F00", "marker": "X", "label": "incorrect"}
 # Curves that exist only for steps with at least one valid group (mixed correctness).
 CONTRASTIVE_KEYS = ("clipo/loss", "clipo/pos_cos", "clipo/pos_neg_gap")
+
+CURVE_KEYS = (
+    ("reward/mean", "verifiable reward"),
+    ("clipo/loss", "contrastive loss"),
+    ("clipo/pos_cos", "positive-pair cosine"),
+    ("clipo/pos_neg_gap", "pos - neg cosine gap"),
+)
+# `clipo-megatron compare`: one colour and marker per arm (Okabe-Ito).
+ARM_STYLES = (
+    {"color": "#0072B2", "marker": "o"},
+    {"color": "#E69F00", "marker": "s"},
+)
 
 
 def curve_values(history: list[dict], key: str) -> list[float]:
@@ -33,12 +46,7 @@ def plot_curves(history: list[dict], path: Path, title: str = "") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [
-        ("reward/mean", "verifiable reward"),
-        ("clipo/loss", "contrastive loss"),
-        ("clipo/pos_cos", "positive-pair cosine"),
-        ("clipo/pos_neg_gap", "pos - neg cosine gap"),
-    ]
+    keys = CURVE_KEYS
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
     steps = [h["step"] for h in history]
     for ax, (k, label) in zip(axes, keys):
@@ -82,6 +90,86 @@ def plot_tsne(embeddings: dict, path: Path, seed: int = 0) -> None:
         ax.set_xticks(np.array([]))
         ax.set_yticks(np.array([]))
         ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def mean_curve(histories: list[list[dict]], key: str) -> tuple[list[int], list[float]]:
+    """(steps, the mean over runs per step), skipping each run's gaps (all gaps: NaN)."""
+    import math
+
+    steps = sorted({h["step"] for hist in histories for h in hist})
+    by_step: dict[int, list[float]] = {s: [] for s in steps}
+    for hist in histories:
+        for h, v in zip(hist, curve_values(hist, key)):
+            if not math.isnan(v):
+                by_step[h["step"]].append(v)
+    return steps, [sum(v) / len(v) if v else float("nan") for v in by_step.values()]
+
+
+def plot_arms_overlaid(arms: dict[str, list[list[dict]]], path: Path, title: str = "") -> None:
+    """The training curves of two arms (e.g. CLIPO and its baseline) in one figure, each the mean
+    over its seeds' runs (label -> one history per seed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(CURVE_KEYS), figsize=(4 * len(CURVE_KEYS), 3.4))
+    for (label, hists), style in zip(arms.items(), ARM_STYLES):
+        seeds = f" (mean of {len(hists)} seeds)" if len(hists) > 1 else ""
+        for ax, (k, _) in zip(axes, CURVE_KEYS):
+            steps, ys = mean_curve(hists, k)
+            ax.plot(steps, ys, ms=3, label=label + seeds, **style)
+    for ax, (_, name) in zip(axes, CURVE_KEYS):
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="best", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_paired_differences(diffs: dict[str, dict[str, dict]], labels: dict[str, str], path: Path):
+    """Bars of CLIPO minus baseline per objective (groups: metrics), whiskers = 95 % interval
+    where there is one (2+ seeds). diffs: objective -> metric -> {mean, low, high}."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    objectives, metrics = list(diffs), list(labels)
+    width = 0.8 / max(1, len(objectives))
+    fig, ax = plt.subplots(figsize=(2.2 + 2.4 * len(metrics), 3.6))
+    x = np.arange(len(metrics))
+    whiskers = False
+    for j, obj in enumerate(objectives):
+        cells = [diffs[obj].get(m) for m in metrics]
+        means = [c["mean"] if c else np.nan for c in cells]
+        err = np.array(
+            [
+                [c["mean"] - c["low"], c["high"] - c["mean"]]
+                if c and c["low"] is not None
+                else [np.nan, np.nan]
+                for c in cells
+            ]
+        ).T  # [2, M]
+        xs = x + (j - (len(objectives) - 1) / 2) * width
+        bars = ax.bar(xs, means, width, label=obj)
+        ax.bar_label(bars, labels=[f"{m:+.3f}" for m in means], fontsize=7)
+        ax.errorbar(xs, means, yerr=err, fmt="none", c="k", capsize=3)
+        whiskers = whiskers or not np.isnan(err).all()
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xticks(x, [labels[m] for m in metrics], fontsize=8)
+    ax.set_ylabel("CLIPO minus baseline")
+    how = "whiskers: 95 % t-interval over seeds" if whiskers else "one seed: no interval"
+    ax.set_title(f"paired difference per objective ({how})")
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

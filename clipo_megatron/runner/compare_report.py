@@ -1,0 +1,180 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""`clipo-megatron compare`'s outputs: compare.json, compare.md and the plots, from the runs'
+own results.json / metrics.jsonl (nothing is recomputed from memory, so a resumed compare
+reports exactly what a fresh one would).
+
+Per objective: every metric for CLIPO and the baseline side by side (mean over seeds and its
+95 % t-interval) and the paired difference; a plain-words verdict for the metrics that decide
+(held-out pass@1 after, perturbed pass@1 after, the final train reward).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from clipo_megatron.runner.compare_stats import (
+    Interval,
+    fmt_interval,
+    paired_difference,
+    t_interval,
+    verdict,
+)
+
+ARMS = ("clipo", "baseline")
+# metric key -> (label, digits); the order of the tables.
+METRICS = {
+    "train_reward_first": ("train reward, first quarter of steps", 3),
+    "train_reward_last": ("train reward, last quarter of steps (final)", 3),
+    "pass@1_before": ("held-out pass@1 before", 3),
+    "pass@1_after": ("held-out pass@1 after", 3),
+    "pass@1_perturbed_before": ("perturbed pass@1 before", 3),
+    "pass@1_perturbed_after": ("perturbed pass@1 after", 3),
+    "step_seconds": ("mean step time (s)", 1),
+}
+VERDICT_METRICS = ("pass@1_after", "pass@1_perturbed_after", "train_reward_last")
+
+
+def run_dir(out: Path, objective: str, arm: str, seed: int) -> Path:
+    return Path(out) / objective / arm / f"seed{seed}"
+
+
+def run_metrics(results: dict) -> dict[str, float]:
+    """One run's numbers (a metric it did not measure, e.g. eval.size=0, is absent)."""
+    m = {
+        "train_reward_first": results["train_reward_first_quarter"],
+        "train_reward_last": results["train_reward_last_quarter"],
+        "step_seconds": sum(results["mean_step_seconds"].values()),
+    }
+    for when in ("before", "after"):
+        ev = results.get(f"eval_{when}") or {}
+        for key in ("pass@1", "pass@1_perturbed"):
+            if key in ev:
+                m[f"{key}_{when}"] = ev[key]
+    return m
+
+
+def _read_runs(out: Path, objective: str, arm: str, seeds: list[int]):
+    """(metrics per seed, history per seed) of one cell."""
+    metrics, histories = [], []
+    for s in seeds:
+        d = run_dir(out, objective, arm, s)
+        metrics.append(run_metrics(json.loads((d / "results.json").read_text())))
+        lines = (d / "metrics.jsonl").read_text().splitlines()
+        histories.append([json.loads(x) for x in lines if x.strip()])
+    return metrics, histories
+
+
+def summarize(out: Path, objectives: list[str], seeds: list[int]) -> dict:
+    """compare.json's content: per objective, per arm and metric an interval over seeds, and
+    per metric the paired difference with its verdict."""
+    report: dict = {"objectives": objectives, "seeds": seeds, "by_objective": {}}
+    first = json.loads(
+        (run_dir(out, objectives[0], "clipo", seeds[0]) / "results.json").read_text()
+    )
+    ev = first.get("eval_after") or {}
+    report["eval"] = {k: ev[k] for k in ("problems", "perturbed_problems", "n") if k in ev}
+    for obj in objectives:
+        per_arm = {arm: _read_runs(out, obj, arm, seeds)[0] for arm in ARMS}
+        cells: dict[str, dict] = {arm: {} for arm in ARMS}
+        diffs, verdicts = {}, []
+        for key, (label, digits) in METRICS.items():
+            if not all(key in m for arm in ARMS for m in per_arm[arm]):
+                continue  # not measured in every run (e.g. eval.size=0)
+            vals = {arm: [m[key] for m in per_arm[arm]] for arm in ARMS}
+            for arm in ARMS:
+                cells[arm][key] = t_interval(vals[arm]).to_dict()
+            diff = paired_difference(vals["clipo"], vals["baseline"])
+            diffs[key] = diff.to_dict()
+            if key in VERDICT_METRICS:
+                verdicts.append(verdict(diff, label, baseline_label(obj), digits))
+        report["by_objective"][obj] = {"cells": cells, "differences": diffs, "verdicts": verdicts}
+    return report
+
+
+def baseline_label(objective: str) -> str:
+    return objective.upper()
+
+
+def clipo_label(objective: str) -> str:
+    return f"{objective.upper()} + CLIPO"
+
+
+def _cell(d: dict, digits: int, one_seed: bool) -> str:
+    iv = Interval(d["mean"], d["low"], d["high"], d["n"], tuple(d["values"]))
+    return f"{iv.mean:.{digits}f}" if one_seed else fmt_interval(iv, digits)
+
+
+def _signed(d: dict, digits: int, one_seed: bool) -> str:
+    if one_seed or d["low"] is None:
+        return f"{d['mean']:+.{digits}f}"
+    return f"{d['mean']:+.{digits}f} [{d['low']:+.{digits}f}, {d['high']:+.{digits}f}]"
+
+
+def markdown(report: dict, title: str) -> str:
+    seeds = report["seeds"]
+    one_seed = len(seeds) == 1
+    lines = [f"# {title}", ""]
+    if one_seed:
+        lines += [
+            f"One seed ({seeds[0]}): each number is a single run, with no interval; a difference "
+            "between single runs is not evidence either way (run more `--seeds` for intervals).",
+            "",
+        ]
+    else:
+        lines += [
+            f"Seeds {', '.join(map(str, seeds))}: each cell is the mean over seeds and its 95 % "
+            "t-interval [low, high]; differences are CLIPO minus the baseline, paired by seed.",
+            "",
+        ]
+    ev = report.get("eval", {})
+    if ev:
+        sets = []
+        if "problems" in ev:
+            sets.append(f"held-out, {ev['problems']} problems x {ev['n']} samples")
+        if "perturbed_problems" in ev:
+            sets.append(
+                f"perturbed held-out (a third term, numbers 11-99, a distracting sentence), "
+                f"{ev['perturbed_problems']} x {ev['n']}"
+            )
+        lines += ["Evaluation: " + "; ".join(sets) + ".", ""]
+    for obj, r in report["by_objective"].items():
+        lines += [
+            f"## {clipo_label(obj)} beside {baseline_label(obj)}",
+            "",
+            f"| metric | {clipo_label(obj)} | {baseline_label(obj)} | difference |",
+            "|---|---|---|---|",
+        ]
+        for key, d in r["differences"].items():
+            label, digits = METRICS[key]
+            clipo, base = r["cells"]["clipo"][key], r["cells"]["baseline"][key]
+            lines.append(
+                f"| {label} | {_cell(clipo, digits, one_seed)} | {_cell(base, digits, one_seed)} "
+                f"| {_signed(d, digits, one_seed)} |"
+            )
+        lines += ["", *[f"- {v}" for v in r["verdicts"]], ""]
+    return "\n".join(lines)
+
+
+def write_report(
+    out: Path, objectives: list[str], seeds: list[int], title: str, plots: bool = True
+) -> dict:
+    """compare.json, compare.md and (with `plots`) curves_clipo_vs_<objective>.png per objective
+    and paired_differences.png; returns the report."""
+    out = Path(out)
+    report = summarize(out, objectives, seeds)
+    (out / "compare.json").write_text(json.dumps(report, indent=2))
+    (out / "compare.md").write_text(markdown(report, title))
+    if plots:
+        from clipo_megatron.runner.plots import plot_arms_overlaid, plot_paired_differences
+
+        for obj in objectives:
+            arms = {
+                clipo_label(obj): _read_runs(out, obj, "clipo", seeds)[1],
+                baseline_label(obj): _read_runs(out, obj, "baseline", seeds)[1],
+            }
+            plot_arms_overlaid(arms, out / f"curves_clipo_vs_{obj}.png", title=title)
+        diffs = {o: report["by_objective"][o]["differences"] for o in objectives}
+        labels = {k: METRICS[k][0] for k in VERDICT_METRICS if k in diffs[objectives[0]]}
+        plot_paired_differences(diffs, labels, out / "paired_differences.png")
+    return report

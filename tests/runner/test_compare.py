@@ -1,0 +1,181 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""`clipo-megatron compare`: one-line user errors before any model load, the table it writes
+from the runs' own results, and (slow) a real grid of tiny runs that a rerun skips."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("omegaconf")
+
+from clipo_megatron.runner.compare import main  # noqa: E402
+from clipo_megatron.runner.compare_report import run_dir, write_report  # noqa: E402
+
+
+def _error(capsys, argv) -> str:
+    """The one stderr line of a refused command (exit status 2)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("clipo-megatron compare: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--objectives", "grpo,ppo"], "'ppo' is not one of grpo, dapo, gspo, gmpo"),
+        (["--objectives", "grpo,grpo"], "named twice"),
+        (["--seeds", "0,x"], "--seeds 0,x: must be comma-separated non-negative integers"),
+        (["--seeds", "1,-2"], "non-negative and distinct"),
+        (["--seeds", "1,1"], "non-negative and distinct"),
+        (["seed=3"], "compare sets seed for each run; use --seeds"),
+        (["clipo.enabled=false"], "use the two arms"),
+        (["output.dir=x"], "use --out"),
+        (["train.foo=1"], "train.foo"),
+        (["--config", "/nope.yaml"], "/nope.yaml"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_user_errors_are_one_line(tmp_path, capsys, argv, named):
+    out = tmp_path / "out"
+    assert named in _error(capsys, argv + ["--out", str(out)])
+    assert not out.exists()  # nothing written for a refused command
+
+
+def test_unwritable_out_is_refused(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("")
+    line = _error(capsys, ["--out", str(f / "cmp")])
+    assert f"--out={f / 'cmp'}" in line and "is a file" in line
+
+
+def test_a_run_made_with_another_config_is_refused(tmp_path, capsys):
+    from clipo_megatron.runner.config import load_config, to_dict
+
+    d = run_dir(tmp_path, "grpo", "clipo", 0)
+    d.mkdir(parents=True)
+    old = load_config(None, ["train.steps=2", "seed=0", f"output.dir={d}"])
+    (d / "config.json").write_text(json.dumps(to_dict(old)))
+    line = _error(capsys, ["--objectives", "grpo", "--out", str(tmp_path), "train.steps=3"])
+    assert "train.steps: 2 then, 3 now" in line and "use another --out" in line
+
+
+def _fake_run(out, obj, arm, seed, pass_after, reward_last):
+    d = run_dir(out, obj, arm, seed)
+    d.mkdir(parents=True)
+    ev = {"n": 4, "problems": 8, "perturbed_problems": 8}
+    res = {
+        "train_reward_first_quarter": 0.5,
+        "train_reward_last_quarter": reward_last,
+        "eval_before": {**ev, "pass@1": 0.6, "pass@1_perturbed": 0.2},
+        "eval_after": {**ev, "pass@1": pass_after, "pass@1_perturbed": 0.25},
+        "mean_step_seconds": {"generate": 1.0, "train": 2.0},
+    }
+    (d / "results.json").write_text(json.dumps(res))
+    hist = [{"step": s, "reward/mean": 0.5, "clipo/loss": 1.0} for s in range(2)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in hist))
+
+
+def test_report_tables_and_verdicts_from_run_dirs(tmp_path):
+    pytest.importorskip("matplotlib")
+    for seed, (c, b) in enumerate([(0.75, 0.70), (0.80, 0.70)]):
+        _fake_run(tmp_path, "grpo", "clipo", seed, c, 0.9)
+        _fake_run(tmp_path, "grpo", "baseline", seed, b, 0.8)
+    rep = write_report(tmp_path, ["grpo"], [0, 1], "t")
+    md = (tmp_path / "compare.md").read_text()
+    # clipo [0.75, 0.80]: mean 0.775, s = 0.0353553, half = 12.7062 * 0.025 = 0.3176550;
+    # paired d = [0.05, 0.10]: mean 0.075, the same half -> [-0.243, +0.393], covers zero
+    assert (
+        "| held-out pass@1 after | 0.775 [0.457, 1.093] | 0.700 [0.700, 0.700] "
+        "| +0.075 [-0.243, +0.393] |" in md
+    )
+    assert "| GRPO + CLIPO | GRPO | difference |" in md
+    assert "- held-out pass@1 after: no measurable difference (CLIPO minus GRPO +0.075" in md
+    # train reward 0.9 vs 0.8 on both seeds: zero-width interval at +0.1, CLIPO better
+    assert "train reward, last quarter of steps (final): CLIPO is better by 0.100" in md
+    assert "| mean step time (s) | 3.0 [3.0, 3.0] | 3.0 [3.0, 3.0] | +0.0 [+0.0, +0.0] |" in md
+    d = rep["by_objective"]["grpo"]["differences"]["pass@1_after"]
+    assert d["values"] == pytest.approx([0.05, 0.1], abs=1e-15)
+    assert d["low"] == pytest.approx(0.075 - 0.317655, abs=1e-6)
+    assert json.loads((tmp_path / "compare.json").read_text()) == json.loads(json.dumps(rep))
+    for name in ("curves_clipo_vs_grpo.png", "paired_differences.png"):
+        assert (tmp_path / name).stat().st_size > 1000, name
+
+
+def test_one_seed_report_is_side_by_side_without_intervals(tmp_path):
+    _fake_run(tmp_path, "grpo", "clipo", 0, 0.75, 0.9)
+    _fake_run(tmp_path, "grpo", "baseline", 0, 0.70, 0.8)
+    write_report(tmp_path, ["grpo"], [0], "t", plots=False)
+    md = (tmp_path / "compare.md").read_text()
+    assert "One seed (0): each number is a single run, with no interval" in md
+    assert "| held-out pass@1 after | 0.750 | 0.700 | +0.050 |" in md
+    assert "| perturbed pass@1 before | 0.200 | 0.200 | +0.000 |" in md
+    assert "one seed gives no interval; CLIPO minus GRPO is +0.050" in md
+
+
+TINY = [
+    "model.source=tiny",
+    "rollout.backend=hf",
+    "rollout.prompts_per_step=2",
+    "rollout.n=4",
+    "rollout.max_tokens=6",
+    "train.steps=1",
+    "train.micro_batch=8",
+    "eval.size=2",
+    "eval.n=2",
+    "eval.max_tokens=6",
+    "clipo.method.embed_dim=8",
+    "threads=1",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.mcore
+@pytest.mark.runner
+def test_tiny_grid_runs_then_a_rerun_skips_every_finished_run(
+    tmp_path, capsys, mcore_single_process
+):
+    pytest.importorskip("megatron.core")
+    pytest.importorskip("math_verify")
+    pytest.importorskip("reasoning_gym")
+    from clipo_megatron.models.smollm2 import smollm2_gguf_path
+
+    try:
+        smollm2_gguf_path()  # the tiny model's tokenizer
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    argv = ["--objectives", "grpo,dapo", "--seeds", "0,1", "--out", str(tmp_path), *TINY]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    grid = [(o, a, s) for o in ("grpo", "dapo") for a in ("clipo", "baseline") for s in (0, 1)]
+    runs = [run_dir(tmp_path, *cell) for cell in grid]
+    for d in runs:
+        res = json.loads((d / "results.json").read_text())
+        cfg = json.loads((d / "config.json").read_text())
+        assert res["steps"] == 1 and cfg["clipo"]["enabled"] == (d.parent.name == "clipo")
+        assert {"pass@1", "pass@1_perturbed"} <= set(res["eval_after"])
+        assert res["eval_before"]["perturbed_problems"] == 2
+    # the base policy's scores are measured once per seed and shared by all of its runs
+    for s in (0, 1):
+        befores = [(d / "eval_before.json").read_text() for d in runs if d.name == f"seed{s}"]
+        assert len(set(befores)) == 1
+    assert first.count("[compare] (") == 8 and "skipped" not in first
+    md = (tmp_path / "compare.md").read_text()
+    assert "## GRPO + CLIPO beside GRPO" in md and "## DAPO + CLIPO beside DAPO" in md
+    assert md.count("| perturbed pass@1 after |") == 2
+    rep = json.loads((tmp_path / "compare.json").read_text())
+    assert rep["by_objective"]["dapo"]["cells"]["clipo"]["pass@1_after"]["n"] == 2
+    for name in ("curves_clipo_vs_grpo.png", "curves_clipo_vs_dapo.png", "paired_differences.png"):
+        assert (tmp_path / name).exists(), name
+
+    stamps = {d: (d / "results.json").stat().st_mtime_ns for d in runs}
+    assert main(argv) == 0  # the same command again: nothing left to train
+    second = capsys.readouterr().out
+    assert second.count("finished earlier") == 8 and " -> " not in second
+    assert {d: (d / "results.json").stat().st_mtime_ns for d in runs} == stamps
+    assert (tmp_path / "compare.md").read_text() == md
