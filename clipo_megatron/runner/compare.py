@@ -194,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{tag}: finished earlier ({d / 'results.json'}), skipped")
             continue
         print(f"{tag} -> {d}", flush=True)
-        rc = train_one(cfg, before=_shared_before(plan, cfg))
+        try:
+            rc = train_one(cfg, before=_shared_before(plan, cfg))
+        except KeyboardInterrupt:  # between steps' signal handling, e.g. during the evaluation
+            rc = 130
         gc.collect()  # the finished run's model, optimizer and generator
         if rc != 0:
             print(f"{PROG}: stopped in {d}; rerun the same command to resume", file=sys.stderr)

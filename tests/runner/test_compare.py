@@ -47,6 +47,17 @@ def test_user_errors_are_one_line(tmp_path, capsys, argv, named):
     assert not out.exists()  # nothing written for a refused command
 
 
+def test_the_cli_routes_compare_here(tmp_path, capsys):
+    from clipo_megatron.cli import _module_for
+    from clipo_megatron.cli import main as cli_main
+
+    assert _module_for(["compare"]) == "clipo_megatron.runner.compare"
+    with pytest.raises(SystemExit) as e:
+        cli_main(["compare", "--seeds", "", "--out", str(tmp_path / "o")])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.startswith("clipo-megatron compare: error: --seeds")
+
+
 def test_unwritable_out_is_refused(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("")
