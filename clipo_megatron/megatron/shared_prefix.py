@@ -63,12 +63,18 @@ def prompt_groups(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
 
 
 def _pack_rows(ids, mask, groups: list[list[int]], width: int | None, pad_id: int) -> PackedGroups:
-    rows = []  # per group: (ids, positions, segment, rollout-of-token, is_prompt)
-    src, target, dst, rollouts = [], [], [], []
+    packed: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # per row: ids, pos, seg
+    src: list[torch.Tensor] = []
+    target: list[torch.Tensor] = []
+    dst: list[torch.Tensor] = []
+    rollouts: list[int] = []
     for r, members in enumerate(groups):
         first = int(mask[members[0]].nonzero()[0])
-        prompt = ids[members[0], :first]
-        toks, pos, seg = [prompt], [torch.arange(first)], [torch.full((first,), -1)]
+        toks, pos, seg = (
+            [ids[members[0], :first]],
+            [torch.arange(first)],
+            [torch.full((first,), -1)],
+        )
         col = first
         for b in members:
             cols = mask[b].nonzero().flatten()  # response columns in the per-rollout row
@@ -84,23 +90,23 @@ def _pack_rows(ids, mask, groups: list[list[int]], width: int | None, pad_id: in
             dst.append(torch.stack([torch.full_like(cols, k), cols], 1))
             rollouts.append(b)
             col += cols.numel()
-        rows.append((torch.cat(toks), torch.cat(pos), torch.cat(seg)))
-    t = max(int(x[0].numel()) for x in rows) if width is None else width
-    n_rows = len(rows)
+        packed.append((torch.cat(toks), torch.cat(pos), torch.cat(seg)))
+    t = max(int(x[0].numel()) for x in packed) if width is None else width
+    n_rows = len(packed)
     out_ids = torch.full((n_rows, t), pad_id, dtype=torch.long)
     out_pos = torch.zeros(n_rows, t, dtype=torch.long)
     out_seg = torch.full((n_rows, t), -1, dtype=torch.long)
     allowed = torch.zeros(n_rows, t, t, dtype=torch.bool)  # True = may attend
     causal = torch.ones(t, t, dtype=torch.bool).tril()
-    for r, (tok, pos, seg) in enumerate(rows):
-        n = tok.numel()
-        out_ids[r, :n], out_pos[r, :n], out_seg[r, :n] = tok, pos, seg
-        owner = seg.clone()  # -1: prompt (visible to all)
-        same = (owner[:, None] == owner[None, :]) | (owner[None, :] == -1)
+    for r, (row_ids, row_pos, row_seg) in enumerate(packed):
+        n = row_ids.numel()
+        out_ids[r, :n], out_pos[r, :n], out_seg[r, :n] = row_ids, row_pos, row_seg
+        # a key is visible to its own response's tokens, and the prompt's (-1) to everyone
+        same = (row_seg[:, None] == row_seg[None, :]) | (row_seg[None, :] == -1)
         allowed[r, :n, :n] = same & causal[:n, :n]
         pad = torch.arange(n, t)
         allowed[r, pad, pad] = True  # padding attends to itself only (no all-masked rows)
-        out_pos[r, n:] = torch.arange(t - n) + (int(pos.max()) + 1 if n else 0)
+        out_pos[r, n:] = torch.arange(t - n) + int(row_pos.max()) + 1
     return PackedGroups(
         rollouts=torch.tensor(rollouts),
         ids=out_ids,
@@ -132,12 +138,16 @@ def plan_shared_prefix(
             raise ValueError(
                 f"{len(groups)} prompt groups do not split into micro-batches of {groups_per_micro}"
             )
-        chunks = [groups[i : i + groups_per_micro] for i in range(0, len(groups), groups_per_micro)]
+        uniform = [
+            groups[i : i + groups_per_micro] for i in range(0, len(groups), groups_per_micro)
+        ]
         width = max(
             int(mask[g[0]].nonzero()[0]) + sum(int(mask[b].sum()) for b in g) for g in groups
         )
-        return [_pack_rows(ids, mask, c, width, pad_id) for c in chunks]
-    chunks, cur, size = [], [], 0
+        return [_pack_rows(ids, mask, c, width, pad_id) for c in uniform]
+    chunks: list[list[list[int]]] = []
+    cur: list[list[int]] = []
+    size = 0
     for g in groups:
         if cur and size + len(g) > max_rollouts:
             chunks.append(cur)
