@@ -2,11 +2,14 @@
 """Step-time breakdown of the single-machine CLIPO run, before / after prompt sharing, in one run.
 
 Runs the embedded default (SmolLM2-135M-Instruct, Megatron policy, vLLM generator when
-installed, else HF) for a few RL steps twice from the same state: "before" with one row per
-rollout in the logprob pass and the update (`train.shared_prefix=false`) and every rollout
-prefilling its own prompt (`gen.share_prefill = False`); "after" with shared-prefix packing
-and shared prefill (the defaults). The second phase restarts from the first phase's starting
-checkpoint (policy, head, optimizers, RNG), so both do the same steps on the same prompts.
+installed, else HF) for a few RL steps in each phase, every phase from the same starting
+checkpoint (policy, head, optimizers, RNG), so all do the same steps on the same prompts:
+- before: one row per rollout in the logprob pass and the update (`train.shared_prefix=false`)
+  and every rollout prefilling its own prompt (`gen.share_prefill = False`);
+- packed: shared-prefix passes, per-rollout prefill: the *same rollouts* as before, so every
+  number must agree with before's to float tolerance (the passes' exactness, end to end);
+- after: shared-prefix passes and shared prefill (the defaults). vLLM's sampled tokens differ
+  from before's where the old prefill needed two engine steps (docs/cpu_demo.md, "Seeds").
 
 Per stage: median seconds per step before and after, the FLOPs each pass does (counted from
 the model's shapes, `models/flops.py`: executed work, padding included) and the achieved
@@ -72,11 +75,13 @@ class StepProbe:
         }
 
 
-def run_phase(run, steps: int, shared: bool):
+PHASES = {"before": (False, False), "packed": (True, False), "after": (True, True)}
+
+
+def run_phase(run, steps: int, phase: str):
     from contextlib import nullcontext
 
-    run.cfg.train.shared_prefix = shared
-    run.gen.share_prefill = shared
+    run.cfg.train.shared_prefix, run.gen.share_prefill = PHASES[phase]
     probe = StepProbe(run)
     counter = nullcontext(None)
     if hasattr(run.gen, "llm"):
@@ -111,7 +116,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--phases", default="before,after")
+    ap.add_argument("--phases", default="before,packed,after", help=f"of {', '.join(PHASES)}")
     ap.add_argument("--config", default="examples/configs/cpu_demo.yaml")
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args()
@@ -133,7 +138,7 @@ def main() -> None:
         if i:
             run.load_state_dict(copy.deepcopy(start))
         t0 = time.perf_counter()
-        hist, shapes, counts = run_phase(run, a.steps, ph == "after")
+        hist, shapes, counts = run_phase(run, a.steps, ph)
         res[ph] = {
             "hist": hist,
             "wall": time.perf_counter() - t0,
@@ -155,8 +160,9 @@ def main() -> None:
         for ph, r in res.items()
     }
     head = " | ".join(f"{ph} s | {ph} GFLOP | {ph} GFLOP/s (% peak)" for ph in phases)
-    print(f"| stage | {head} |" + (" speed-up |" if len(phases) == 2 else ""))
-    print("|---" * (1 + 3 * len(phases) + (len(phases) == 2)) + "|")
+    many = len(phases) > 1
+    print(f"| stage | {head} |" + (f" {phases[-1]} vs {phases[0]} |" if many else ""))
+    print("|---" * (1 + 3 * len(phases) + many) + "|")
     for s in STAGES:
         cells = []
         for ph in phases:
@@ -166,15 +172,11 @@ def main() -> None:
                 if f
                 else f"{t:.2f} | - | -"
             )
-        up = (
-            f" {med[phases[0]][s] / max(med[phases[1]][s], 1e-9):.1f}x |"
-            if len(phases) == 2
-            else ""
-        )
+        up = f" {med[phases[0]][s] / max(med[phases[-1]][s], 1e-9):.1f}x |" if many else ""
         print(f"| {s} | " + " | ".join(cells) + " |" + up)
     tot = {ph: sum(med[ph].values()) for ph in phases}
     cells = " | ".join(f"{tot[ph]:.2f} | | " for ph in phases)
-    up = f" {tot[phases[0]] / tot[phases[-1]]:.1f}x |" if len(phases) == 2 else ""
+    up = f" {tot[phases[0]] / tot[phases[-1]]:.1f}x |" if many else ""
     print(f"| **total** | {cells}|{up}")
     for ph in phases:
         sh = res[ph]["shapes"][0]
@@ -183,14 +185,21 @@ def main() -> None:
             f"{fl[ph]['prefill_tokens']:.0f} (median) of {sh['prompt_tokens']} "
             f"({sh['unique_prompt_tokens']} distinct); wall {res[ph]['wall']:.1f} s for {a.steps} steps"
         )
-    if len(phases) == 2:
-        print("\n| step | metric | " + " | ".join(phases) + " | rel. diff |")
-        print("|---|---|---|---|---|")
+    if many:
+        print(
+            "\n| step | metric | "
+            + " | ".join(phases)
+            + f" | rel. diff {phases[1]} vs {phases[0]} |"
+        )
+        print("|---" * (3 + len(phases)) + "|")
         for k in ("reward/mean", "clipo/loss", "reward/shaped_mean", "pg/loss", "pg/grad_norm"):
-            for st, (x, y) in enumerate(zip(res[phases[0]]["hist"], res[phases[1]]["hist"])):
-                if k in x and k in y:
-                    d = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
-                    print(f"| {st} | {k} | {x[k]:.6g} | {y[k]:.6g} | {d:.1e} |")
+            for st in range(a.steps):
+                vals = [res[ph]["hist"][st].get(k) for ph in phases]
+                if None in vals:
+                    continue
+                d = abs(vals[1] - vals[0]) / max(abs(vals[0]), 1e-12)
+                cells = " | ".join(f"{v:.6g}" for v in vals)
+                print(f"| {st} | {k} | {cells} | {d:.1e} |")
 
 
 if __name__ == "__main__":

