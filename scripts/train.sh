@@ -11,5 +11,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+source scripts/preload.sh  # tcmalloc + Intel OpenMP when present (CLIPO_NO_PRELOAD=1: off)
 exec .venv/bin/clipo-megatron compare --config examples/configs/cpu_demo.yaml \
     --objectives grpo --seeds 0 --out runs/cpu_demo "$@"
