@@ -208,7 +208,7 @@ def test_policy_update_moves_weights_the_same(single, reference_update):
     assert m1["pg/grad_norm"] > 1e-2  # a real step
 
 
-def _mp_worker(rank, world, layout, old):
+def _mp_worker(rank, world, layout, old_np):
     from clipo_megatron.runner import parallel
     from clipo_megatron.runner.passes import (
         logprob_and_pool,
@@ -222,6 +222,7 @@ def _mp_worker(rank, world, layout, old):
     parallel.init_distributed(tp, pp)
     model, arch = build_policy(_hf(), tp, pp)
     ids, mask, adv = _batch()
+    old = torch.from_numpy(old_np)
     if pp > 1:
         lp, pooled, _ = pipeline_logprob_and_pool(model, ids, mask, 8)
         update, kw = pipeline_policy_update, {}
@@ -241,7 +242,14 @@ def _mp_worker(rank, world, layout, old):
         **kw,
     )
     full = full_from_local(model.state_dict(), arch, parallel.tp_group() if tp > 1 else None)
-    return {"lp": lp, "pooled": pooled, "update": m, "weights": full}
+    # numpy through the queue: torch tensors would be shared by file descriptor, and the worker
+    # exits before the parent reads them
+    return {
+        "lp": lp.numpy(),
+        "pooled": pooled.numpy(),
+        "update": m,
+        "weights": {k: v.numpy() for k, v in full.items()},
+    }
 
 
 @pytest.mark.slow
@@ -252,14 +260,15 @@ def test_packed_passes_under_tp_and_pp_match_single_process(single, reference_up
     weights carry the gradients, all equal to the single-process per-rollout numbers."""
     _, ids, mask, _, (ref_lp, ref_pooled, _) = single
     old, m0, w0 = reference_update
-    res = run_distributed(_mp_worker, 2, layout, old, timeout=300)
+    res = run_distributed(_mp_worker, 2, layout, old.numpy(), timeout=300)
     for r in res.values():
-        torch.testing.assert_close(torch.where(mask, r["lp"], 0.0), ref_lp, **TOL)
-        torch.testing.assert_close(r["pooled"], ref_pooled, **TOL)
+        lp, pooled = torch.from_numpy(r["lp"]), torch.from_numpy(r["pooled"])
+        torch.testing.assert_close(torch.where(mask, lp, 0.0), ref_lp, **TOL)
+        torch.testing.assert_close(pooled, ref_pooled, **TOL)
         for k in ("pg/loss", "pg/grad_norm"):
             torch.testing.assert_close(
                 torch.tensor(r["update"][k]), torch.tensor(m0[k]), **TOL, msg=k
             )
         assert r["weights"].keys() == w0.keys()
         for k, w in r["weights"].items():
-            torch.testing.assert_close(w, w0[k], **TOL, msg=k)
+            torch.testing.assert_close(torch.from_numpy(w), w0[k], **TOL, msg=k)
