@@ -11,11 +11,14 @@ must carry the metrics NeMo-RL's worker adds (`lr`, `wd`, `global_valid_*`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-from clipo_megatron.megatron.policy_passes import forward_logits, token_logprobs
+# (global batch, micro-batch size) -> (microbatch data, its token logprobs [b, S]) per microbatch:
+# the worker's forward over NeMo-RL's own microbatches (packed bins when the recipe packs).
+Microbatches = Callable[[Any, int], Iterator[tuple[Any, torch.Tensor]]]
 
 
 def dp_all_reduce(t: torch.Tensor, group) -> torch.Tensor:
@@ -30,6 +33,7 @@ def train_global_batches(
     optimizer: torch.optim.Optimizer,
     data,
     loss_fn,
+    microbatches: Microbatches,
     *,
     dp_group,
     gbs: int,
@@ -58,8 +62,7 @@ def train_global_batches(
         optimizer.zero_grad(set_to_none=True)
         gb_metrics, gb_loss = [], 0.0
         with torch.set_grad_enabled(not eval_mode):
-            for mb in batch.make_microbatch_iterator(mbs):
-                lp = token_logprobs(forward_logits(model, mb["input_ids"]), mb["input_ids"])
+            for mb, lp in microbatches(batch, mbs):
                 loss, metrics = loss_fn(
                     next_token_logprobs=lp[:, 1:],  # [mbs, S-1]
                     data=mb,

@@ -11,11 +11,15 @@ names and keyword-only calls, over this project's Megatron-Core CPU policy
 passes (`megatron.policy_passes`, the runner's logprob pass and sampler):
 
 - `get_logprobs(data=)` reads its microbatches from this module's
-  `get_microbatch_iterator`, the seam the GPU worker reads from
+  `get_microbatch_iterator`, which *is* NeMo-RL's
+  (`nemo_rl.models.megatron.data`), looked up at call time as in
   `megatron_policy_worker`; the CLIPO mixin tees it and hooks the final norm,
-  exactly as on the GPU;
+  exactly as on the GPU. With `policy.sequence_packing.enabled` (the recipes)
+  the microbatches are NeMo-RL's packed streams, run as the GPU's THD layout
+  (`cpu_microbatches`: one row, block-diagonal causal mask);
 - `train(data=, loss_fn=, gbs=, mbs=)` follows `MegatronPolicyWorker.train`
-  step for step (`cpu_train.train_global_batches`);
+  step for step (`cpu_train.train_global_batches`), over the same NeMo-RL
+  microbatches (packed when the recipe packs);
 - `generate(data=, greedy=)` samples on the same weights (colocated
   generation: nothing to refit), seeded from the prompt tokens so a resumed
   run samples what the uninterrupted run sampled;
@@ -35,18 +39,22 @@ from typing import Any
 
 import torch
 
-from clipo_megatron.megatron.policy_passes import forward_logits, sample, token_logprobs
+from clipo_megatron.megatron.policy_passes import sample
 from clipo_megatron.models.hf_convert import load_megatron_state
+from clipo_megatron.nemo_rl.cpu_microbatches import (
+    ensure_megatron_bridge_stub,
+    host_device_moves,
+    microbatch_logprobs,
+    nemo_rl_microbatches,
+)
 from clipo_megatron.nemo_rl.cpu_train import train_global_batches
 from clipo_megatron.nemo_rl.worker import ClipoWorkerMixin
 
+ensure_megatron_bridge_stub()
+from nemo_rl.models.megatron.data import get_microbatch_iterator  # noqa: E402  (the pooler's seam)
+
 CPU_WORKER_FQN = "clipo_megatron.nemo_rl.cpu_worker.ClipoCpuPolicyWorker"
-
-
-def get_microbatch_iterator(data, micro_batch_size: int):
-    """(iterator over [mbs]-row BatchedDataDicts, number of microbatches) — the pooler's seam."""
-    n = (data.size + micro_batch_size - 1) // micro_batch_size
-    return data.make_microbatch_iterator(micro_batch_size), n
+__all__ = ["CPU_WORKER_FQN", "ClipoCpuPolicyWorker", "get_microbatch_iterator"]
 
 
 class CpuMegatronPolicyWorkerImpl:
@@ -64,7 +72,11 @@ class CpuMegatronPolicyWorkerImpl:
     ):
         from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
         from clipo_megatron.megatron.model_builder import policy_from_hf
-        from clipo_megatron.megatron.parallel import data_parallel_group, ensure_model_parallel
+        from clipo_megatron.megatron.parallel import (
+            data_parallel_group,
+            ensure_model_parallel,
+            tensor_parallel_group,
+        )
 
         torch.set_num_threads(int(os.environ.get("CLIPO_CPU_WORKER_THREADS", "1")))
         mcfg = config["megatron_cfg"]
@@ -79,6 +91,7 @@ class CpuMegatronPolicyWorkerImpl:
         self.cfg = config
         self.tokenizer = tokenizer
         self.dp_group = data_parallel_group()
+        self.tp_group = tensor_parallel_group()
         self.rank = torch.distributed.get_rank()
 
         import transformers
@@ -128,13 +141,13 @@ class CpuMegatronPolicyWorkerImpl:
         from nemo_rl.distributed.batched_data_dict import BatchedDataDict
 
         mbs = micro_batch_size or self.cfg["logprob_batch_size"]
-        it, _ = get_microbatch_iterator(data, mbs)  # a module global, looked up per call
         self.model.eval()
         out = []
-        with torch.no_grad():
-            for mb in it:
-                ids = mb["input_ids"]
-                out.append(token_logprobs(forward_logits(self.model, ids), ids))  # [b, S]
+        with torch.no_grad(), host_device_moves():
+            it, seq_len = nemo_rl_microbatches(sys.modules[__name__], data, self.cfg, mbs)
+            for mb in it:  # NeMo-RL's ProcessedMicrobatch, packed or padded
+                lp = microbatch_logprobs(self.model, mb, tp_group=self.tp_group)  # [b, S]
+                out.append(torch.nn.functional.pad(lp, (0, seq_len - lp.shape[1])))
         return BatchedDataDict({"logprobs": torch.cat(out)})
 
     def get_reference_policy_logprobs(self, *, data, micro_batch_size: int | None = None):
@@ -154,11 +167,18 @@ class CpuMegatronPolicyWorkerImpl:
 
     def train(self, *, data, loss_fn, eval_mode=False, gbs=None, mbs=None, **_: Any):
         """NeMo-RL's Megatron `train`, step for step, on CPU (`cpu_train.train_global_batches`)."""
+        def microbatches(batch, micro_batch_size: int):
+            with host_device_moves():
+                it, _ = nemo_rl_microbatches(sys.modules[__name__], batch, self.cfg, micro_batch_size)
+                for mb in it:
+                    yield mb.data_dict, microbatch_logprobs(self.model, mb, tp_group=self.tp_group)
+
         out = train_global_batches(
             self.model,
             self.optimizer,
             data,
             loss_fn,
+            microbatches,
             dp_group=self.dp_group,
             gbs=gbs or self.cfg["train_global_batch_size"],
             mbs=mbs or self.cfg["train_micro_batch_size"],

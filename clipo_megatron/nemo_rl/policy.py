@@ -41,6 +41,15 @@ def collect_head_step(results: list[dict[str, Any]], batch_size: int) -> HeadSte
     return HeadStepResult(rewards=rewards, metrics=dict(metrics))
 
 
+def assemble_pooled(results: list[dict[str, Any]], batch_size: int) -> torch.Tensor:
+    """Per-worker {rows, pooled [b, H]} -> [B, H] in batch order (replicas overwrite alike)."""
+    parts = [r for r in results if r and r["rows"].numel()]
+    out = torch.full((batch_size, parts[0]["pooled"].shape[1]), float("nan"))
+    for r in parts:
+        out[r["rows"].long()] = r["pooled"].float().cpu()
+    return out
+
+
 def step_dir_of(weights_path: str) -> str:
     """grpo_train saves weights to <step dir>/policy/weights."""
     return os.path.dirname(os.path.dirname(os.path.normpath(weights_path)))
@@ -124,6 +133,9 @@ def make_clipo_policy_class(
                 return super().get_logprobs(data, timer=timer)
             tagged = BatchedDataDict(dict(data))
             tagged[SAMPLE_IDX_KEY] = torch.arange(data.size)
+            if state.trace is not None:  # test hook: the rows the pooled states come from
+                keys = ("input_ids", "input_lengths", "token_mask")
+                state.record(new_step=True, **{k: data[k].clone() for k in keys})
             return super().get_logprobs(tagged, timer=timer)
 
         def clipo_head_step(
@@ -132,9 +144,15 @@ def make_clipo_policy_class(
             results = self.run_all_workers_single_data(
                 "clipo_head_step", correct=correct, group_ids=group_ids, step=step
             )
+            if state.trace is not None:  # test hook: the pooled states the head saw, batch order
+                pooled = self.run_all_workers_single_data("clipo_last_pooled")
+                state.record(pooled=assemble_pooled(pooled, int(correct.numel())))
             return collect_head_step(results, int(correct.numel()))
 
         def train(self, data, loss_fn, *args: Any, **kwargs: Any):
+            if state.trace is not None:  # test hook: the advantages NeMo-RL trains on
+                mask = data["token_mask"] * data["sample_mask"].unsqueeze(-1)  # [B, S]
+                state.record(advantages=data["advantages"].cpu().clone(), advantage_mask=mask)
             if cfg.enabled and not cfg.method.policy_updates_at(state.trained_step):
                 return warmup_train_result(data, loss_fn)
             return super().train(data, loss_fn, *args, **kwargs)

@@ -94,6 +94,20 @@ def assemble_rows(
     return out.float()
 
 
+def within_group_spread(r_cl: torch.Tensor, group_ids: torch.Tensor, correct: torch.Tensor) -> float:
+    """Mean over groups with >= 2 correct rollouts of (max - min) r_CL among them.
+
+    Why log it: if the correct rollouts of a group all get the same r_CL, then r' = r + r_CL
+    is still two-valued per group and GRPO's std normalisation removes CLIPO exactly.
+    """
+    spreads = []
+    for g in group_ids.unique():
+        vals = r_cl[(group_ids == g) & correct]
+        if vals.numel() >= 2:
+            spreads.append(float(vals.max() - vals.min()))
+    return sum(spreads) / len(spreads) if spreads else 0.0
+
+
 @dataclass
 class HeadStepResult:
     rewards: torch.Tensor  # [B] contrastive rewards r_CL, train_data order
@@ -116,6 +130,16 @@ class ClipoRunState:
 
     step: int = 0  # CLIPO steps completed (advantage computations)
     last_metrics: dict[str, float] = field(default_factory=dict)
+    # Test hook (None in production): one dict per step of the per-row values the run used
+    # (rewards, r_CL, group ids, advantages trained on, ...), so a test can recompute them.
+    trace: list[dict[str, Any]] | None = None
+
+    def record(self, *, new_step: bool = False, **values: Any) -> None:
+        """Add per-row values to this step's trace entry (no-op unless tracing)."""
+        if self.trace is not None:
+            if new_step or not self.trace:
+                self.trace.append({})
+            self.trace[-1].update(values)
 
     @property
     def trained_step(self) -> int:
@@ -169,7 +193,17 @@ class ClipoAdvantageEstimator:
         out = self.head_step(correct, group_ids, self.state.step)
         r_cl = out.rewards.to(rewards.device)  # [B]
         shaped = shaped_rewards(rewards, r_cl).to(rewards.dtype)  # [B] r' = r + r_CL
+        self.state.record(
+            prompt_ids=prompt_ids.detach().cpu().clone(),
+            rewards=rewards.detach().cpu().clone(),
+            correct=correct.clone(),
+            group_ids=group_ids.clone(),
+            r_cl=r_cl.detach().cpu().clone(),
+        )
         metrics = dict(out.metrics)
+        metrics["clipo/r_cl_within_group_spread"] = within_group_spread(
+            r_cl.detach().cpu(), group_ids, correct
+        )
         metrics["clipo/reward_verifiable_mean"] = float(verifiable.float().mean())
         metrics["clipo/reward_shaped_mean"] = float(shaped.float().mean())
         metrics["clipo/policy_updated"] = float(self.cfg.method.policy_updates_at(self.state.step))

@@ -55,6 +55,7 @@ class ClipoWorkerState:
         self.trainer = HeadTrainer(head, cfg.method, dp_group=dp_group)
         self.rows = torch.zeros(0, dtype=torch.long)
         self.pooled: torch.Tensor | None = None
+        self.last_pooled: tuple[torch.Tensor, torch.Tensor] | None = None  # for checks
 
     @property
     def head(self) -> torch.nn.Module:
@@ -81,6 +82,7 @@ class ClipoWorkerState:
         out = self.trainer.step(
             self.pooled, correct[rows].float(), group_ids[rows].long(), rows, step=step
         )
+        self.last_pooled = (rows, self.pooled)
         self.pooled = None  # one head step per logprob pass
         return {"sample_idx": rows, "rewards": out.rewards.float().cpu(), "metrics": out.metrics}
 
@@ -193,6 +195,13 @@ class ClipoWorkerMixin:
     def clipo_head_state(self) -> dict:
         """The head trainer's state (head, AdamW, steps); {} off the last stage. For checks."""
         return {} if self._clipo is None else self._clipo.trainer.state_dict()
+
+    def clipo_last_pooled(self) -> dict:
+        """{rows [b], pooled [b, H]} the last head step used; {} off the last stage. For checks."""
+        if self._clipo is None or self._clipo.last_pooled is None:
+            return {}
+        rows, pooled = self._clipo.last_pooled
+        return {"rows": rows.cpu(), "pooled": pooled.detach().float().cpu()}
 
     def clipo_head_step(
         self, *, correct: torch.Tensor, group_ids: torch.Tensor, step: int
