@@ -69,11 +69,11 @@ def host_device_moves():
     def to(self, device):
         return original(self, "cpu" if torch.device(device).type == "cuda" else device)
 
-    BatchedDataDict.to = to  # type: ignore[method-assign]
+    BatchedDataDict.to = to
     try:
         yield
     finally:
-        BatchedDataDict.to = original  # type: ignore[method-assign]
+        BatchedDataDict.to = original
 
 
 def packed_layout(cu_seqlens_padded: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor]:

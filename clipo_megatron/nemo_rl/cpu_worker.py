@@ -167,9 +167,12 @@ class CpuMegatronPolicyWorkerImpl:
 
     def train(self, *, data, loss_fn, eval_mode=False, gbs=None, mbs=None, **_: Any):
         """NeMo-RL's Megatron `train`, step for step, on CPU (`cpu_train.train_global_batches`)."""
+
         def microbatches(batch, micro_batch_size: int):
             with host_device_moves():
-                it, _ = nemo_rl_microbatches(sys.modules[__name__], batch, self.cfg, micro_batch_size)
+                it, _ = nemo_rl_microbatches(
+                    sys.modules[__name__], batch, self.cfg, micro_batch_size
+                )
                 for mb in it:
                     yield mb.data_dict, microbatch_logprobs(self.model, mb, tp_group=self.tp_group)
 

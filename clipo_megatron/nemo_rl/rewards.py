@@ -94,7 +94,9 @@ def assemble_rows(
     return out.float()
 
 
-def within_group_spread(r_cl: torch.Tensor, group_ids: torch.Tensor, correct: torch.Tensor) -> float:
+def within_group_spread(
+    r_cl: torch.Tensor, group_ids: torch.Tensor, correct: torch.Tensor
+) -> float:
     """Mean over groups with >= 2 correct rollouts of (max - min) r_CL among them.
 
     Why log it: if the correct rollouts of a group all get the same r_CL, then r' = r + r_CL

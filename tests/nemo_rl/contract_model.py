@@ -5,7 +5,8 @@ A random tiny model never writes a correct `\\boxed{}` answer, so every group
 would be all-wrong and CLIPO would have nothing to contrast. The model is
 fine-tuned (plain torch, a few seconds) to answer the first training prompts
 of the shared GSM8K parquet with `\\boxed{<answer>}` half of the time and a
-wrong number the other half, through the same prompt the NeMo-RL processor
+wrong number the other half, each after one of four lead-ins (so correct
+rollouts of a group differ in content and length), through the same prompt the NeMo-RL processor
 builds (`clipo_gsm8k`). Sampling it then gives groups with both correct and
 incorrect rollouts: real rewards from the real verifier, valid CLIPO groups.
 Nothing is downloaded; the model directory is cached per test session.
@@ -20,6 +21,9 @@ import torch
 from tests.tiny_models import char_tokenizer, tiny_llama_config
 
 TRAIN_PARQUET = "train/gsm8k.parquet"
+# Correct rollouts must differ (content and length): identical correct responses get identical
+# pooled states, hence one r_CL per group, and GRPO's normalisation would remove CLIPO exactly.
+LEAD_INS = ("", "so ", "ans: ", "thus x = ")
 
 
 def first_problems(data_dir: Path, k: int) -> list[tuple[list[int], str]]:
@@ -47,11 +51,12 @@ def build_contract_model(path: Path, data_dir: Path, *, k: int = 8, steps: int =
     problems = first_problems(data_dir, k)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(tiny_llama_config(tok, hidden=64)).float()
-    rows = []  # each prompt twice: its answer, and the next prompt's answer (a wrong one)
+    rows = []  # each prompt with its answer and the next prompt's (a wrong one), after each lead-in
     for i, (ids, answer) in enumerate(problems):
-        for target in (answer, problems[(i + 1) % k][1]):
-            resp = tok(f"\\boxed{{{target}}}", add_special_tokens=False)["input_ids"]
-            rows.append((ids, resp + [tok.eos_token_id]))
+        for lead in LEAD_INS:
+            for target in (answer, problems[(i + 1) % k][1]):
+                resp = tok(f"{lead}\\boxed{{{target}}}", add_special_tokens=False)["input_ids"]
+                rows.append((ids, resp + [tok.eos_token_id]))
     s = max(len(p) + len(r) for p, r in rows)
     ids = torch.full((len(rows), s), tok.pad_token_id)
     labels = torch.full((len(rows), s), -100)

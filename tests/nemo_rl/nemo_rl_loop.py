@@ -65,11 +65,15 @@ def contract_config(
         f"policy.logprob_batch_size={8 // dp}",
         "policy.generation_batch_size=16",
         "policy.max_total_sequence_length=1024",
-        "policy.sequence_packing.enabled=false",
+        # the recipes' sequence packing, with bins of a few rows (several microbatches, rows
+        # sorted by NeMo-RL's packer) and slots padded to 8 as a TP8 + SP recipe pads them
+        f"policy.sequence_packing.logprob_mb_tokens={2 * 1024}",
+        f"policy.sequence_packing.train_mb_tokens={2 * 1024}",
+        "policy.make_sequence_length_divisible_by=8",
         "policy.megatron_cfg.optimizer.lr=1e-4",
         "policy.megatron_cfg.optimizer.min_lr=1e-4",
         "policy.generation.backend=megatron",
-        "policy.generation.max_new_tokens=12",
+        "policy.generation.max_new_tokens=24",  # room for the lead-ins (contract_model.py)
         "policy.generation.temperature=1.0",
         "policy.generation.colocated.enabled=true",
         "data.max_input_seq_length=1000",
@@ -134,7 +138,7 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
     cluster = RayVirtualCluster(
         bundle_ct_per_node_list=[dp], use_gpus=False, num_gpus_per_node=dp, name="clipo_cpu"
     )
-    state = ClipoRunState()
+    state = ClipoRunState(trace=[])  # the per-row values of every step, for the checks
     policy = make_clipo_policy_class(clipo, state, worker_fqn=worker_fqn)(
         cluster=cluster,
         config=master.policy,
@@ -163,6 +167,9 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
         val_dataset, batch_size=_field(master.grpo, "val_batch_size"), collate_fn=rl_collate_fn
     )
     loss_fn = build_policy_loss(clipo.objective, dict(master.loss_fn))
+    head_at_start = (
+        policy.run_all_workers_single_data("clipo_head_state") if clipo.enabled else None
+    )
     metrics_log: list[tuple[int, dict]] = []
     orig_log = logger.log_metrics
 
@@ -201,5 +208,7 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
         "metrics": metrics_log,
         "clipo_step": state.step,
         "head": head,
+        "head_at_start": head_at_start,
+        "trace": state.trace,
         "resumed_from": None if last is None else os.path.basename(str(last)),
     }

@@ -74,7 +74,7 @@ def contract_model(tmp_path_factory):
     from tests.nemo_rl.contract_model import build_contract_model
 
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    path = cache / "clipo_megatron" / "contract_model_v1"
+    path = cache / "clipo_megatron" / "contract_model_v2"
     if not (path / "config.json").exists():
         build_contract_model(path, SHARED)
     return path
@@ -93,8 +93,38 @@ def _same(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
 
 
+def _check_clipo(full, cfg, model_dir) -> None:
+    """CLIPO changes what NeMo-RL trains on, from the right rows and the right tokens (clipo_checks)."""
+    from tests.nemo_rl import clipo_checks as cc
+
+    trace = full["trace"]
+    assert len(trace) == STEPS and all("advantages" in e and "r_cl" in e for e in trace)
+    cc.check_pooled_states(trace[0], model_dir)  # step 1 ran the initial weights
+    errs, spreads = [], []
+    for step, entry in enumerate(trace, 1):
+        cc.check_r_cl_rows(entry, cfg["clipo"]["method"])
+        errs.append(cc.check_advantages(entry, cfg))
+        spreads.append(cc.within_group_spread(entry))
+        logged = _train_metrics(full, step)["clipo/r_cl_within_group_spread"]
+        assert (logged > 0) == (spreads[-1] > 0), (step, logged, spreads[-1])
+    # correct rollouts of a group got different r_CL: r + r_CL is not two-valued, CLIPO matters
+    assert max(spreads) > 0, f"r_CL never differed among a group's correct rollouts: {spreads}"
+    cc.check_head_moved(full["head_at_start"], full["head"])
+    print(
+        f"\n[contract] r_CL within-group spread per step {[round(x, 5) for x in spreads]}; "
+        f"advantages == GRPO(r + r_CL), max error per step {errs}"
+    )
+
+
 def _print_table(objective, clipo_on, flavour, full, resumed):
-    keys = ("reward", "loss", "clipo/loss", "clipo/valid_group_frac", "clipo/reward_mean")
+    keys = (
+        "reward",
+        "loss",
+        "clipo/loss",
+        "clipo/valid_group_frac",
+        "clipo/reward_mean",
+        "clipo/r_cl_within_group_spread",
+    )
     print(f"\n[contract] NeMo-RL {flavour.name} ({flavour.version}) {objective} clipo={clipo_on}")
     for step in range(1, STEPS + 1):
         m = _train_metrics(full, step)
@@ -133,6 +163,7 @@ def test_grpo_train_checkpoint_and_resume(
         assert held == [True] * WARMUP + [False] * (STEPS - WARMUP)
         assert all(_train_metrics(full, s)["loss"] == 0.0 for s in range(1, WARMUP + 1))
         assert any(_train_metrics(full, s)["clipo/valid_group_frac"] > 0 for s in (1, 2, 3))
+        _check_clipo(full, config(tmp_path / "full"), contract_model)
     else:
         assert not any(k.startswith("clipo/") for k in _train_metrics(full, 1))
 

@@ -107,16 +107,17 @@ def _run(worker, data, packed: bool):
 
 def test_packed_logprobs_and_pooled_states_equal_unpacked(tmp_path):
     pytest.importorskip("nemo_rl.models.megatron")
-    from tests.tiny_models import save_tiny_llama
-
     from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+    from tests.tiny_models import save_tiny_llama
 
     os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
     from clipo_megatron.nemo_rl.cpu_worker import ClipoCpuPolicyWorkerImpl
 
     worker = ClipoCpuPolicyWorkerImpl(_config(save_tiny_llama(tmp_path / "m"), True))
     try:
-        worker.clipo_setup(clipo_cfg=ClipoNemoRLConfig.from_dict({"method": {"embed_dim": 8}}).to_dict())
+        worker.clipo_setup(
+            clipo_cfg=ClipoNemoRLConfig.from_dict({"method": {"embed_dim": 8}}).to_dict()
+        )
         data = _batch()
         lp_packed, pooled_packed, packed_shapes = _run(worker, data, True)
         lp_plain, pooled_plain, plain_shapes = _run(worker, data, False)

@@ -1,0 +1,149 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Break CLIPO on purpose and show that the NeMo-RL contract suite goes red (docs/nemo_rl.md).
+
+    NEMO_RL_SRC=<checkout> python scripts/mutation_check.py [--only NAME ...] [--keep]
+
+For the unmutated tree and then for each mutation: copy this checkout to a scratch directory
+(no .git, the `.venv_nemo_rl-*` environments linked, not rebuilt), apply the mutation (an exact
+string replacement that must match once), run the minimal contract test (GRPO with CLIPO on,
+NeMo-RL's real grpo_train; `scripts/test_nemo_rl.sh`) there and report green / red with the
+first failing assertion. Exit status 0 iff the unmutated copy is green and every mutation red.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST = "tests/nemo_rl/test_contract.py::test_grpo_train_checkpoint_and_resume[grpo-clipo]"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    what: str
+    path: str
+    old: str
+    new: str
+
+
+MUTATIONS = [
+    Mutation(
+        "r_cl_dropped",
+        "r' = r (r_CL computed, never added)",
+        "clipo_megatron/nemo_rl/rewards.py",
+        "shaped = shaped_rewards(rewards, r_cl).to(rewards.dtype)",
+        "shaped = rewards.clone()",
+    ),
+    Mutation(
+        "r_cl_wrong_rows",
+        "r_CL reversed within each group before r' = r + r_CL",
+        "clipo_megatron/nemo_rl/rewards.py",
+        "        r_cl = out.rewards.to(rewards.device)  # [B]\n",
+        "        r_cl = out.rewards.to(rewards.device)  # [B]\n"
+        "        perm = torch.arange(r_cl.numel())\n"
+        "        for g in group_ids.unique():\n"
+        "            rows = (group_ids == g).nonzero().flatten()\n"
+        "            perm[rows] = rows.flip(0)\n"
+        "        r_cl = r_cl[perm]\n",
+    ),
+    Mutation(
+        "head_frozen",
+        "the head's optimizer step skipped (loss and gradients still computed)",
+        "clipo_megatron/megatron/head_trainer.py",
+        "            self.optimizer.step()\n",
+        "            pass  # mutation: no optimizer step\n",
+    ),
+    Mutation(
+        "pool_prompt_tokens",
+        "pooling over every token of the row (the attention mask), not the response mask",
+        "clipo_megatron/megatron/microbatch_pooler.py",
+        "else torch.as_tensor(data[self.response_key]),",
+        "else torch.ones_like(torch.as_tensor(data[self.response_key])),",
+    ),
+]
+
+
+def scratch_copy(dest: Path) -> None:
+    skip = shutil.ignore_patterns(
+        ".git", ".venv*", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", "*.egg-info"
+    )
+    shutil.copytree(ROOT, dest, ignore=skip, symlinks=True)
+    for venv in ROOT.glob(".venv_nemo_rl-*"):  # reuse the built environments
+        (dest / venv.name).symlink_to(venv)
+
+
+def apply(dest: Path, m: Mutation) -> None:
+    f = dest / m.path
+    text = f.read_text()
+    if text.count(m.old) != 1:
+        raise SystemExit(
+            f"{m.name}: the line to mutate occurs {text.count(m.old)} times in {m.path}"
+        )
+    f.write_text(text.replace(m.old, m.new))
+
+
+def run(dest: Path, log: Path) -> tuple[bool, str, float]:
+    """(green?, first failing line, seconds) of the contract test in `dest`."""
+    t0 = time.time()
+    with log.open("w") as out:
+        rc = subprocess.call(
+            ["bash", "scripts/test_nemo_rl.sh", TEST, "-x", "--tb=short", "-p", "no:cacheprovider"],
+            cwd=dest,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+    lines = log.read_text().splitlines()
+    reason = next((ln[1:].strip() for ln in lines if ln.startswith("E ")), "")
+    return rc == 0, reason[:160], time.time() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--only", nargs="*", help="mutation names (default: all)")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch copies and logs")
+    args = ap.parse_args()
+    if not os.environ.get("NEMO_RL_SRC"):
+        print("set NEMO_RL_SRC to a NeMo-RL checkout (see docs/nemo_rl.md)", file=sys.stderr)
+        return 2
+    todo = [None] + [m for m in MUTATIONS if not args.only or m.name in args.only]
+    work = Path(tempfile.mkdtemp(prefix="clipo_mutation_"))
+    rows, ok = [], True
+    for m in todo:
+        name = "none (unmutated)" if m is None else m.name
+        dest = work / (m.name if m else "clean")
+        scratch_copy(dest)
+        if m is not None:
+            apply(dest, m)
+        green, reason, secs = run(dest, work / f"{dest.name}.log")
+        expected = m is None
+        ok &= green == expected
+        verdict = ("green" if green else "RED") + (
+            "" if green == expected else "  <-- NOT AS EXPECTED"
+        )
+        rows.append(f"| {name} | {m.what if m else '-'} | {verdict} | {secs:.0f} s | {reason} |")
+        print(rows[-1], flush=True)
+        if not args.keep:
+            shutil.rmtree(dest)
+    print(f"\nNeMo-RL: {os.environ['NEMO_RL_SRC']}; test: {TEST}")
+    print(
+        "| mutation | what | contract test | wall | first failing assertion |\n|---|---|---|---|---|"
+    )
+    print("\n".join(rows))
+    print(f"logs: {work}" if args.keep else "")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
