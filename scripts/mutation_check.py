@@ -91,8 +91,8 @@ def apply(dest: Path, m: Mutation) -> None:
     f.write_text(text.replace(m.old, m.new))
 
 
-def run(dest: Path, log: Path) -> tuple[bool, str, float]:
-    """(green?, first failing line, seconds) of the contract test in `dest`."""
+def run(dest: Path, log: Path) -> tuple[str, str, float]:
+    """("green" | "RED" | "skipped/error", first failing line, seconds) of the contract test."""
     t0 = time.time()
     with log.open("w") as out:
         rc = subprocess.call(
@@ -102,9 +102,16 @@ def run(dest: Path, log: Path) -> tuple[bool, str, float]:
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         )
-    lines = log.read_text().splitlines()
-    reason = next((ln[1:].strip() for ln in lines if ln.startswith("E ")), "")
-    return rc == 0, reason[:160], time.time() - t0
+    text = log.read_text()
+    reason = next((ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")), "")
+    if rc == 0 and "1 passed" in text:
+        result = "green"
+    elif "1 failed" in text:
+        result = "RED"
+    else:  # skipped, collection error, crash: neither verdict
+        result = "skipped/error"
+        reason = reason or text.strip().splitlines()[-1]
+    return result, reason[:160], time.time() - t0
 
 
 def main() -> int:
@@ -117,6 +124,8 @@ def main() -> int:
         return 2
     todo = [None] + [m for m in MUTATIONS if not args.only or m.name in args.only]
     work = Path(tempfile.mkdtemp(prefix="clipo_mutation_"))
+    # the tests find the shared data beside the checkout (parents[3] / "shared")
+    (work / "shared").symlink_to((ROOT.parent / "shared").resolve())
     rows, ok = [], True
     for m in todo:
         name = "none (unmutated)" if m is None else m.name
@@ -124,16 +133,15 @@ def main() -> int:
         scratch_copy(dest)
         if m is not None:
             apply(dest, m)
-        green, reason, secs = run(dest, work / f"{dest.name}.log")
-        expected = m is None
-        ok &= green == expected
-        verdict = ("green" if green else "RED") + (
-            "" if green == expected else "  <-- NOT AS EXPECTED"
-        )
+        result, reason, secs = run(dest, work / f"{dest.name}.log")
+        expected = "green" if m is None else "RED"
+        ok &= result == expected
+        verdict = result + ("" if result == expected else "  <-- NOT AS EXPECTED")
         rows.append(f"| {name} | {m.what if m else '-'} | {verdict} | {secs:.0f} s | {reason} |")
         print(rows[-1], flush=True)
         if not args.keep:
             shutil.rmtree(dest)
+            (work / f"{dest.name}.log").unlink()
     print(f"\nNeMo-RL: {os.environ['NEMO_RL_SRC']}; test: {TEST}")
     print(
         "| mutation | what | contract test | wall | first failing assertion |\n|---|---|---|---|---|"
