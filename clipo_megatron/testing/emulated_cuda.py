@@ -16,7 +16,10 @@ through NCCL never shows. Inside `emulated_cuda()`:
   devices); `.numpy()` of a device tensor raises;
 - `torch.distributed` collectives on a group declared NCCL (all groups, by
   default) refuse host tensors, as NCCL does;
-- `torch.cuda.is_available()` is True and `current_device()` is 0.
+- `torch.cuda.is_available()` is True and `current_device()` is 0;
+- stricter than CUDA: ops that CUDA accumulates with atomics (`index_add`,
+  `scatter_add`, ...) raise on device tensors unless deterministic algorithms
+  are on, since on a GPU their sums differ from run to run and between replicas.
 
 It is strict where CUDA is strict and lenient where CUDA is lenient (see
 tests/testing/test_emulated_cuda.py for the rules, each checked both ways);
@@ -44,6 +47,22 @@ MIXED = (
 
 class EmulatedDeviceError(RuntimeError):
     """What CUDA raises on a host/device mix-up (a RuntimeError, as torch's own)."""
+
+
+class EmulatedNondeterminismError(RuntimeError):
+    """Stricter than CUDA, on purpose: where a GPU would silently give order-dependent sums."""
+
+
+# Ops CUDA runs with floating-point atomics unless deterministic algorithms are on.
+_ATOMIC_ON_CUDA = {
+    "index_add",
+    "index_add_",
+    "scatter_add",
+    "scatter_add_",
+    "scatter_reduce",
+    "scatter_reduce_",
+}
+_STRICT_ORDER = [True]  # emulated_cuda(strict_order=...) for the block
 
 
 def _is_cuda_device(d: Any) -> bool | None:
@@ -176,6 +195,17 @@ class EmulatedCudaTensor(torch.Tensor):
         if target is not None and isinstance(args[0], torch.Tensor):
             return _move(func, args, kwargs, target)
         _check_mix(func, args, kwargs)
+        if (
+            name in _ATOMIC_ON_CUDA
+            and _STRICT_ORDER[0]
+            and not torch.are_deterministic_algorithms_enabled()
+        ):
+            raise EmulatedNondeterminismError(
+                f"{name} on a CUDA tensor accumulates with atomics: its sums differ between "
+                "runs and between replicas that compute the same rows. Run it under "
+                "torch.use_deterministic_algorithms(True) (core.pooling.deterministic_algorithms). "
+                "(emulated CUDA)"
+            )
         return super().__torch_function__(func, types, args, kwargs)
 
 
@@ -228,8 +258,8 @@ class _EmulatedCudaMode(TorchFunctionMode):
             return _tag(out) if on_device else tree_map(_untag_if_tensor, out)
         target = _device_target(func, args, kwargs)
         if target is not None and args and isinstance(args[0], torch.Tensor):
-            if not is_on_device(args[0]):
-                return _move(func, args, kwargs, target)
+            # every move is answered here: a mode below (cpu_shims) must not rewrite it
+            return _move(func, args, kwargs, target)
         return func(*args, **kwargs)
 
 
@@ -275,9 +305,13 @@ def _nccl_guard(name: str, original: Callable, nccl: Callable[[Any], bool]) -> C
 
 
 @contextlib.contextmanager
-def emulated_cuda(*, nccl_groups: str | Callable[[Any], bool] = "all") -> Iterator[None]:
+def emulated_cuda(
+    *, nccl_groups: str | Callable[[Any], bool] = "all", strict_order: bool = True
+) -> Iterator[None]:
     """Run the body under CUDA's device rules (module doc). nccl_groups: "all", "none", or a
-    predicate on the process group (None = the default group) naming the groups declared NCCL."""
+    predicate on the process group (None = the default group) naming the groups declared NCCL.
+    strict_order: atomic-accumulating ops on device tensors (index_add, scatter_add, ...)
+    raise unless deterministic algorithms are on."""
     if nccl_groups == "all":
         nccl: Callable[[Any], bool] = lambda g: True  # noqa: E731
     elif nccl_groups == "none":
@@ -287,8 +321,11 @@ def emulated_cuda(*, nccl_groups: str | Callable[[Any], bool] = "all") -> Iterat
         nccl = nccl_groups
     backward_apply = torch.autograd.function.BackwardCFunction.apply
 
-    def tagged_backward(ctx, *grads):  # custom Functions' backward gets device grads, as on a GPU
-        return backward_apply(ctx, *_tag(grads))
+    def tagged_backward(ctx, *grads):
+        """Custom Functions' backward gets device grads, as on a GPU, and runs with torch
+        function on (autograd turns it off there, which would untag every result)."""
+        with torch._C._EnableTorchFunction():
+            return backward_apply(ctx, *_tag(grads))
 
     saved_cuda = {
         k: getattr(torch.cuda, k) for k in ("is_available", "current_device", "device_count")
@@ -300,6 +337,8 @@ def emulated_cuda(*, nccl_groups: str | Callable[[Any], bool] = "all") -> Iterat
     torch.cuda.device_count = lambda: 1  # type: ignore[assignment]
     for n, f in saved_dist.items():
         setattr(dist, n, _nccl_guard(n, f, nccl))
+    saved_order = _STRICT_ORDER[0]
+    _STRICT_ORDER[0] = strict_order
     torch.__future__.set_swap_module_params_on_conversion(True)  # Module.to keeps the tag
     torch.autograd.function.BackwardCFunction.apply = tagged_backward  # type: ignore[method-assign]
     try:
@@ -307,6 +346,7 @@ def emulated_cuda(*, nccl_groups: str | Callable[[Any], bool] = "all") -> Iterat
             yield
     finally:
         torch.__future__.set_swap_module_params_on_conversion(swap)
+        _STRICT_ORDER[0] = saved_order
         torch.autograd.function.BackwardCFunction.apply = backward_apply  # type: ignore[method-assign]
         for k, f in saved_cuda.items():
             setattr(torch.cuda, k, f)
