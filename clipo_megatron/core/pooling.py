@@ -11,6 +11,8 @@ D + 1 floats per sequence and divide afterwards: exact, with no gather of
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Literal
 
 import torch
@@ -72,10 +74,31 @@ def segment_sum_and_count(
     keep = segment_ids >= 0
     seg = segment_ids[keep]
     sums = torch.zeros(num_segments, hidden.shape[1], dtype=torch.float32, device=hidden.device)
-    sums = sums.index_add(0, seg, hidden[keep].float())
     counts = torch.zeros(num_segments, dtype=torch.float32, device=hidden.device)
-    counts = counts.index_add(0, seg, torch.ones_like(seg, dtype=torch.float32))
+    with deterministic_algorithms():
+        sums = sums.index_add(0, seg, hidden[keep].float())
+        counts = counts.index_add(0, seg, torch.ones_like(seg, dtype=torch.float32))
     return sums, counts
+
+
+@contextlib.contextmanager
+def deterministic_algorithms() -> Iterator[None]:
+    """Ordered accumulation for the duration of the block.
+
+    CUDA's `index_add` adds with atomics, in whatever order the threads land: two ranks
+    that pool the same hidden states (TP replicas with sequence parallelism off) get sums
+    that differ in the last bits, and NeMo-RL's driver stops on replicas that disagree.
+    With deterministic algorithms on, torch runs CUDA's `index_add` in a fixed order
+    (torch.use_deterministic_algorithms: "index_add when called on CUDA tensor"); the
+    CPU kernel is ordered anyway. The process-global flag is restored on exit.
+    """
+    was_on = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was_on, warn_only=warn_only)
 
 
 def packed_segment_ids(

@@ -1,13 +1,23 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""One CLIPO step from captured response sums to per-rollout contrastive rewards.
+"""One CLIPO step: a rank's pooled rows -> its contrastive rewards. Every driver calls this.
 
-Why one function: every caller (NeMo-RL worker extension, single-machine
-runner) needs the same order of operations, and getting it wrong is silent:
-counts come from the *full* response mask (no communication), the mean is
-finished only after the SP/CP all-reduce, the head runs on the last pipeline
-stage only, and the other stages receive rewards by broadcast (the way
-NeMo-RL broadcasts logprobs). The head update happens inside
-`HeadTrainer.step`, after the rewards were taken from the pre-update loss.
+The single-machine runner (`runner/run.py`), the CPU policy worker and the GPU
+worker extension (both through `nemo_rl/worker.py`) hand it the rows the
+logprob pass pooled (`MicrobatchPooler`, final-norm hook) and get back r_CL:
+
+    head forward -> DP all-gather (complete groups) -> group loss -> rewards from
+    the pre-update loss -> one AdamW step on the head -> metrics
+
+The head lives on the last pipeline stage only. Drivers that need the rewards
+on every stage (the runner, whose stages all run the policy update) pass
+`pp_group`: the other stages pass `trainer=None, pooled=None` and receive
+rewards, metrics and embeddings by broadcast, the way NeMo-RL broadcasts
+logprobs. NeMo-RL's driver instead collects each last-stage worker's rows by
+id (`nemo_rl/rewards.assemble_rows`) and calls this on the last stage alone.
+
+Devices: every tensor made here lives on the pooled rows' device; labels and
+ids arrive on any device (the driver's host tensors, say) and are moved there
+first, so collectives carry device tensors (NCCL takes nothing else).
 """
 
 from __future__ import annotations
@@ -15,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
-from clipo_megatron.core.config import CLIPOConfig
-from clipo_megatron.core.pooling import mean_from_sums
+from clipo_megatron.core.groups import GroupIds
 from clipo_megatron.megatron.gather import broadcast_from_last_stage
 from clipo_megatron.megatron.head_trainer import HeadTrainer
 from clipo_megatron.megatron.parallel import group_rank, group_size
@@ -25,9 +35,9 @@ from clipo_megatron.megatron.parallel import group_rank, group_size
 
 @dataclass
 class ClipoStepResult:
-    rewards: torch.Tensor  # [B_local] contrastive rewards (detached), on every pipeline stage
-    metrics: dict[str, float]  # empty on non-last pipeline stages
-    policy_should_update: bool  # False during warm-up
+    rewards: torch.Tensor  # [B_local] r_CL (detached, fp32) on the rows' device, every stage
+    metrics: dict[str, float]  # the step's contrastive metrics, every stage
+    embeddings: torch.Tensor  # [B_local, d(/tp)] head outputs before the update (detached)
 
 
 def is_last_stage(pp_group=None) -> bool:
@@ -36,58 +46,49 @@ def is_last_stage(pp_group=None) -> bool:
 
 def clipo_step(
     trainer: HeadTrainer | None,
-    response_sums: torch.Tensor | None,
-    response_counts: torch.Tensor,
+    pooled: torch.Tensor | None,
     correct: torch.Tensor,
-    group_ids: torch.Tensor,
+    group_ids: GroupIds,
     sample_ids: torch.Tensor,
     *,
     step: int,
     pp_group=None,
-    warmup_steps: int | None = None,
+    device: torch.device | str | None = None,
 ) -> ClipoStepResult:
-    """Captured sums -> mean -> head (+ DP gather, loss, AdamW) -> rewards on every stage.
-
-    response_sums [B_local, D]: already reduced over SP/CP (`sharded_response_sums`),
-    None on non-last pipeline stages. response_counts [B_local]: response tokens
-    per rollout from the full mask. correct / group_ids / sample_ids [B_local]:
-    binary rewards and *global* ids (identical on every rank that holds the row).
-    trainer: the last stage's `HeadTrainer` (None elsewhere; its dp_group is the
-    DP group of the last stage). warmup_steps: needed on stages without a trainer
-    (defaults to the trainer's config), so every stage agrees on warm-up.
-    """
-    b = response_counts.shape[0]
-    for name, t in (("correct", correct), ("group_ids", group_ids), ("sample_ids", sample_ids)):
+    """pooled [B_local, D]: mean response hidden states (None off the last stage).
+    correct / group_ids / sample_ids [B_local]: binary rewards and *global* ids (identical on
+    every rank that holds the row). trainer: the last stage's `HeadTrainer` (its dp_group is
+    the last stage's DP group). device: where the other stages want their rewards (default:
+    the current CUDA device when CUDA is available, else the host)."""
+    b = len(correct)
+    for name, t in (("group_ids", group_ids), ("sample_ids", sample_ids)):
         if len(t) != b:  # tensors, arrays or lists (string group ids)
-            raise ValueError(
-                f"{name} has {len(t)} rows but response_counts has {b}: one row per rollout"
-            )
+            raise ValueError(f"{name} has {len(t)} rows but correct has {b}: one row per rollout")
     last = is_last_stage(pp_group)
-    if last and (trainer is None or response_sums is None):
-        raise ValueError(
-            "the last pipeline stage needs both a HeadTrainer and the captured response sums"
-        )
-    if warmup_steps is None and trainer is None:
-        raise ValueError("pass warmup_steps= on pipeline stages without a HeadTrainer")
-    if warmup_steps is None:
-        assert trainer is not None  # checked above
-        warmup = trainer.cfg
-    else:
-        warmup = CLIPOConfig(warmup_steps=warmup_steps)
-    rewards: torch.Tensor | None = None
-    metrics: dict[str, float] = {}
+    if last and (trainer is None or pooled is None):
+        raise ValueError("the last pipeline stage needs both a HeadTrainer and the pooled rows")
     if last:
-        assert trainer is not None and response_sums is not None  # checked above
-        if response_sums.shape[0] != b:
-            raise ValueError(
-                f"response_sums has {response_sums.shape[0]} rows, response_counts {b}"
-            )
-        pooled = mean_from_sums(response_sums.float(), response_counts.float())  # [B_local, D]
-        out = trainer.step(pooled, correct, group_ids, sample_ids, step=step)
-        rewards, metrics = out.rewards.float().contiguous(), out.metrics
-    rewards = broadcast_from_last_stage(
-        rewards, (b,), torch.float32, pp_group=pp_group
-    )  # [B_local]
-    return ClipoStepResult(
-        rewards=rewards, metrics=metrics, policy_should_update=warmup.policy_updates_at(step)
-    )
+        assert trainer is not None and pooled is not None  # checked above
+        if pooled.shape[0] != b:
+            raise ValueError(f"pooled has {pooled.shape[0]} rows, correct {b}")
+        dev = pooled.device
+        ids = group_ids.to(dev) if isinstance(group_ids, torch.Tensor) else group_ids
+        out = trainer.step(pooled.float(), correct.to(dev), ids, sample_ids.to(dev), step=step)
+        rewards = out.rewards.float().contiguous()  # [B_local]
+        if group_size(pp_group) == 1:
+            return ClipoStepResult(rewards, out.metrics, out.embeddings)
+        extras: list = [(out.metrics, out.embeddings.cpu())]
+    else:
+        rewards, extras = None, [None]
+        dev = torch.device(device or _default_device())
+    rewards = broadcast_from_last_stage(rewards, (b,), torch.float32, pp_group=pp_group, device=dev)
+    src = dist.get_process_group_ranks(pp_group)[-1]
+    dist.broadcast_object_list(extras, src=src, group=pp_group, device=dev)
+    metrics, embeddings = extras[0]
+    return ClipoStepResult(rewards, metrics, embeddings.to(dev))
+
+
+def _default_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -18,8 +18,9 @@ import torch.distributed as dist
 from clipo_megatron.megatron.parallel import group_rank, group_size
 
 
-def _sizes(n: int, group) -> list[int]:
-    t = torch.tensor([n], dtype=torch.long)
+def _sizes(n: int, group, device: torch.device) -> list[int]:
+    """Every rank's row count; the buffers live on `device` (NCCL groups take device tensors only)."""
+    t = torch.tensor([n], dtype=torch.long, device=device)
     out = [torch.zeros_like(t) for _ in range(group_size(group))]
     dist.all_gather(out, t, group=group)
     return [int(x) for x in out]
@@ -27,7 +28,7 @@ def _sizes(n: int, group) -> list[int]:
 
 def _gather_padded(x: torch.Tensor, sizes: list[int], group) -> torch.Tensor:
     m = max(sizes)
-    pad = torch.zeros((m - x.shape[0], *x.shape[1:]), dtype=x.dtype)
+    pad = torch.zeros((m - x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
     buf = torch.cat([x.contiguous(), pad]) if m > x.shape[0] else x.contiguous()
     out = [torch.empty_like(buf) for _ in sizes]
     dist.all_gather(out, buf, group=group)
@@ -56,7 +57,7 @@ def gather_rows(x: torch.Tensor, *, dp_group=None) -> tuple[torch.Tensor, slice]
     """
     if group_size(dp_group) == 1:
         return x, slice(0, x.shape[0])
-    sizes = _sizes(x.shape[0], dp_group)
+    sizes = _sizes(x.shape[0], dp_group, x.device)
     r = group_rank(dp_group)
     mine = slice(sum(sizes[:r]), sum(sizes[: r + 1]))
     if x.requires_grad:
@@ -74,16 +75,17 @@ def all_reduce_grads(module: torch.nn.Module, *, dp_group=None) -> None:
 
 
 def broadcast_from_last_stage(
-    t: torch.Tensor | None, shape, dtype, *, pp_group=None
+    t: torch.Tensor | None, shape, dtype, *, pp_group=None, device=None
 ) -> torch.Tensor:
     """Pipeline parallel: the last stage computed `t`; every stage returns it.
 
-    Non-last stages pass t=None and the expected shape/dtype (their local batch).
+    Non-last stages pass t=None and the expected shape/dtype (their local batch) and the
+    device of the rows (the receive buffer's: NCCL takes device tensors only).
     """
     if group_size(pp_group) == 1:
         assert t is not None, "a pipeline of one stage is the last stage: it passes t"
         return t
     ranks = dist.get_process_group_ranks(pp_group)
-    buf = t.contiguous() if t is not None else torch.empty(shape, dtype=dtype)
+    buf = t.contiguous() if t is not None else torch.empty(shape, dtype=dtype, device=device)
     dist.broadcast(buf, src=ranks[-1], group=pp_group)
     return buf

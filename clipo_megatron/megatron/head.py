@@ -16,6 +16,7 @@ appear in the policy's parameters, state_dict, HF export or vLLM refit.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -107,6 +108,25 @@ class ContrastiveHead(MegatronModule):
         return lambda t: reduce_from_tensor_model_parallel_region(t, group=group)
 
 
+def head_config(model_config):
+    """The head's TransformerConfig: the policy's, minus what does not apply to a [B, D] head.
+
+    - fp32 parameters: the head trains in fp32 with its own AdamW whatever the policy's dtype;
+    - no sequence parallelism: the head's input is one pooled row per rollout, not a shard of
+      a sequence; with it a ColumnParallelLinear all-gathers its input along dim 0 and returns
+      [tp * B, d / tp];
+    - no gradient-accumulation fusion: it writes `weight.main_grad`, which only Megatron's DDP
+      wrapper creates, and the head is not wrapped;
+    """
+    cfg = copy.copy(model_config)
+    cfg.params_dtype = torch.float32
+    cfg.bf16 = False
+    cfg.fp16 = False
+    cfg.sequence_parallel = False
+    cfg.gradient_accumulation_fusion = False
+    return cfg
+
+
 def build_contrastive_head(
     config,
     *,
@@ -117,10 +137,12 @@ def build_contrastive_head(
     tp_group=None,
     spec: ModuleSpec | None = None,
 ):
+    """config: the policy's TransformerConfig (adapted by `head_config`, in one place for every
+    driver)."""
     spec = spec or get_contrastive_head_spec(tensor_parallel)
     return build_module(
         spec,
-        config=config,
+        config=head_config(config),
         input_size=input_size,
         embed_dim=embed_dim,
         head_type=head_type,

@@ -77,7 +77,9 @@ class HeadTrainer:
         to ints over the ids of every DP rank, so all ranks agree (every rank must
         pass the same kind: tensors everywhere, or sequences everywhere).
         """
-        group_ids = self._int_group_ids(group_ids, device=pooled.device)  # [B_local]
+        dev = pooled.device  # every tensor of the step lives on the rows' device
+        group_ids = self._int_group_ids(group_ids, device=dev).to(dev)  # [B_local]
+        correct, sample_ids = correct.to(dev), sample_ids.to(dev)  # [B_local] each
         learn = not self.cfg.fixed_head
         self.head.train(learn)
         with torch.set_grad_enabled(learn):
@@ -86,7 +88,7 @@ class HeadTrainer:
             c_all, _ = gather_rows(correct, dp_group=self.dp_group)
             g_all, _ = gather_rows(group_ids, dp_group=self.dp_group)
             s_all, _ = gather_rows(sample_ids, dp_group=self.dp_group)
-            local = torch.zeros(z_all.shape[0], dtype=torch.bool)
+            local = torch.zeros(z_all.shape[0], dtype=torch.bool, device=dev)
             local[mine] = True
             res = group_contrastive_loss(
                 z_all,

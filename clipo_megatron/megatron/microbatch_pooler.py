@@ -12,7 +12,12 @@ microbatch being run:
     padded: hidden [S(/TP with SP), b, H]   packed: hidden [T(/CP)(/TP with SP), 1, H]
 
 into per-row fp32 means [b, H] with `megatron.parallel_pooling` (partial sums
-all-reduced over TP-with-SP and CP; D floats per row). Forward-only
+all-reduced over TP-with-SP and CP; D floats per row). Devices: the index
+arithmetic (masks, packing offsets, segment ids) runs on the host from one
+small copy of the microbatch's metadata, whichever device it arrives on
+(NeMo-RL moves the microbatch to the GPU); segment ids and counts then move
+to the hidden states' device, and the pooled means *and their row ids* live
+there (`result()`), so the head step never mixes devices. Forward-only
 schedules run microbatches in iterator order, so the k-th hook call is the
 k-th microbatch.
 """
@@ -102,7 +107,7 @@ class MicrobatchPooler:
             segments = data.get(SEGMENTS_KEY) if isinstance(data, dict) else None
             self.pending.append(
                 {
-                    "rows": torch.as_tensor(data[SAMPLE_IDX_KEY]).long().cpu(),
+                    "rows": torch.as_tensor(data[SAMPLE_IDX_KEY]).long(),
                     "segments": segments,
                     "mask": None
                     if segments is not None
@@ -173,7 +178,7 @@ class MicrobatchPooler:
             cp_group=self.cp_group,
             sequence_parallel=self.sequence_parallel,
         )  # [b, H]
-        self.rows.append(meta["rows"])
+        self.rows.append(meta["rows"].to(hidden.device))  # rows live with their pooled states
         self.pooled.append(pooled)
 
     @contextlib.contextmanager

@@ -232,8 +232,29 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
             "normalisation and wraps the 'grpo' estimator only; set grpo.adv_estimator.name=grpo"
         )
 
+    if clipo.enabled:
+        _check_capture_runs(cfg)
     _check_objective_settings(cfg, clipo.objective)
     return clipo
+
+
+def _check_capture_runs(cfg: dict[str, Any]) -> None:
+    """Settings under which CLIPO's capture never runs: it pools the final norm's output inside
+    NeMo-RL's prev-logprob pass, in Python (forward hook / output processor)."""
+    threshold = dotted_get(cfg, "grpo.seq_logprob_error_threshold")
+    if dotted_get(cfg, "loss_fn.force_on_policy_ratio", False) and threshold is None:
+        raise ValueError(  # grpo_train's skip rule, the same in v0.7.0 and main
+            "loss_fn.force_on_policy_ratio=true makes NeMo-RL skip the prev-logprob pass (with "
+            "grpo.seq_logprob_error_threshold unset), the pass CLIPO pools hidden states in, so "
+            "the head gets nothing; set loss_fn.force_on_policy_ratio=false"
+        )
+    impl = dotted_get(cfg, "policy.megatron_cfg.cuda_graph_impl", "none", none_is_default=True)
+    if str(impl).lower() != "none":
+        raise ValueError(
+            f"policy.megatron_cfg.cuda_graph_impl={impl!r}: a replayed CUDA graph runs no Python, "
+            "so CLIPO's capture of the final-norm output is not guaranteed to run; set "
+            "policy.megatron_cfg.cuda_graph_impl=none"
+        )
 
 
 def _check_objective_settings(cfg: dict[str, Any], name: str) -> None:

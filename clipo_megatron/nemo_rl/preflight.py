@@ -7,7 +7,8 @@ one edit round fixes a recipe; each problem is one line naming the key, what is 
 It runs in seconds on a laptop, with or without NeMo-RL importable:
 
 1. the recipe merges and resolves (`load_recipe`, incl. NeMo-RL's parent recipe when found);
-2. the `clipo:` block and its cross-field rules (`validate_master_config`);
+2. the `clipo:` block and its cross-field rules (`validate_master_config`), incl. settings
+   under which CLIPO's capture never runs (force_on_policy_ratio, training CUDA graphs);
 3. with NeMo-RL importable: the supported version (`compat.check_supported`) and NeMo-RL's own
    pydantic `MasterConfig` of `nemo_rl.algorithms.grpo`;
 4. data files exist with the columns their dataset class reads; no training row is validated

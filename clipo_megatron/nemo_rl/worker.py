@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from clipo_megatron.megatron.clipo_step import clipo_step
 from clipo_megatron.megatron.microbatch_pooler import (  # re-exported: the worker's vocabulary
     SAMPLE_IDX_KEY,
     MicrobatchPooler,
@@ -78,13 +79,20 @@ class ClipoWorkerState:
             raise ValueError(
                 f"pooled row ids reach {int(self.rows.max())} but the batch has {correct.numel()} rows"
             )
-        rows = self.rows
-        out = self.trainer.step(
-            self.pooled, correct[rows].float(), group_ids[rows].long(), rows, step=step
+        rows = self.rows  # [b] on the pooled states' device (MicrobatchPooler.result)
+        dev = rows.device
+        out = clipo_step(
+            self.trainer,
+            self.pooled,
+            correct.to(dev)[rows].float(),
+            group_ids.to(dev)[rows].long(),
+            rows,
+            step=step,
         )
         self.last_pooled = (rows, self.pooled)
         self.pooled = None  # one head step per logprob pass
-        return {"sample_idx": rows, "rewards": out.rewards.float().cpu(), "metrics": out.metrics}
+        # Ray carries host tensors back to the driver, which assembles them by row id.
+        return {"sample_idx": rows.cpu(), "rewards": out.rewards.cpu(), "metrics": out.metrics}
 
     # ---- checkpoints: <step dir>/<head_checkpoint_dir>/head_tp{r}.pt, written by dp_rank 0 / cp_rank 0
 
@@ -163,7 +171,7 @@ class ClipoWorkerMixin:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.method.seed)  # identical replicated head on every DP / TP rank
             head = build_contrastive_head(
-                _fp32_config(mcfg),
+                mcfg,
                 input_size=mcfg.hidden_size,
                 embed_dim=cfg.method.embed_dim,
                 head_type=cfg.method.head_type,
@@ -212,16 +220,4 @@ class ClipoWorkerMixin:
                 "rewards": torch.zeros(0),
                 "metrics": {},
             }
-        dev = self._clipo.pooled.device if self._clipo.pooled is not None else torch.device("cpu")
-        return self._clipo.head_step(correct.to(dev), group_ids.to(dev), step)
-
-
-def _fp32_config(model_cfg):
-    """A copy of the model's TransformerConfig with fp32 params (the head trains in fp32)."""
-    import copy
-
-    cfg = copy.copy(model_cfg)
-    cfg.params_dtype = torch.float32
-    cfg.bf16 = False
-    cfg.fp16 = False
-    return cfg
+        return self._clipo.head_step(correct, group_ids, step)

@@ -47,6 +47,10 @@ def tp_group():
     return mp.tensor_parallel_group()
 
 
+def pipeline_group():
+    return mp.pipeline_group()
+
+
 def is_pipeline_first_stage() -> bool:
     """This rank holds the embedding (the pipeline passes feed it the token ids)."""
     return mp.is_pipeline_first_stage()

@@ -20,6 +20,7 @@ import torch
 
 from clipo_megatron.core.advantages import group_advantages
 from clipo_megatron.core.rewards import shaped_rewards
+from clipo_megatron.megatron.clipo_step import clipo_step
 from clipo_megatron.megatron.policy_passes import target_logprobs
 from clipo_megatron.runner import optim_state, parallel
 from clipo_megatron.runner.config import RunConfig, to_dict
@@ -101,9 +102,13 @@ class Run:
             embed_dim=self.clipo.method.embed_dim,
             head_type=self.clipo.method.head_type,
         )
-        if getattr(self.model, "post_process", True):  # the replicated head hangs on the last stage
+        # The head and its trainer live on the last pipeline stage only (built on every rank so
+        # every rank draws the same random numbers); `clipo_step` broadcasts r_CL to the others.
+        self.head: HeadTrainer | None = None
+        if getattr(self.model, "post_process", True):
             attach_head(self.model, head)
-        self.head = HeadTrainer(head, self.clipo.method)
+            self.head = HeadTrainer(head, self.clipo.method)
+        self.pp_group = parallel.pipeline_group() if self.pp > 1 else None
         self.problems = load_problems(cfg.data, cfg.data.train_size, path=cfg.data.path)
         self.step_idx = 0
         self.history: list[dict] = []
@@ -191,7 +196,16 @@ class Run:
         group_ids = torch.tensor([batch[i].index for i in ro.prompt_index])
         sample_ids = torch.arange(len(ro.texts)) + self.step_idx * len(ro.texts)
         t0 = time.perf_counter()
-        out = self.head.step(pooled, rewards, group_ids, sample_ids, step=self.step_idx)
+        out = clipo_step(
+            self.head,
+            pooled if self.head is not None else None,
+            rewards,
+            group_ids,
+            sample_ids,
+            step=self.step_idx,
+            pp_group=self.pp_group,
+            device=pooled.device,
+        )
         r_cl = out.rewards if self.clipo.enabled else torch.zeros_like(rewards)
         t["head"] = time.perf_counter() - t0
 
@@ -264,12 +278,19 @@ class Run:
             "optimizer": optim_state.full_optimizer_state(
                 self.optimizer, self.model, self.arch, self.tp_group, self._parallel
             ),
-            "head": self.head.state_dict(),
+            "head": self._head_state(),
             "history": self.history,
             "embeddings": self.embeddings,
             "torch_rng": torch.get_rng_state(),
             "config": to_dict(self.cfg),
         }
+
+    def _head_state(self) -> dict:
+        """The last stage's head trainer state, on every rank (collective with PP)."""
+        from clipo_megatron.runner.pipeline import broadcast_from_last_stage
+
+        state = self.head.state_dict() if self.head is not None else None
+        return broadcast_from_last_stage(state) if self.pp > 1 else state
 
     def load_state_dict(self, state: dict) -> None:
         from clipo_megatron.models.hf_convert import load_megatron_state
@@ -282,7 +303,8 @@ class Run:
                 self.optimizer, self.model, self.arch, state["optimizer"]
             )
         )
-        self.head.load_state_dict(state["head"])
+        if self.head is not None:
+            self.head.load_state_dict(state["head"])
         self.step_idx, self.history, self.embeddings = (
             state["step"],
             state["history"],

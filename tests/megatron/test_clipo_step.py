@@ -24,14 +24,13 @@ D = 12
 
 
 def _inputs():
-    """Four groups of four rollouts; sums [16, D], counts [16] (hand-picked 1..4 tokens)."""
+    """Four groups of four rollouts; pooled means [16, D]."""
     gen = torch.Generator().manual_seed(3)
-    sums = torch.randn(16, D, generator=gen)
-    counts = torch.arange(16) % 4 + 1
+    pooled = torch.randn(16, D, generator=gen)
     correct = torch.tensor([1, 1, 0, 1, 0, 1, 1, 0, 1, 1, 1, 1, 0, 0, 1, 0])
     gids = torch.arange(4).repeat_interleave(4) * 7 + 1
     sids = torch.arange(16) + 50
-    return sums, counts, correct, gids, sids
+    return pooled, correct, gids, sids
 
 
 def _head(seed: int = 0):
@@ -39,65 +38,75 @@ def _head(seed: int = 0):
     return torch.nn.Linear(D, CFG.embed_dim, bias=False)
 
 
-def test_clipo_step_equals_mean_then_trainer_step():
-    sums, counts, correct, gids, sids = _inputs()
+def test_clipo_step_equals_the_trainer_step():
+    pooled, correct, gids, sids = _inputs()
     head = _head()
     ref_trainer = HeadTrainer(copy.deepcopy(head), CFG)
-    ref = ref_trainer.step(sums / counts.unsqueeze(-1).float(), correct, gids, sids, step=0)
-    out = clipo_step(HeadTrainer(head, CFG), sums, counts, correct, gids, sids, step=0)
+    ref = ref_trainer.step(pooled, correct, gids, sids, step=0)
+    out = clipo_step(HeadTrainer(head, CFG), pooled, correct, gids, sids, step=0)
     # Same arithmetic in the same order: bit-identical, not merely close.
     torch.testing.assert_close(out.rewards, ref.rewards, rtol=0, atol=0)
+    torch.testing.assert_close(out.embeddings, ref.embeddings, rtol=0, atol=0)
     torch.testing.assert_close(head.weight, ref_trainer.head.weight, rtol=0, atol=0)
     assert out.metrics == ref.metrics
-    assert not out.policy_should_update  # step 0 < warmup_steps 2
-    assert clipo_step(
-        HeadTrainer(_head(), CFG), sums, counts, correct, gids, sids, step=2
-    ).policy_should_update
 
 
-def test_clipo_step_rejects_mismatched_rows_and_empty_responses():
-    sums, counts, correct, gids, sids = _inputs()
+def test_clipo_step_on_the_device_with_host_labels():
+    """Emulated CUDA: rows and head on the device, labels and ids from the driver's host.
+    Before the step moved them, the first CLIPO step of every GPU run raised here."""
+    from clipo_megatron.testing.emulated_cuda import emulated_cuda, is_on_device
+
+    pooled, correct, gids, sids = _inputs()
+    ref = clipo_step(HeadTrainer(_head(), CFG), pooled, correct, gids, sids, step=0)
+    with emulated_cuda():
+        trainer = HeadTrainer(_head().to("cuda"), CFG)
+        out = clipo_step(trainer, pooled.cuda(), correct, gids, sids, step=0)
+        assert is_on_device(out.rewards) and is_on_device(out.embeddings)
+        again = clipo_step(trainer, pooled.cuda(), correct.cuda(), gids, sids.cuda(), step=1)
+        assert is_on_device(again.rewards)
+    torch.testing.assert_close(out.rewards.cpu(), ref.rewards, rtol=0, atol=0)
+
+
+def test_clipo_step_rejects_mismatched_rows():
+    pooled, correct, gids, sids = _inputs()
     trainer = HeadTrainer(_head(), CFG)
     with pytest.raises(ValueError, match="group_ids has 15 rows"):
-        clipo_step(trainer, sums, counts, correct, gids[:15], sids, step=0)
-    counts = counts.clone()
-    counts[3] = 0
-    with pytest.raises(ValueError, match="empty response"):
-        clipo_step(trainer, sums, counts, correct, gids, sids, step=0)
+        clipo_step(trainer, pooled, correct, gids[:15], sids, step=0)
+    with pytest.raises(ValueError, match="pooled has 15 rows"):
+        clipo_step(trainer, pooled[:15], correct, gids, sids, step=0)
     with pytest.raises(
         ValueError, match="last pipeline stage needs both"
     ):  # no pp_group: this is the last stage
-        clipo_step(None, None, counts, correct, gids, sids, step=0, warmup_steps=0)
+        clipo_step(None, None, correct, gids, sids, step=0)
 
 
-def _pp_worker(rank, world):
+def _pp_worker(rank, world, emulate):
+    import contextlib
+
     import torch.distributed as dist
 
-    sums, counts, correct, gids, sids = _inputs()
+    from clipo_megatron.testing.emulated_cuda import emulated_cuda, is_on_device
+
+    pooled, correct, gids, sids = _inputs()
     pp = dist.new_group([0, 1])
     last = rank == world - 1
-    trainer = HeadTrainer(_head(), CFG) if last else None
-    out = clipo_step(
-        trainer,
-        sums if last else None,
-        counts,
-        correct,
-        gids,
-        sids,
-        step=3,
-        pp_group=pp,
-        warmup_steps=CFG.warmup_steps,
-    )
-    return {"rewards": out.rewards, "metrics": out.metrics, "update": out.policy_should_update}
+    with emulated_cuda() if emulate else contextlib.nullcontext():
+        head = _head().to("cuda") if emulate else _head()
+        trainer = HeadTrainer(head, CFG) if last else None
+        rows = pooled.cuda() if emulate else pooled
+        out = clipo_step(trainer, rows if last else None, correct, gids, sids, step=3, pp_group=pp)
+        assert is_on_device(out.rewards) == emulate
+    return {"rewards": out.rewards.cpu(), "metrics": out.metrics, "emb": out.embeddings.cpu()}
 
 
 @pytest.mark.multiprocess
-def test_pp2_rewards_reach_the_first_stage():
-    sums, counts, correct, gids, sids = _inputs()
-    ref = clipo_step(HeadTrainer(_head(), CFG), sums, counts, correct, gids, sids, step=3)
-    res = run_distributed(_pp_worker, 2, timeout=120)
+@pytest.mark.parametrize("emulate", [False, True], ids=["host", "emulated_cuda_nccl"])
+def test_pp2_rewards_reach_the_first_stage(emulate):
+    pooled, correct, gids, sids = _inputs()
+    ref = clipo_step(HeadTrainer(_head(), CFG), pooled, correct, gids, sids, step=3)
+    res = run_distributed(_pp_worker, 2, emulate, timeout=120)
     for rank in (0, 1):
         # Broadcast copies the last stage's fp32 values; head math is identical -> exact.
         torch.testing.assert_close(res[rank]["rewards"], ref.rewards, rtol=0, atol=0)
-        assert res[rank]["update"]
-    assert res[0]["metrics"] == {} and res[1]["metrics"] == ref.metrics
+        torch.testing.assert_close(res[rank]["emb"], ref.embeddings, rtol=0, atol=0)
+        assert res[rank]["metrics"] == ref.metrics

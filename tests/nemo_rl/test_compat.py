@@ -1,56 +1,200 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Which NeMo-RL is installed: supported ones are recognised, others fail early naming the version."""
+"""Which NeMo-RL is installed: identified by commit when known, by version + probes otherwise.
+
+Issue item 1: a git checkout reports `0.7.0+<sha>` and was refused; these tests build fake
+NeMo-RL packages on disk (version, the two probed source seams, a git tree or none) and run the
+real `check_supported` on them. `CLIPO_NEMO_RL_CHECKOUTS=<dir>:<dir>` also runs `detect` on
+real NeMo-RL checkouts (only `nemo_rl/__init__.py` is imported: no NeMo-RL dependencies).
+"""
 
 from __future__ import annotations
 
-import enum
 import os
+import subprocess
 import sys
-import types
+from pathlib import Path
 
 import pytest
 
 from clipo_megatron.nemo_rl import compat
 
+ROOT = Path(__file__).resolve().parents[2]
+V070 = "81aa43dda4765b0429cf31dab44441e4e4383911"  # `git rev-parse 'v0.7.0^{commit}'`
+MAIN = "7ea279abfbeb698b092856d0dab61e7cf39bc909"
+OTHER_MAIN = "2ebd36f18"  # 7ea279a's parent on main (2026-08-22)
+CHECKOUTS_ENV = "CLIPO_NEMO_RL_CHECKOUTS"
+CONTAINER_ENV = "NEMO_RL_COMMIT"  # set by NeMo-RL's docker/Dockerfile
 
-def _fake_nemo_rl(monkeypatch, version: str, metric_normalizer: bool) -> None:
-    """A stand-in for NeMo-RL's version metadata only (what `detect` reads)."""
-    root = types.ModuleType("nemo_rl")
-    root.__version__ = version
-    root.__spec__ = types.SimpleNamespace(name="nemo_rl", origin=None)
-    interfaces = types.ModuleType("nemo_rl.algorithms.loss.interfaces")
-    if metric_normalizer:
-        interfaces.MetricNormalizer = enum.Enum("MetricNormalizer", "TOKENS")
-    for name, mod in {
-        "nemo_rl": root,
-        "nemo_rl.algorithms": types.ModuleType("nemo_rl.algorithms"),
-        "nemo_rl.algorithms.loss": types.ModuleType("nemo_rl.algorithms.loss"),
-        "nemo_rl.algorithms.loss.interfaces": interfaces,
-    }.items():
-        monkeypatch.setitem(sys.modules, name, mod)
-    monkeypatch.setattr("clipo_megatron.nemo_rl.require_nemo_rl", lambda: None)
+
+def _git(cwd: Path, *args: str) -> str:
+    cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+    return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """`make(version, ...)` writes a NeMo-RL stand-in under `root` and puts it on sys.path."""
+    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "nemo_rl"}
+    for k in saved:
+        del sys.modules[k]
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no git tree above tmp_path
+    for var in (compat.ALLOW_ENV, CONTAINER_ENV):
+        monkeypatch.delenv(var, raising=False)
+
+    def make(version, *, normalizer=False, rank0=False, root=None) -> Path:
+        pkg = (root or tmp_path / "site") / "nemo_rl"
+        files = {
+            "__init__.py": f"__version__ = {version!r}\n",
+            "algorithms/__init__.py": "",
+            "algorithms/loss/__init__.py": "",
+            "algorithms/loss/interfaces.py": "import enum\n"
+            + ("class MetricNormalizer(enum.Enum):\n    TOKENS = 1\n" if normalizer else ""),
+            "utils/__init__.py": "",
+            "utils/native_checkpoint.py": (
+                "def save_tokenizer_on_rank0(tokenizer, path):\n    pass\n" if rank0 else ""
+            ),
+        }
+        for rel, text in files.items():
+            (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+            (pkg / rel).write_text(text)
+        monkeypatch.syspath_prepend(str(pkg.parent))
+        return pkg
+
+    yield make
+    for k in [k for k in sys.modules if k.split(".")[0] == "nemo_rl"]:
+        del sys.modules[k]
+    sys.modules.update(saved)
+
+
+# ----------------------------------------------------------------------------- through check_supported
 
 
 @pytest.mark.parametrize(
-    "version, normalizer, name",
-    [("0.7.0", False, "v0.7.0"), ("0.6.0", True, "main@7ea279a")],
+    "version, normalizer, rank0, name, commit",
+    [
+        (f"0.7.0+{V070[:9]}", False, False, "v0.7.0", V070[:9]),  # refused before issue item 1
+        (f"0.6.0+{MAIN[:9]}", True, True, "main@7ea279a", MAIN[:9]),
+        (f"0.7.0+{V070[:12]}", False, False, "v0.7.0", V070[:12]),  # a longer short sha
+        ("0.7.0", False, False, "v0.7.0", None),  # a wheel / tarball / NO_VCS_VERSION=1
+    ],
 )
-def test_supported_versions_are_recognised(monkeypatch, version, normalizer, name):
-    _fake_nemo_rl(monkeypatch, version, normalizer)
-    assert compat.check_supported().name == name
+def test_supported_versions_are_recognised(fake, version, normalizer, rank0, name, commit):
+    fake(version, normalizer=normalizer, rank0=rank0)
+    flavour = compat.check_supported()
+    assert (flavour.name, flavour.commit, flavour.version) == (name, commit, version)
+    assert flavour.has_metric_normalizer is normalizer and flavour.caveat is None
 
 
 @pytest.mark.parametrize(
-    "version, normalizer", [("0.6.0", False), ("0.8.0", True), ("0.5.0", False)]
+    "version, normalizer, rank0, found",
+    [
+        (f"0.6.0+{OTHER_MAIN}", True, True, f"commit {OTHER_MAIN}, not a supported one"),
+        (f"0.7.0+{MAIN[:9]}", False, False, "commit 7ea279abf is main@7ea279a, but the code"),
+        ("0.6.0", True, False, "main older than 7ea279a"),
+        ("0.6.0", False, False, "MetricNormalizer absent"),  # v0.6.0 or an older main
+        ("0.7.0", True, True, "MetricNormalizer present"),
+        ("0.8.0", True, True, "commit unknown"),
+    ],
 )
-def test_unsupported_version_fails_naming_it(monkeypatch, version, normalizer):
-    _fake_nemo_rl(monkeypatch, version, normalizer)
-    monkeypatch.delenv(compat.ALLOW_ENV, raising=False)
-    with pytest.raises(compat.UnsupportedNemoRLError, match=rf"NeMo-RL {version} .*v0\.7\.0"):
+def test_unsupported_fails_in_one_line_naming_it(
+    fake, monkeypatch, version, normalizer, rank0, found
+):
+    fake(version, normalizer=normalizer, rank0=rank0)
+    with pytest.raises(compat.UnsupportedNemoRLError) as err:
         compat.check_supported()
+    msg = str(err.value)
+    assert msg.startswith(f"NeMo-RL {version} (") and found in msg and "\n" not in msg
+    assert "v0.7.0, main@7ea279a" in msg and compat.ALLOW_ENV in msg and "git clone" in msg
     monkeypatch.setenv(compat.ALLOW_ENV, "1")  # the documented escape hatch warns instead
-    with pytest.warns(UserWarning, match=version):
+    with pytest.warns(UserWarning, match=version.replace("+", r"\+")):
         assert not compat.check_supported().supported
+
+
+def test_main_without_commit_is_accepted_with_a_warning(fake):
+    fake("0.6.0", normalizer=True, rank0=True)
+    with pytest.warns(UserWarning, match="later main that keeps the same seams"):
+        flavour = compat.check_supported()
+    assert (flavour.name, flavour.commit) == ("main@7ea279a", None)
+
+
+def test_container_commit_record(fake, monkeypatch):
+    """NeMo-RL's Dockerfile sets $NEMO_RL_COMMIT; it counts only where the code agrees."""
+    fake("0.6.0", normalizer=True, rank0=True)
+    monkeypatch.setenv(CONTAINER_ENV, MAIN)
+    assert compat.check_supported().commit == MAIN
+    monkeypatch.setenv(CONTAINER_ENV, V070)  # stale record over mounted main code
+    with pytest.raises(compat.UnsupportedNemoRLError, match=r"stale \$NEMO_RL_COMMIT"):
+        compat.check_supported()
+    monkeypatch.setenv(CONTAINER_ENV, "<unknown>")  # the Dockerfile's default
+    with pytest.warns(UserWarning, match="without a known commit"):
+        assert compat.check_supported().commit is None
+
+
+def test_git_work_tree_is_read_and_a_foreign_tree_ignored(fake, tmp_path):
+    """The package's own work tree gives HEAD; a wheel inside another project's tree gets that
+    project's sha from NeMo-RL's package_info, which must not count as NeMo-RL's commit."""
+    project = tmp_path / "project"
+    fake(f"0.7.0+{'ab' * 5}", root=project / ".venv" / "site-packages")
+    _git(project, "init", "-q")
+    _git(project, "commit", "-q", "--allow-empty", "-m", "x")
+    flavour = compat.check_supported()
+    assert (flavour.name, flavour.commit) == ("v0.7.0", None)
+
+    checkout = tmp_path / "checkout"  # NeMo-RL's own tree, imported with NO_VCS_VERSION=1
+    pkg = checkout / "nemo_rl"
+    pkg.mkdir(parents=True)
+    _git(checkout, "init", "-q")
+    _git(checkout, "commit", "-q", "--allow-empty", "-m", "x")
+    head = _git(checkout, "rev-parse", "HEAD")
+    assert compat.find_commit(pkg, "0.7.0") == head
+    assert compat.find_commit(pkg, f"0.7.0+{V070[:9]}") == head  # git beats the suffix
+
+
+# ----------------------------------------------------------------------------- the pure decision
+
+
+def test_identify_commit_prefix_and_probes():
+    assert compat.COMMITS == {"v0.7.0": V070, "main@7ea279a": MAIN}
+    v070, main = compat.EXPECTED["v0.7.0"], compat.EXPECTED["main@7ea279a"]
+    assert compat.identify("0.7.0", V070[:7], v070)[0] == "v0.7.0"
+    assert compat.identify("0.7.0", V070.upper(), v070)[0] == "v0.7.0"
+    assert compat.identify("0.7.0", V070[:6], v070)[0] is None  # too short to be a commit
+    assert compat.identify("0.6.0", MAIN, v070)[0] is None  # commit and probes disagree
+    assert compat.identify("0.6.0", None, main)[2] is not None  # accepted, with the caveat
+    assert compat.identify("0.7.0+deadbeef", None, v070)[0] == "v0.7.0"  # base version only
+
+
+# ----------------------------------------------------------------------------- real checkouts
+
+
+def _checkouts() -> list[Path]:
+    return [Path(p) for p in os.environ.get(CHECKOUTS_ENV, "").split(os.pathsep) if p]
+
+
+@pytest.mark.parametrize("no_vcs", ["0", "1"])
+def test_real_checkouts_are_identified_by_commit(no_vcs):
+    if not _checkouts():
+        pytest.skip(f"{CHECKOUTS_ENV} is not set: {CHECKOUTS_ENV}=<NeMo-RL checkout>[:<another>]")
+    code = (
+        "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+        "from clipo_megatron.nemo_rl.compat import detect\n"
+        "f = detect(); print(f.name, f.commit, f.version)\n"
+    )
+    for checkout in _checkouts():
+        head = _git(checkout, "rev-parse", "HEAD")
+        want = next((n for n, c in compat.COMMITS.items() if c == head), None)
+        env = {**os.environ, "NO_VCS_VERSION": no_vcs}
+        env.pop(CONTAINER_ENV, None)
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(checkout), str(ROOT)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=True,
+        ).stdout.split()
+        print(f"\n[compat] {checkout} NO_VCS_VERSION={no_vcs}: {out}")
+        assert out[:2] == [str(want), head], checkout
 
 
 @pytest.mark.nemo_rl

@@ -201,6 +201,18 @@ def _base():
             "aggregates token-mean",
         ),
         (lambda c: c["clipo"].update(capture="hook"), "unknown clipo"),
+        (  # issue item 6: no prev-logprob pass, nothing captured
+            lambda c: c["loss_fn"].update(force_on_policy_ratio=True),
+            r"skip the prev-logprob pass .* set loss_fn.force_on_policy_ratio=false",
+        ),
+        (  # issue item 6: graph replay runs no Python hook
+            lambda c: c["policy"]["megatron_cfg"].update(cuda_graph_impl="local"),
+            r"cuda_graph_impl='local': .* set policy.megatron_cfg.cuda_graph_impl=none",
+        ),
+        (
+            lambda c: c["policy"]["megatron_cfg"].update(cuda_graph_impl="full_iteration"),
+            "cuda_graph_impl='full_iteration'",
+        ),
     ],
 )
 def test_validation_errors(edit, match):
@@ -208,6 +220,30 @@ def test_validation_errors(edit, match):
     edit(cfg)
     with pytest.raises(ValueError, match=match):
         validate_master_config(cfg)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        # grpo_train runs the prev-logprob pass anyway when a threshold is set (v0.7.0, main)
+        lambda c: (
+            c["loss_fn"].update(force_on_policy_ratio=True),
+            c["grpo"].update(seq_logprob_error_threshold=2.0),
+        ),
+        lambda c: c["policy"]["megatron_cfg"].update(cuda_graph_impl="none"),
+        lambda c: c["policy"]["megatron_cfg"].update(cuda_graph_impl=None),
+        lambda c: (  # without CLIPO nothing is captured, so nothing is refused
+            c["clipo"].update(enabled=False),
+            c["loss_fn"].update(force_on_policy_ratio=True),
+            c["policy"]["megatron_cfg"].update(cuda_graph_impl="local"),
+        ),
+        lambda c: c["loss_fn"].update(force_on_policy_ratio=False),
+    ],
+)
+def test_capture_settings_that_work_are_accepted(edit):
+    cfg = _base()
+    edit(cfg)
+    validate_master_config(cfg)
 
 
 def test_method_enabled_is_the_core_error():

@@ -353,6 +353,32 @@ def test_head_embed_dim_over_tp():
     ]
 
 
+@pytest.mark.parametrize(
+    "override, line",
+    [
+        (
+            "+loss_fn.force_on_policy_ratio=true",
+            "loss_fn.force_on_policy_ratio=true makes NeMo-RL skip the prev-logprob pass (with "
+            "grpo.seq_logprob_error_threshold unset), the pass CLIPO pools hidden states in, so "
+            "the head gets nothing; set loss_fn.force_on_policy_ratio=false",
+        ),
+        (
+            "+policy.megatron_cfg.cuda_graph_impl=transformer_engine",
+            "policy.megatron_cfg.cuda_graph_impl='transformer_engine': a replayed CUDA graph runs "
+            "no Python, so CLIPO's capture of the final-norm output is not guaranteed to run; set "
+            "policy.megatron_cfg.cuda_graph_impl=none",
+        ),
+    ],
+)
+def test_issue6_features_clipo_cannot_capture_under(override, line):
+    """Refused before any model loads, naming the key and the fix (issue item 6)."""
+    cfg = _track1(override)
+    cfg["data"] = {}
+    assert pf.preflight_config(cfg, cluster_env=False).problems == [line]
+    cfg["clipo"]["enabled"] = False  # the GRPO baseline arm captures nothing: allowed
+    assert pf.preflight_config(cfg, cluster_env=False).problems == []
+
+
 def test_model_shape_from_local_config_json_first(tmp_path, monkeypatch):
     snap = tmp_path / "hf" / "hub" / "models--Qwen--Qwen2.5-3B-Instruct" / "snapshots" / "abc"
     snap.mkdir(parents=True)

@@ -1,0 +1,354 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""CUDA's device rules on a CPU machine: host/device mix-ups fail as they would on a GPU.
+
+Every CPU test over gloo runs host tensors only, so a host tensor indexing a
+device tensor, a mask built on the host for device rows, or a host buffer sent
+through NCCL never shows. Inside `emulated_cuda()`:
+
+- tensors placed on "cuda" (`.cuda()`, `.to("cuda"/0/device)`, factories with
+  `device="cuda"`, `nn.Module.to("cuda")`) are CPU tensors of the subclass
+  `EmulatedCudaTensor`, which reports `device == cuda:0` and `is_cuda`, and
+  everything computed from them stays tagged; `.cpu()` / `.to("cpu")` untag
+  (a copy, as on a GPU);
+- an op that mixes tagged and untagged tensors raises as CUDA does (0-dim host
+  tensors are allowed as CUDA allows scalars; a host index into a device tensor
+  is allowed, a device index into a host tensor is not; `copy_` crosses
+  devices); `.numpy()` of a device tensor raises;
+- `torch.distributed` collectives on a group declared NCCL (all groups, by
+  default) refuse host tensors, as NCCL does;
+- `torch.cuda.is_available()` is True and `current_device()` is 0;
+- stricter than CUDA: ops that CUDA accumulates with atomics (`index_add`,
+  `scatter_add`, ...) raise on device tensors unless deterministic algorithms
+  are on, since on a GPU their sums differ from run to run and between replicas.
+
+It is strict where CUDA is strict and lenient where CUDA is lenient (see
+tests/testing/test_emulated_cuda.py for the rules, each checked both ways);
+numbers are computed by the CPU kernels, so results equal plain CPU runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+CUDA = torch.device("cuda", 0)
+MIXED = (
+    "Expected all tensors to be on the same device, but found at least two devices, "
+    "cuda:0 and cpu! (emulated CUDA: {op})"
+)
+
+
+class EmulatedDeviceError(RuntimeError):
+    """What CUDA raises on a host/device mix-up (a RuntimeError, as torch's own)."""
+
+
+class EmulatedNondeterminismError(RuntimeError):
+    """Stricter than CUDA, on purpose: where a GPU would silently give order-dependent sums."""
+
+
+# Ops CUDA runs with floating-point atomics unless deterministic algorithms are on.
+_ATOMIC_ON_CUDA = {
+    "index_add",
+    "index_add_",
+    "scatter_add",
+    "scatter_add_",
+    "scatter_reduce",
+    "scatter_reduce_",
+}
+_STRICT_ORDER = [True]  # emulated_cuda(strict_order=...) for the block
+
+
+def _is_cuda_device(d: Any) -> bool | None:
+    """True for a CUDA device spec, False for a CPU one, None for no device spec."""
+    if d is None:
+        return None
+    if isinstance(d, int):
+        return True
+    if isinstance(d, str):
+        return d.startswith("cuda")
+    if isinstance(d, torch.device):
+        return d.type == "cuda"
+    return None
+
+
+def is_on_device(t: Any) -> bool:
+    return isinstance(t, EmulatedCudaTensor)
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    with torch._C.DisableTorchFunctionSubclass():
+        return t.as_subclass(torch.Tensor) if isinstance(t, EmulatedCudaTensor) else t
+
+
+def _tag(x: Any) -> Any:
+    """Tag every tensor in `x` (already on the host, freshly made) as a device tensor."""
+
+    def one(t):
+        if not isinstance(t, torch.Tensor) or isinstance(t, EmulatedCudaTensor):
+            return t
+        if isinstance(t, torch.nn.Parameter):
+            return t
+        return t.as_subclass(EmulatedCudaTensor)
+
+    return tree_map(one, x)
+
+
+def _untag_copy(t: torch.Tensor) -> torch.Tensor:
+    with torch._C.DisableTorchFunctionSubclass():
+        return t.as_subclass(torch.Tensor).clone() if isinstance(t, EmulatedCudaTensor) else t
+
+
+def _tensors(args, kwargs) -> list[torch.Tensor]:
+    flat, _ = tree_flatten((args, kwargs or {}))
+    return [a for a in flat if isinstance(a, torch.Tensor)]
+
+
+def _grad_of(t: torch.Tensor):
+    """A device tensor's .grad is on the device (autograd's engine makes plain tensors)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        g = torch.Tensor.grad.__get__(t)
+    return None if g is None else _tag(g)
+
+
+_GETTERS: dict[Any, Callable] = {
+    torch.Tensor.device.__get__: lambda t: CUDA,
+    torch.Tensor.is_cuda.__get__: lambda t: True,
+    torch.Tensor.grad.__get__: _grad_of,
+}
+_INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}
+# cross the devices on a GPU too (copies), or compute nothing (Module.to's bookkeeping)
+_CROSS_DEVICE = {torch.Tensor.copy_, torch._has_compatible_shallow_copy_type}
+
+
+def _device_target(func, args, kwargs) -> bool | None:
+    """For .to / .cuda / .cpu / .type: True to the device, False to the host, None: stays."""
+    name = getattr(func, "__name__", "")
+    if name == "cuda":
+        return True
+    if name == "cpu":
+        return False
+    if name == "to":
+        spec = kwargs.get("device")
+        if spec is None:
+            for a in args[1:]:
+                if isinstance(a, str | int | torch.device):
+                    spec = a
+                    break
+                if isinstance(a, torch.Tensor):  # .to(other): other's device
+                    return is_on_device(a)
+        return _is_cuda_device(spec)
+    return None
+
+
+def _check_mix(func, args, kwargs) -> None:
+    tensors = _tensors(args, kwargs)
+    if not any(is_on_device(t) for t in tensors) or func in _CROSS_DEVICE:
+        return
+    name = getattr(func, "__name__", repr(func))
+    if func in _INDEXING:
+        target = args[0]
+        index = args[1] if len(args) > 1 else None
+        idx_tensors = _tensors((index,), None)
+        if not is_on_device(target):
+            if any(is_on_device(t) and t.dim() > 0 for t in idx_tensors):
+                raise EmulatedDeviceError(
+                    "indices should be either on cpu or on the same device as the indexed "
+                    f"tensor (cpu) (emulated CUDA: {name})"
+                )
+            if func is torch.Tensor.__setitem__ and is_on_device(args[2]) and args[2].dim() > 0:
+                raise EmulatedDeviceError(MIXED.format(op=name + " value"))
+            return
+        if func is torch.Tensor.__setitem__:  # device target: a host value must be a scalar
+            value = args[2]
+            if isinstance(value, torch.Tensor) and not is_on_device(value) and value.dim() > 0:
+                if idx_tensors:  # index_put_ demands one device; a plain slice copies
+                    raise EmulatedDeviceError(MIXED.format(op=name + " value"))
+        return
+    host = [t for t in tensors if not is_on_device(t) and t.dim() > 0]
+    if host:
+        raise EmulatedDeviceError(MIXED.format(op=name))
+
+
+class EmulatedCudaTensor(torch.Tensor):
+    """A host tensor that behaves, device-wise, as one on cuda:0 (see the module doc)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        getter = _GETTERS.get(func)
+        if getter is not None:
+            return getter(args[0])
+        name = getattr(func, "__name__", "")
+        if name == "numpy" and is_on_device(args[0]):
+            raise TypeError(
+                "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
+                "tensor to host memory first. (emulated CUDA)"
+            )
+        target = _device_target(func, args, kwargs)
+        if target is not None and isinstance(args[0], torch.Tensor):
+            return _move(func, args, kwargs, target)
+        _check_mix(func, args, kwargs)
+        if (
+            name in _ATOMIC_ON_CUDA
+            and _STRICT_ORDER[0]
+            and not torch.are_deterministic_algorithms_enabled()
+        ):
+            raise EmulatedNondeterminismError(
+                f"{name} on a CUDA tensor accumulates with atomics: its sums differ between "
+                "runs and between replicas that compute the same rows. Run it under "
+                "torch.use_deterministic_algorithms(True) (core.pooling.deterministic_algorithms). "
+                "(emulated CUDA)"
+            )
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def _strip_device(func, args, kwargs):
+    """The same .to call without its device argument (dtype / copy / non_blocking kept)."""
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking")}
+    rest = [a for a in args[1:] if not isinstance(a, str | int | torch.device | torch.Tensor)]
+    for a in args[1:]:
+        if isinstance(a, torch.Tensor):
+            kwargs.setdefault("dtype", a.dtype)
+    return rest, kwargs
+
+
+def _move(func, args, kwargs, to_device: bool):
+    t = args[0]
+    name = getattr(func, "__name__", "")
+    if name in ("cuda", "cpu"):
+        rest, kw = [], {}
+    else:
+        rest, kw = _strip_device(func, args, kwargs)
+    with torch._C.DisableTorchFunctionSubclass():
+        base = t.as_subclass(torch.Tensor) if isinstance(t, EmulatedCudaTensor) else t
+        out = base.to(*rest, **kw) if (rest or kw) else base
+        if to_device:
+            if is_on_device(t) and out is base:
+                return t
+            out = out.clone() if out is base else out
+            return out.as_subclass(EmulatedCudaTensor)
+        if is_on_device(t):
+            return out.clone() if out is base else out
+        return out
+
+
+class _EmulatedCudaMode(TorchFunctionMode):
+    """Factories with device=cuda and moves of host tensors (which the subclass never sees)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch._C._nn._parse_to:  # Module.to(0 / "cuda"): parse on the host, answer cuda
+            cuda = any(_is_cuda_device(a) for a in (*args, kwargs.get("device")))
+            args = tuple("cpu" if _is_cuda_device(a) else a for a in args)
+            if _is_cuda_device(kwargs.get("device")):
+                kwargs = {**kwargs, "device": "cpu"}
+            device, *rest = func(*args, **kwargs)
+            return (CUDA if cuda else device, *rest)
+        if "device" in kwargs and _is_cuda_device(kwargs["device"]) is not None:
+            on_device = bool(_is_cuda_device(kwargs["device"]))
+            kw = {**kwargs, "device": "cpu"}
+            out = func(*args, **kw)
+            return _tag(out) if on_device else tree_map(_untag_if_tensor, out)
+        target = _device_target(func, args, kwargs)
+        if target is not None and args and isinstance(args[0], torch.Tensor):
+            # every move is answered here: a mode below (cpu_shims) must not rewrite it
+            return _move(func, args, kwargs, target)
+        return func(*args, **kwargs)
+
+
+def _untag_if_tensor(t):
+    return _plain(t) if isinstance(t, torch.Tensor) else t
+
+
+# ---- collectives ---------------------------------------------------------------------------
+
+_COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "reduce",
+    "all_to_all_single",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+)
+
+
+def _nccl_guard(name: str, original: Callable, nccl: Callable[[Any], bool]) -> Callable:
+    @functools.wraps(original)
+    def guarded(*args, **kwargs):
+        group = kwargs.get("group")
+        if group is None and name not in ("send", "recv", "isend", "irecv"):
+            group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
+        if nccl(group):
+            for t in _tensors(args, kwargs):
+                if not is_on_device(t):
+                    raise EmulatedDeviceError(
+                        f"torch.distributed.{name}: NCCL takes device tensors only, got a host "
+                        f"tensor {tuple(t.shape)} {t.dtype} (emulated: the group is declared NCCL)"
+                    )
+        args = tree_map(_untag_if_tensor, args)  # gloo underneath; buffers share storage
+        kwargs = tree_map(_untag_if_tensor, kwargs)
+        return original(*args, **kwargs)
+
+    return guarded
+
+
+@contextlib.contextmanager
+def emulated_cuda(
+    *, nccl_groups: str | Callable[[Any], bool] = "all", strict_order: bool = True
+) -> Iterator[None]:
+    """Run the body under CUDA's device rules (module doc). nccl_groups: "all", "none", or a
+    predicate on the process group (None = the default group) naming the groups declared NCCL.
+    strict_order: atomic-accumulating ops on device tensors (index_add, scatter_add, ...)
+    raise unless deterministic algorithms are on."""
+    if nccl_groups == "all":
+        nccl: Callable[[Any], bool] = lambda g: True  # noqa: E731
+    elif nccl_groups == "none":
+        nccl = lambda g: False  # noqa: E731
+    else:
+        assert callable(nccl_groups)
+        nccl = nccl_groups
+    backward_apply = torch.autograd.function.BackwardCFunction.apply
+
+    def tagged_backward(ctx, *grads):
+        """Custom Functions' backward gets device grads, as on a GPU, and runs with torch
+        function on (autograd turns it off there, which would untag every result)."""
+        with torch._C._EnableTorchFunction():
+            return backward_apply(ctx, *_tag(grads))
+
+    saved_cuda = {
+        k: getattr(torch.cuda, k) for k in ("is_available", "current_device", "device_count")
+    }
+    saved_dist = {n: getattr(dist, n) for n in _COLLECTIVES if hasattr(dist, n)}
+    swap = torch.__future__.get_swap_module_params_on_conversion()
+    torch.cuda.is_available = lambda: True  # type: ignore[assignment]
+    torch.cuda.current_device = lambda: 0  # type: ignore[assignment]
+    torch.cuda.device_count = lambda: 1  # type: ignore[assignment]
+    for n, f in saved_dist.items():
+        setattr(dist, n, _nccl_guard(n, f, nccl))
+    saved_order = _STRICT_ORDER[0]
+    _STRICT_ORDER[0] = strict_order
+    torch.__future__.set_swap_module_params_on_conversion(True)  # Module.to keeps the tag
+    torch.autograd.function.BackwardCFunction.apply = tagged_backward  # type: ignore[method-assign]
+    try:
+        with _EmulatedCudaMode():
+            yield
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap)
+        _STRICT_ORDER[0] = saved_order
+        torch.autograd.function.BackwardCFunction.apply = backward_apply  # type: ignore[method-assign]
+        for k, f in saved_cuda.items():
+            setattr(torch.cuda, k, f)
+        for n, f in saved_dist.items():
+            setattr(dist, n, f)

@@ -1,0 +1,122 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The emulation's rules, each checked both ways: what CUDA refuses raises, what it allows runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from clipo_megatron.testing.emulated_cuda import (
+    EmulatedDeviceError,
+    EmulatedNondeterminismError,
+    emulated_cuda,
+    is_on_device,
+)
+
+
+def test_placement_and_reporting():
+    with emulated_cuda():
+        x = torch.arange(6.0).cuda()
+        assert is_on_device(x) and x.is_cuda and x.device == torch.device("cuda", 0)
+        assert is_on_device(torch.zeros(2, device=x.device))
+        assert is_on_device(torch.tensor([1, 2], device="cuda"))
+        assert is_on_device(torch.ones(2).to(0)) and is_on_device(torch.ones(2).to(x))
+        assert not is_on_device(torch.zeros(2, device="cpu"))
+        assert is_on_device(x.double()) and is_on_device(x * 2) and is_on_device(x[1:])
+        h = x.cpu()
+        assert not is_on_device(h) and h.device.type == "cpu"
+        h[0] = 100.0  # a copy, as on a GPU
+        assert float(x[0]) == 0.0
+        assert not is_on_device(x.to("cpu")) and torch.cuda.is_available()
+    assert not torch.cuda.is_available() or torch.version.cuda  # restored on exit
+
+
+def test_mixing_rules():
+    with emulated_cuda():
+        x, h = torch.arange(6.0).cuda(), torch.ones(6)
+        for bad in (lambda: x + h, lambda: torch.cat([x, h]), lambda: torch.where(h > 0, x, x)):
+            with pytest.raises(EmulatedDeviceError, match="same device"):
+                bad()
+        assert is_on_device(x + torch.tensor(2.0))  # host scalars are fine
+        assert is_on_device(x[torch.tensor([0, 1])])  # host index into a device tensor: fine
+        assert is_on_device(x[torch.tensor([True, False] * 3)])
+        with pytest.raises(EmulatedDeviceError, match="indices should be"):
+            h[x.long()[:2]]  # device index into a host tensor
+        y = x.clone()
+        y[:2] = torch.tensor([1.0, 2.0])  # slice assignment copies across devices
+        with pytest.raises(EmulatedDeviceError):
+            y[torch.tensor([0, 1])] = torch.tensor([1.0, 2.0])  # index_put_ needs one device
+        with pytest.raises(TypeError, match="numpy"):
+            x.numpy()
+        assert int(x.sum()) == 15 and x.tolist()[1] == 1.0
+
+
+def test_modules_autograd_and_optimizer_stay_on_the_device():
+    with emulated_cuda():
+        m = torch.nn.Linear(6, 2).to(torch.cuda.current_device())
+        assert is_on_device(m.weight) and isinstance(m.weight, torch.nn.Parameter)
+        with pytest.raises(EmulatedDeviceError):
+            m(torch.ones(1, 6))
+        opt = torch.optim.AdamW(m.parameters(), lr=0.1)
+        m(torch.ones(1, 6).cuda()).sum().backward()
+        assert is_on_device(m.weight.grad)
+        opt.step()
+        assert is_on_device(m.weight)
+
+        class Twice(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, t):
+                return t * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                assert is_on_device(g) and is_on_device(g * 2)  # as a GPU's backward sees it
+                return g * 2
+
+        t = torch.ones(3).cuda().requires_grad_(True)
+        Twice.apply(t).sum().backward()
+        assert is_on_device(t.grad)
+
+
+def test_atomic_accumulation_needs_deterministic_algorithms():
+    from clipo_megatron.core.pooling import deterministic_algorithms
+
+    idx = torch.tensor([0, 1, 0])
+    with emulated_cuda():
+        z, v = torch.zeros(2).cuda(), torch.ones(3).cuda()
+        with pytest.raises(EmulatedNondeterminismError):
+            z.index_add(0, idx.cuda(), v)
+        with deterministic_algorithms():
+            assert z.index_add(0, idx.cuda(), v).tolist() == [2.0, 1.0]
+        assert not torch.are_deterministic_algorithms_enabled()  # restored
+    with emulated_cuda(strict_order=False):
+        torch.zeros(2).cuda().index_add(0, idx.cuda(), torch.ones(3).cuda())
+
+
+def _nccl_worker(rank, world):
+    import torch.distributed as dist
+
+    with emulated_cuda():
+        t = torch.ones(2).cuda()
+        dist.all_reduce(t)
+        ok = t.tolist()
+        try:
+            dist.all_reduce(torch.ones(2))
+            host = "sent"
+        except EmulatedDeviceError as e:
+            host = str(e)
+        out = [torch.zeros(2).cuda() for _ in range(world)]
+        dist.all_gather(out, t)
+    with emulated_cuda(nccl_groups="none"):  # a gloo group takes host tensors
+        dist.all_reduce(torch.ones(2))
+    return {"ok": ok, "host": host, "gathered": [o.cpu().tolist() for o in out]}
+
+
+@pytest.mark.multiprocess
+def test_nccl_groups_refuse_host_tensors():
+    from tests.megatron.dist_utils import run_distributed
+
+    res = run_distributed(_nccl_worker, 2, timeout=60)
+    for r in (0, 1):
+        assert res[r]["ok"] == [2.0, 2.0] and res[r]["gathered"] == [[2.0, 2.0]] * 2
+        assert "NCCL takes device tensors only" in res[r]["host"]
