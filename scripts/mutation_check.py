@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -95,13 +96,19 @@ def run(dest: Path, log: Path) -> tuple[str, str, float]:
     """("green" | "RED" | "skipped/error", first failing line, seconds) of the contract test."""
     t0 = time.time()
     with log.open("w") as out:
-        rc = subprocess.call(
+        proc = subprocess.Popen(
             ["bash", "scripts/test_nemo_rl.sh", TEST, "-x", "--tb=short", "-p", "no:cacheprovider"],
             cwd=dest,
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            start_new_session=True,  # its own process group: pytest, Ray and its workers
         )
+        try:
+            rc = proc.wait()
+        except BaseException:  # interrupted: take the whole run down with us
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
     text = log.read_text()
     reason = next((ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")), "")
     if rc == 0 and "1 passed" in text:
@@ -115,6 +122,7 @@ def run(dest: Path, log: Path) -> tuple[str, str, float]:
 
 
 def main() -> int:
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # kill -TERM cleans up like Ctrl-C
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--only", nargs="*", help="mutation names (default: all)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch copies and logs")

@@ -103,6 +103,7 @@ class CpuMegatronPolicyWorkerImpl:
         self.model, self.arch = policy_from_hf(hf)  # the runner's policy builder
         del hf
         self.generate_calls = 0
+        self.packed_streams = 0  # packed microbatches run (the contract suite checks packing ran)
         if weights_path:
             load_megatron_state(self.model, _load(weights_path, "model.pt"))
             self.generate_calls = _load(weights_path, "generation.pt")["generate_calls"]
@@ -146,9 +147,14 @@ class CpuMegatronPolicyWorkerImpl:
         with torch.no_grad(), host_device_moves():
             it, seq_len = nemo_rl_microbatches(sys.modules[__name__], data, self.cfg, mbs)
             for mb in it:  # NeMo-RL's ProcessedMicrobatch, packed or padded
+                self.packed_streams += mb.cu_seqlens_padded is not None
                 lp = microbatch_logprobs(self.model, mb, tp_group=self.tp_group)  # [b, S]
                 out.append(torch.nn.functional.pad(lp, (0, seq_len - lp.shape[1])))
         return BatchedDataDict({"logprobs": torch.cat(out)})
+
+    def packed_stream_count(self) -> int:
+        """Packed logprob microbatches run so far (NeMo-RL's packing really reached the model)."""
+        return self.packed_streams
 
     def get_reference_policy_logprobs(self, *, data, micro_batch_size: int | None = None):
         from nemo_rl.distributed.batched_data_dict import BatchedDataDict

@@ -198,6 +198,7 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
             master,
         )
         head = policy.run_all_workers_single_data("clipo_head_state") if clipo.enabled else None
+        packed_streams = sum(policy.run_all_workers_single_data("packed_stream_count"))
     finally:
         policy.shutdown()
         for env in {*task_to_env.values(), *val_task_to_env.values()}:
@@ -210,5 +211,6 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
         "head": head,
         "head_at_start": head_at_start,
         "trace": state.trace,
+        "packed_streams": packed_streams,
         "resumed_from": None if last is None else os.path.basename(str(last)),
     }

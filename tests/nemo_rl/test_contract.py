@@ -152,6 +152,8 @@ def test_grpo_train_checkpoint_and_resume(
 
     full = run_grpo(config(tmp_path / "full"), worker_fqn=nemo_rl_cpu)
     assert full["resumed_from"] is None
+    # the recipes' sequence packing ran: NeMo-RL's packed streams reached the CPU model
+    assert full["packed_streams"] > 2 * STEPS, full["packed_streams"]
     for step in range(1, STEPS + 1):  # grpo_train ran every step and logged its train metrics
         m = _train_metrics(full, step)
         assert {"reward", "loss", "global_valid_toks", "token_mult_prob_error"} <= set(m), step
