@@ -125,7 +125,10 @@ def _print_table(objective, clipo_on, flavour, full, resumed):
         "clipo/reward_mean",
         "clipo/r_cl_within_group_spread",
     )
-    print(f"\n[contract] NeMo-RL {flavour.name} ({flavour.version}) {objective} clipo={clipo_on}")
+    print(
+        f"\n[contract] NeMo-RL {flavour.name} ({flavour.version}) {objective} clipo={clipo_on}, "
+        f"{full['packed_streams']} packed logprob microbatches"
+    )
     for step in range(1, STEPS + 1):
         m = _train_metrics(full, step)
         print("  step", step, {k: round(m[k], 5) for k in keys if k in m})
