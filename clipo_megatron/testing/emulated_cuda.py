@@ -110,7 +110,8 @@ def _tensors(args, kwargs) -> list[torch.Tensor]:
     return [a for a in flat if isinstance(a, torch.Tensor)]
 
 
-_GRAD_GET = torch.Tensor.grad.__get__  # the property getters torch function reports
+# The property getters torch function reports (typed as the values they return).
+_GRAD_GET = torch.Tensor.grad.__get__  # type: ignore[union-attr]
 
 
 def _grad_of(t: torch.Tensor):
@@ -122,7 +123,7 @@ def _grad_of(t: torch.Tensor):
 
 _GETTERS: dict[Any, Callable] = {
     torch.Tensor.device.__get__: lambda t: CUDA,
-    torch.Tensor.is_cuda.__get__: lambda t: True,
+    torch.Tensor.is_cuda.__get__: lambda t: True,  # type: ignore[attr-defined]
     _GRAD_GET: _grad_of,
 }
 _INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}
