@@ -308,6 +308,16 @@ def _nccl_guard(name: str, original: Callable, nccl: Callable[[Any], bool]) -> C
     return guarded
 
 
+class _NoStream:
+    """The emulated device's stream: never capturing a CUDA graph."""
+
+    def is_capturing(self) -> bool:
+        return False
+
+
+_NO_STREAM = _NoStream()
+
+
 @contextlib.contextmanager
 def emulated_cuda(
     *, nccl_groups: str | Callable[[Any], bool] = "all", strict_order: bool = True
@@ -331,14 +341,16 @@ def emulated_cuda(
         with torch._C._EnableTorchFunction():
             return backward_apply(ctx, *_tag(grads))
 
-    saved_cuda = {
-        k: getattr(torch.cuda, k) for k in ("is_available", "current_device", "device_count")
-    }
+    saved_cuda = {k: getattr(torch.cuda, k) for k in ("is_available", "current_device")}
     saved_dist = {n: getattr(dist, n) for n in _COLLECTIVES if hasattr(dist, n)}
+    # A CUDA build of torch on a GPU-less machine: the optimizer asks the (patched-available)
+    # accelerator whether a graph is being captured; no stream exists, none is.
+    saved_stream = getattr(torch, "accelerator", None) and torch.accelerator.current_stream
     swap = torch.__future__.get_swap_module_params_on_conversion()
     torch.cuda.is_available = lambda: True
     torch.cuda.current_device = lambda: 0
-    torch.cuda.device_count = lambda: 1
+    if saved_stream is not None:
+        torch.accelerator.current_stream = lambda *a, **k: _NO_STREAM  # type: ignore[assignment]
     for n, f in saved_dist.items():
         setattr(dist, n, _nccl_guard(n, f, nccl))
     saved_order = _STRICT_ORDER[0]
@@ -354,5 +366,7 @@ def emulated_cuda(
         torch.autograd.function.BackwardCFunction.apply = backward_apply  # type: ignore[method-assign]
         for k, f in saved_cuda.items():
             setattr(torch.cuda, k, f)
+        if saved_stream is not None:
+            torch.accelerator.current_stream = saved_stream
         for n, f in saved_dist.items():
             setattr(dist, n, f)
