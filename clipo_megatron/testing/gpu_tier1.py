@@ -25,6 +25,7 @@ import json
 import os
 import sys
 from dataclasses import asdict
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -166,7 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda", local)
     if "MASTER_ADDR" not in os.environ:  # plain `python -m` on one GPU
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29511")
-    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+    # fp32 means fp32: the parallel checks compare with a host reference at 1e-5, and TF32
+    # matmuls (10-bit mantissa) would fail them for reasons that are not CLIPO's.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dist.init_process_group(
+        "nccl", rank=rank, world_size=world, device_id=device, timeout=timedelta(minutes=30)
+    )  # the other ranks wait at a barrier while rank 0 runs parts b and c
     shapes = replace(step_cost.QWEN7B_SHAPES, rows=a.rows, response_len=a.response_len)
     try:
         summary = run_tier1(
