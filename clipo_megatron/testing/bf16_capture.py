@@ -102,10 +102,12 @@ def logprob_and_pool(model, ids, mask, lengths, *, micro_batch: int, device):
     causal = torch.triu(torch.ones(s, s, dtype=torch.bool), 1).view(1, 1, s, s).to(device)
     pos = torch.arange(s).unsqueeze(0).to(device)
     pooler, lps = MicrobatchPooler(), []
-    # Under emulated_cuda (a CPU build of torch answering is_available) grad stays on: there
-    # Megatron's output layer sees its input untagged inside its autograd Function under
-    # no_grad, a gap of the emulator, not a CUDA rule. The numbers do not depend on it.
-    emulated = torch.cuda.is_available() and not torch.backends.cuda.is_built()
+    # Under emulated_cuda grad stays on: there Megatron's output layer sees its input untagged
+    # inside its autograd Function under no_grad, a gap of the emulator, not a CUDA rule. The
+    # numbers do not depend on it. (A real CUDA tensor is no EmulatedCudaTensor.)
+    from clipo_megatron.testing.emulated_cuda import is_on_device
+
+    emulated = is_on_device(torch.empty(0, device=device))
     grad_mode = torch.enable_grad() if emulated else torch.no_grad()
     with grad_mode, pooler.hooked(find_final_norm(model)):
         for mb in pooler.tee(mbs):

@@ -152,6 +152,12 @@ def _args(argv):
     return a
 
 
+def _mcore_version() -> str:
+    import megatron.core
+
+    return str(getattr(megatron.core, "__version__", "unknown"))
+
+
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
@@ -186,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         dist.destroy_process_group()
     if rank == 0:
         summary["gpu"] = torch.cuda.get_device_name(device)
-        summary["torch"] = torch.__version__
+        summary["torch"] = f"{torch.__version__} (CUDA {torch.version.cuda})"
+        summary["megatron_core"] = _mcore_version()
         if a.summary:
             with open(a.summary, "w") as f:
                 json.dump(summary, f, indent=1, default=str)
