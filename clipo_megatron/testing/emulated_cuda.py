@@ -267,6 +267,8 @@ def _untag_if_tensor(t):
     return _plain(t) if isinstance(t, torch.Tensor) else t
 
 
+_HEALTH_CHECK = "_accelerator_graph_capture_health_check"  # torch.optim.Optimizer, torch >= 2.8
+
 # ---- collectives ---------------------------------------------------------------------------
 
 _COLLECTIVES = (
@@ -332,6 +334,11 @@ def emulated_cuda(
     }
     saved_dist = {n: getattr(dist, n) for n in _COLLECTIVES if hasattr(dist, n)}
     swap = torch.__future__.get_swap_module_params_on_conversion()
+    # A CUDA build of torch (no GPU) believes is_available and asks the driver whether a graph
+    # is being captured at every optimizer step; nothing is captured here.
+    health = getattr(torch.optim.Optimizer, _HEALTH_CHECK, None)
+    if health is not None:
+        setattr(torch.optim.Optimizer, _HEALTH_CHECK, lambda self: None)
     torch.cuda.is_available = lambda: True  # type: ignore[assignment]
     torch.cuda.current_device = lambda: 0  # type: ignore[assignment]
     torch.cuda.device_count = lambda: 1  # type: ignore[assignment]
@@ -350,5 +357,7 @@ def emulated_cuda(
         torch.autograd.function.BackwardCFunction.apply = backward_apply  # type: ignore[method-assign]
         for k, f in saved_cuda.items():
             setattr(torch.cuda, k, f)
+        if health is not None:
+            setattr(torch.optim.Optimizer, _HEALTH_CHECK, health)
         for n, f in saved_dist.items():
             setattr(dist, n, f)
