@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
@@ -121,15 +122,22 @@ def run_tier1(
             say(equivalence_table(diffs, failures, world), flush=True)
     reset_model_parallel(1, 1)  # b and c: one model copy per rank, no TP
     if rank == 0 and "bf16" in parts:
-        rep, failures, text = bf16_part(device, larger=larger_bf16)
-        summary["bf16"] = {**rep, "failures": failures}
+        try:
+            rep, failures, text = bf16_part(device, larger=larger_bf16)
+            summary["bf16"] = {**rep, "failures": failures}
+        except Exception:  # reported, and the other parts still run
+            failures, text = [f"bf16: raised\n{traceback.format_exc(limit=8)}"], ""
         summary["failures"] += failures
         say(text, *failures, sep="\n", flush=True)
     if rank == 0 and "cost" in parts:
-        rows, table = cost_part(
-            device, shapes or step_cost.QWEN7B_SHAPES, repeats=repeats, events=events
-        )
-        summary["cost"] = [{"part": p, "how": h, "ms": ms} for p, h, ms in rows]
+        try:
+            rows, table = cost_part(
+                device, shapes or step_cost.QWEN7B_SHAPES, repeats=repeats, events=events
+            )
+            summary["cost"] = [{"part": p, "how": h, "ms": ms} for p, h, ms in rows]
+        except Exception:  # a benchmark that cannot run is a failure to report, not a hang
+            table = f"cost: raised\n{traceback.format_exc(limit=8)}"
+            summary["failures"].append(table)
         say(table, flush=True)
     dist.barrier()
     summary["ok"] = not summary["failures"]
