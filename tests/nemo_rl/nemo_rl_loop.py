@@ -38,8 +38,10 @@ def contract_config(
     max_steps: int,
     warmup_steps: int = 1,
     dp: int = 1,
+    packing: bool = False,
 ) -> dict[str, Any]:
-    """The objective's track-1 recipe (with NeMo-RL's parent merged), shrunk to a CPU run."""
+    """The objective's track-1 recipe (with NeMo-RL's parent merged), shrunk to a CPU run (and to
+    the GPU kit's tier 2, which turns sequence packing on)."""
     from clipo_megatron.core.objectives import get_objective
     from clipo_megatron.nemo_rl.config import load_recipe
 
@@ -65,7 +67,7 @@ def contract_config(
         f"policy.logprob_batch_size={8 // dp}",
         "policy.generation_batch_size=16",
         "policy.max_total_sequence_length=1024",
-        "policy.sequence_packing.enabled=false",
+        f"policy.sequence_packing.enabled={str(packing).lower()}",
         "policy.megatron_cfg.optimizer.lr=1e-4",
         "policy.megatron_cfg.optimizer.min_lr=1e-4",
         "policy.generation.backend=megatron",
@@ -98,8 +100,9 @@ def _field(block, key: str):
     return block[key] if isinstance(block, dict) else getattr(block, key)
 
 
-def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
-    """Run NeMo-RL's grpo_train with the CLIPO seams; return what the test compares."""
+def run_grpo(config: dict[str, Any], *, worker_fqn: str, use_gpus: bool = False) -> dict[str, Any]:
+    """Run NeMo-RL's grpo_train with the CLIPO seams; return what the test compares.
+    use_gpus: a GPU RayVirtualCluster (the GPU kit's tier 2, with NeMo-RL's real worker)."""
     import ray
     from nemo_rl.algorithms import grpo
     from nemo_rl.data.collate_fn import rl_collate_fn
@@ -132,7 +135,10 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
 
     dp = int(master.cluster["gpus_per_node"])
     cluster = RayVirtualCluster(
-        bundle_ct_per_node_list=[dp], use_gpus=False, num_gpus_per_node=dp, name="clipo_cpu"
+        bundle_ct_per_node_list=[dp],
+        use_gpus=use_gpus,
+        num_gpus_per_node=dp,
+        name="clipo_gpu" if use_gpus else "clipo_cpu",
     )
     state = ClipoRunState()
     policy = make_clipo_policy_class(clipo, state, worker_fqn=worker_fqn)(
@@ -144,6 +150,9 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
         init_optimizer=True,
         init_reference_model=True,
     )
+    head_at_start = None  # the head state as the resumed policy loaded it (before any step)
+    if clipo.enabled and weights_path:
+        head_at_start = policy.run_all_workers_single_data("clipo_head_state")
     generation = MegatronGeneration(config=master.policy, tokenizer=tokenizer, policy=policy)
     if hasattr(generation, "weight_synchronizer"):  # main: setup installs one
         from nemo_rl.weight_sync.factory import create_weight_synchronizer
@@ -201,5 +210,6 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
         "metrics": metrics_log,
         "clipo_step": state.step,
         "head": head,
+        "head_at_start": head_at_start,
         "resumed_from": None if last is None else os.path.basename(str(last)),
     }
