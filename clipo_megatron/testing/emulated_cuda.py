@@ -29,7 +29,6 @@ numbers are computed by the CPU kernels, so results equal plain CPU runs.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -271,43 +270,6 @@ def _untag_if_tensor(t):
     return _plain(t) if isinstance(t, torch.Tensor) else t
 
 
-# ---- collectives ---------------------------------------------------------------------------
-
-_COLLECTIVES = (
-    "all_reduce",
-    "all_gather",
-    "all_gather_into_tensor",
-    "reduce_scatter_tensor",
-    "broadcast",
-    "reduce",
-    "all_to_all_single",
-    "send",
-    "recv",
-    "isend",
-    "irecv",
-)
-
-
-def _nccl_guard(name: str, original: Callable, nccl: Callable[[Any], bool]) -> Callable:
-    @functools.wraps(original)
-    def guarded(*args, **kwargs):
-        group = kwargs.get("group")
-        if group is None and name not in ("send", "recv", "isend", "irecv"):
-            group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
-        if nccl(group):
-            for t in _tensors(args, kwargs):
-                if not is_on_device(t):
-                    raise EmulatedDeviceError(
-                        f"torch.distributed.{name}: NCCL takes device tensors only, got a host "
-                        f"tensor {tuple(t.shape)} {t.dtype} (emulated: the group is declared NCCL)"
-                    )
-        args = tree_map(_untag_if_tensor, args)  # gloo underneath; buffers share storage
-        kwargs = tree_map(_untag_if_tensor, kwargs)
-        return original(*args, **kwargs)
-
-    return guarded
-
-
 class _NoStream:
     """The emulated device's stream: never capturing a CUDA graph."""
 
@@ -342,7 +304,9 @@ def emulated_cuda(
             return backward_apply(ctx, *_tag(grads))
 
     saved_cuda = {k: getattr(torch.cuda, k) for k in ("is_available", "current_device")}
-    saved_dist = {n: getattr(dist, n) for n in _COLLECTIVES if hasattr(dist, n)}
+    from clipo_megatron.testing.emulated_nccl import COLLECTIVES, nccl_guard
+
+    saved_dist = {n: getattr(dist, n) for n in COLLECTIVES if hasattr(dist, n)}
     # A CUDA build of torch on a GPU-less machine: the optimizer asks the (patched-available)
     # accelerator whether a graph is being captured; no stream exists, none is.
     saved_stream = getattr(torch, "accelerator", None) and torch.accelerator.current_stream
@@ -352,7 +316,7 @@ def emulated_cuda(
     if saved_stream is not None:
         torch.accelerator.current_stream = lambda *a, **k: _NO_STREAM  # type: ignore[assignment]
     for n, f in saved_dist.items():
-        setattr(dist, n, _nccl_guard(n, f, nccl))
+        setattr(dist, n, nccl_guard(n, f, nccl))
     saved_order = _STRICT_ORDER[0]
     _STRICT_ORDER[0] = strict_order
     torch.__future__.set_swap_module_params_on_conversion(True)  # Module.to keeps the tag
