@@ -99,11 +99,6 @@ def _tag(x: Any) -> Any:
     return tree_map(one, x)
 
 
-def _untag_copy(t: torch.Tensor) -> torch.Tensor:
-    with torch._C.DisableTorchFunctionSubclass():
-        return t.as_subclass(torch.Tensor).clone() if isinstance(t, EmulatedCudaTensor) else t
-
-
 def _tensors(args, kwargs) -> list[torch.Tensor]:
     flat, _ = tree_flatten((args, kwargs or {}))
     return [a for a in flat if isinstance(a, torch.Tensor)]
