@@ -2,8 +2,8 @@
 # Create / refresh the project's virtual environments on a fresh CPU machine.
 #   .venv     Python 3.11: torch 2.13.0 (CPU), megatron-core 0.16.x (final-norm hook
 #             capture path), the runner/eval stack, test tools.
-#   .venv312  Python 3.12: megatron-core >= 0.18 (GPTModel output_processor capture
-#             path), only with --mcore-latest.
+#   .venv312  Python 3.12: megatron-core >= 0.18 (the newer GPTModel / TransformerConfig
+#             API), only with --mcore-latest.
 #   .venv_pinned  Python 3.12: the libraries this package shares with NeMo-RL at the versions of
 #             NeMo-RL's uv.lock (omegaconf 2.3.1, hydra-core 1.3.2, pydantic 2.13.4, ray 2.56.1,
 #             transformers 5.5.0) for the recipe / preflight leg, only with --pinned. torch is

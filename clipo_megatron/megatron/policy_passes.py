@@ -4,8 +4,8 @@
 The single-machine runner and the NeMo-RL CPU policy worker
 (`nemo_rl/cpu_worker.py`) run the same model through the same functions:
 token logprobs of a right-padded batch, and sampling. The CLIPO capture rides
-these forwards from outside (a final-norm hook, `megatron/microbatch_pooler.py`,
-or `megatron/capture.py`), so the passes themselves know nothing of CLIPO.
+these forwards from outside (a final-norm hook, `megatron/microbatch_pooler.py`),
+so the passes themselves know nothing of CLIPO.
 
 Layout: ids [B, S] right-padded; the model returns logits [B, S, V].
 """

@@ -201,8 +201,14 @@ class ClipoWorkerMixin:
         return self._clipo.load(step_dir, tp_rank=mp.tensor_parallel_rank())
 
     def clipo_head_state(self) -> dict:
-        """The head trainer's state (head, AdamW, steps); {} off the last stage. For checks."""
-        return {} if self._clipo is None else self._clipo.trainer.state_dict()
+        """The head trainer's state (head, AdamW, steps) as host copies; {} off the last stage.
+        For checks: Ray hands it to a driver that may hold no GPU."""
+        from torch.utils._pytree import tree_map
+
+        if self._clipo is None:
+            return {}
+        state = self._clipo.trainer.state_dict()
+        return tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, state)
 
     def clipo_last_pooled(self) -> dict:
         """{rows [b], pooled [b, H]} the last head step used; {} off the last stage. For checks."""

@@ -290,7 +290,9 @@ class Run:
         from clipo_megatron.runner.pipeline import broadcast_from_last_stage
 
         state = self.head.state_dict() if self.head is not None else None
-        return broadcast_from_last_stage(state) if self.pp > 1 else state
+        state = broadcast_from_last_stage(state) if self.pp > 1 else state
+        assert state is not None, "the last pipeline stage holds the head"
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         from clipo_megatron.models.hf_convert import load_megatron_state

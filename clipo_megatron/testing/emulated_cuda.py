@@ -29,7 +29,6 @@ numbers are computed by the CPU kernels, so results equal plain CPU runs.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -100,27 +99,26 @@ def _tag(x: Any) -> Any:
     return tree_map(one, x)
 
 
-def _untag_copy(t: torch.Tensor) -> torch.Tensor:
-    with torch._C.DisableTorchFunctionSubclass():
-        return t.as_subclass(torch.Tensor).clone() if isinstance(t, EmulatedCudaTensor) else t
-
-
 def _tensors(args, kwargs) -> list[torch.Tensor]:
     flat, _ = tree_flatten((args, kwargs or {}))
     return [a for a in flat if isinstance(a, torch.Tensor)]
 
 
+# The property getters torch function reports (typed as the values they return).
+_GRAD_GET = torch.Tensor.grad.__get__  # type: ignore[union-attr]
+
+
 def _grad_of(t: torch.Tensor):
     """A device tensor's .grad is on the device (autograd's engine makes plain tensors)."""
     with torch._C.DisableTorchFunctionSubclass():
-        g = torch.Tensor.grad.__get__(t)
+        g = _GRAD_GET(t)
     return None if g is None else _tag(g)
 
 
 _GETTERS: dict[Any, Callable] = {
     torch.Tensor.device.__get__: lambda t: CUDA,
-    torch.Tensor.is_cuda.__get__: lambda t: True,
-    torch.Tensor.grad.__get__: _grad_of,
+    torch.Tensor.is_cuda.__get__: lambda t: True,  # type: ignore[attr-defined]
+    _GRAD_GET: _grad_of,
 }
 _INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}
 # cross the devices on a GPU too (copies), or compute nothing (Module.to's bookkeeping)
@@ -267,41 +265,14 @@ def _untag_if_tensor(t):
     return _plain(t) if isinstance(t, torch.Tensor) else t
 
 
-# ---- collectives ---------------------------------------------------------------------------
+class _NoStream:
+    """The emulated device's stream: never capturing a CUDA graph."""
 
-_COLLECTIVES = (
-    "all_reduce",
-    "all_gather",
-    "all_gather_into_tensor",
-    "reduce_scatter_tensor",
-    "broadcast",
-    "reduce",
-    "all_to_all_single",
-    "send",
-    "recv",
-    "isend",
-    "irecv",
-)
+    def is_capturing(self) -> bool:
+        return False
 
 
-def _nccl_guard(name: str, original: Callable, nccl: Callable[[Any], bool]) -> Callable:
-    @functools.wraps(original)
-    def guarded(*args, **kwargs):
-        group = kwargs.get("group")
-        if group is None and name not in ("send", "recv", "isend", "irecv"):
-            group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
-        if nccl(group):
-            for t in _tensors(args, kwargs):
-                if not is_on_device(t):
-                    raise EmulatedDeviceError(
-                        f"torch.distributed.{name}: NCCL takes device tensors only, got a host "
-                        f"tensor {tuple(t.shape)} {t.dtype} (emulated: the group is declared NCCL)"
-                    )
-        args = tree_map(_untag_if_tensor, args)  # gloo underneath; buffers share storage
-        kwargs = tree_map(_untag_if_tensor, kwargs)
-        return original(*args, **kwargs)
-
-    return guarded
+_NO_STREAM = _NoStream()
 
 
 @contextlib.contextmanager
@@ -327,16 +298,20 @@ def emulated_cuda(
         with torch._C._EnableTorchFunction():
             return backward_apply(ctx, *_tag(grads))
 
-    saved_cuda = {
-        k: getattr(torch.cuda, k) for k in ("is_available", "current_device", "device_count")
-    }
-    saved_dist = {n: getattr(dist, n) for n in _COLLECTIVES if hasattr(dist, n)}
+    saved_cuda = {k: getattr(torch.cuda, k) for k in ("is_available", "current_device")}
+    from clipo_megatron.testing.emulated_nccl import COLLECTIVES, nccl_guard
+
+    saved_dist = {n: getattr(dist, n) for n in COLLECTIVES if hasattr(dist, n)}
+    # A CUDA build of torch on a GPU-less machine: the optimizer asks the (patched-available)
+    # accelerator whether a graph is being captured; no stream exists, none is.
+    saved_stream = getattr(torch, "accelerator", None) and torch.accelerator.current_stream
     swap = torch.__future__.get_swap_module_params_on_conversion()
-    torch.cuda.is_available = lambda: True  # type: ignore[assignment]
-    torch.cuda.current_device = lambda: 0  # type: ignore[assignment]
-    torch.cuda.device_count = lambda: 1  # type: ignore[assignment]
+    torch.cuda.is_available = lambda: True
+    torch.cuda.current_device = lambda: 0
+    if saved_stream is not None:
+        torch.accelerator.current_stream = lambda *a, **k: _NO_STREAM  # type: ignore[assignment]
     for n, f in saved_dist.items():
-        setattr(dist, n, _nccl_guard(n, f, nccl))
+        setattr(dist, n, nccl_guard(n, f, nccl))
     saved_order = _STRICT_ORDER[0]
     _STRICT_ORDER[0] = strict_order
     torch.__future__.set_swap_module_params_on_conversion(True)  # Module.to keeps the tag
@@ -350,5 +325,7 @@ def emulated_cuda(
         torch.autograd.function.BackwardCFunction.apply = backward_apply  # type: ignore[method-assign]
         for k, f in saved_cuda.items():
             setattr(torch.cuda, k, f)
+        if saved_stream is not None:
+            torch.accelerator.current_stream = saved_stream
         for n, f in saved_dist.items():
             setattr(dist, n, f)

@@ -33,9 +33,23 @@ def causal_mask(s: int) -> torch.Tensor:
     return torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1).view(1, 1, s, s)
 
 
-def pool_fn_for(mask: torch.Tensor):
-    """Pool [S, B, D] final hidden states over the response mask [B, S] (sums)."""
-    return lambda h: masked_sum_and_count(h, mask, layout="sbd")[0]
+def forward_and_pool(model, mask: torch.Tensor, *args, **kwargs):
+    """One forward with the drivers' capture path (MicrobatchPooler on the final norm);
+    returns (the forward's output, pooled means [B, D]). Rows ride as `clipo_sample_idx`."""
+    from clipo_megatron.megatron.microbatch_pooler import (
+        SAMPLE_IDX_KEY,
+        MicrobatchPooler,
+        find_final_norm,
+    )
+
+    pooler = MicrobatchPooler()
+    meta = {SAMPLE_IDX_KEY: torch.arange(mask.shape[0]), "token_mask": mask}
+    with pooler.hooked(find_final_norm(model)):
+        for _ in pooler.tee([meta]):
+            out = model(*args, **kwargs)
+    rows, pooled = pooler.result()
+    assert rows.tolist() == list(range(mask.shape[0]))
+    return out, pooled
 
 
 def reference_mean(hidden_sbd: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

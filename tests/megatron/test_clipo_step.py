@@ -67,6 +67,47 @@ def test_clipo_step_on_the_device_with_host_labels():
     torch.testing.assert_close(out.rewards.cpu(), ref.rewards, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(
+    "method",
+    [
+        {"loss_type": "supcon"},
+        {"loss_type": "softnn", "similarity": "dot"},
+        {"anchors": "all", "denominator": "positive_and_negatives", "head_type": "mlp"},
+        {"fixed_head": True, "reward_constant": 0.1},
+    ],
+    ids=["supcon", "softnn_dot", "all_anchors_mlp", "fixed_head_constant"],
+)
+def test_every_method_variant_runs_on_the_device(method):
+    """The core's group layout, sampling, losses, rewards and metrics under CUDA's rules."""
+    from clipo_megatron.core.losses import l2_normalize
+    from clipo_megatron.testing.emulated_cuda import emulated_cuda
+
+    cfg = CLIPOConfig(embed_dim=8, temperature=0.1, **method)
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.hidden = torch.nn.Sequential(torch.nn.Linear(D, D, bias=False), torch.nn.ReLU())
+            self.proj = torch.nn.Linear(D, cfg.embed_dim, bias=False)
+
+        def forward(self, x):
+            return l2_normalize(self.proj(self.hidden(x)))
+
+    def head():
+        return Mlp() if cfg.head_type == "mlp" else _head()
+
+    pooled, correct, gids, sids = _inputs()
+    ref = clipo_step(HeadTrainer(head(), cfg), pooled, correct, gids, sids, step=1)
+    with emulated_cuda():
+        out = clipo_step(
+            HeadTrainer(head().cuda(), cfg), pooled.cuda(), correct, gids, sids, step=1
+        )
+        rewards = out.rewards.cpu()
+    torch.testing.assert_close(rewards, ref.rewards, rtol=1e-6, atol=1e-6)
+    assert out.metrics == pytest.approx(ref.metrics, rel=1e-6, abs=1e-6)
+
+
 def test_clipo_step_rejects_mismatched_rows():
     pooled, correct, gids, sids = _inputs()
     trainer = HeadTrainer(_head(), CFG)

@@ -19,12 +19,11 @@ import torch
 pytest.importorskip("megatron.core")
 
 from clipo_megatron.core import masked_sum_and_count, mean_from_sums  # noqa: E402
-from clipo_megatron.megatron.capture import forward_with_capture  # noqa: E402
 from clipo_megatron.megatron.head import build_contrastive_head  # noqa: E402
 from clipo_megatron.megatron.head_trainer import HeadTrainer  # noqa: E402
 from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config  # noqa: E402
 
-from .common import ARCH, CFG, SEQ, batch, causal_mask, pool_fn_for  # noqa: E402
+from .common import ARCH, CFG, SEQ, batch, causal_mask, forward_and_pool  # noqa: E402
 from .dist_utils import run_distributed  # noqa: E402
 
 pytestmark = [pytest.mark.mcore, pytest.mark.multiprocess]
@@ -49,8 +48,7 @@ def _head(tp: bool, w_full: torch.Tensor, tp_group=None, rank: int = 0, tp_size:
 def _pooled(model, ids, mask):
     pos = torch.arange(SEQ).expand_as(ids)
     with torch.no_grad():
-        _, sums = forward_with_capture(model, pool_fn_for(mask), ids, pos, causal_mask(SEQ))
-    return mean_from_sums(sums, mask.sum(1).float())
+        return forward_and_pool(model, mask, ids, pos, causal_mask(SEQ))[1]
 
 
 def _reinit(tp: int, pp: int):
@@ -196,8 +194,7 @@ def _phase_pp(rank, world, w_full, full_state):
             buf = torch.empty(SEQ, ids.shape[0], ARCH.hidden_size)
             dist.recv(buf, src=ranks[0])
             model.set_input_tensor(buf)
-            _, sums = forward_with_capture(model, pool_fn_for(mask), ids, pos, causal_mask(SEQ))
-            out["pooled"] = mean_from_sums(sums, mask.sum(1).float())
+            out["pooled"] = forward_and_pool(model, mask, ids, pos, causal_mask(SEQ))[1]
     if last:
         head = _head(False, w_full)
         res = HeadTrainer(head, CFG).step(out["pooled"], correct, gids, sids, step=0)

@@ -1,5 +1,6 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Capture, head and head trainer on a real tiny GPTModel in one process."""
+"""Capture (the drivers' MicrobatchPooler on the final norm), head and head trainer on a real tiny
+GPTModel in one process."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ import torch
 pytest.importorskip("megatron.core")
 
 from clipo_megatron.core import contrastive_rewards, group_contrastive_loss  # noqa: E402
-from clipo_megatron.megatron.capture import forward_with_capture, supports_output_processor  # noqa: E402
 from clipo_megatron.megatron.head import attach_head, build_contrastive_head  # noqa: E402
 from clipo_megatron.megatron.head_trainer import HeadTrainer  # noqa: E402
 from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config  # noqa: E402
 
-from .common import ARCH, CFG, SEQ, batch, causal_mask, pool_fn_for, reference_mean  # noqa: E402
+from .common import ARCH, CFG, SEQ, batch, causal_mask, forward_and_pool, reference_mean  # noqa: E402
 
 pytestmark = pytest.mark.mcore
 
@@ -38,31 +38,15 @@ def _full_hidden(model, ids, pos):
     return logits, store["h"]  # [B, S, V], [S, B, D]
 
 
-@pytest.mark.parametrize(
-    "mode", ["hook", pytest.param("output_processor", marks=pytest.mark.mcore_output_processor)]
-)
-def test_capture_pools_response_tokens_in_the_logprob_forward(model, mode):
-    if mode == "output_processor" and not supports_output_processor(model):
-        pytest.skip("megatron-core < 0.18 has no GPTModel output_processor (hook path is tested)")
+def test_capture_pools_response_tokens_in_the_logprob_forward(model):
     ids, mask, *_ = batch()
     pos = torch.arange(SEQ).expand_as(ids)
     ref_logits, hidden = _full_hidden(model, ids, pos)
     with torch.no_grad():
-        logits, sums = forward_with_capture(
-            model, pool_fn_for(mask), ids, pos, causal_mask(SEQ), mode=mode
-        )
-    # Same forward, same logits (bit-identical), and pooled sums equal to pooling the full [S, B, D].
+        logits, pooled = forward_and_pool(model, mask, ids, pos, causal_mask(SEQ))
+    # Same forward, same logits (bit-identical), and pooled means equal to pooling the full [S, B, D].
     torch.testing.assert_close(logits, ref_logits, rtol=0, atol=0)
-    pooled = sums / mask.sum(1, keepdim=True)
     torch.testing.assert_close(pooled, reference_mean(hidden, mask), rtol=1e-6, atol=1e-6)
-
-
-def test_output_processor_available_on_new_megatron(model):
-    import megatron.core as mc
-    from packaging.version import Version
-
-    if Version(mc.__version__.split("+")[0]) >= Version("0.18"):
-        assert supports_output_processor(model)
 
 
 def test_head_replicated_and_step_rewards_match_core(model):
@@ -149,16 +133,23 @@ def test_bad_head_configs():
         build_contrastive_head(cfg, input_size=64, embed_dim=16, head_type="conv")
 
 
-def test_capture_keeps_only_pooled_sums(model):
+def test_capture_keeps_only_pooled_rows(model):
     # The capture must not keep the [S, B, D] hidden states alive: after the
-    # forward, the only tensor it holds is the [B, D] sums.
-    from clipo_megatron.megatron.capture import PooledCapture
+    # forward, the pooler holds the [B] row ids and the [B, D] means only.
+    from clipo_megatron.megatron.microbatch_pooler import (
+        SAMPLE_IDX_KEY,
+        MicrobatchPooler,
+        find_final_norm,
+    )
 
     ids, mask, *_ = batch()
     pos = torch.arange(SEQ).expand_as(ids)
-    cap = PooledCapture(pool_fn_for(mask))
-    with torch.no_grad(), cap.hook(model):
-        model(ids, pos, causal_mask(SEQ))
-    held = [v for v in vars(cap).values() if isinstance(v, torch.Tensor)]
-    assert [tuple(t.shape) for t in held] == [(ids.shape[0], ARCH.hidden_size)]
+    pooler = MicrobatchPooler()
+    meta = {SAMPLE_IDX_KEY: torch.arange(ids.shape[0]), "token_mask": mask}
+    with torch.no_grad(), pooler.hooked(find_final_norm(model)):
+        for _ in pooler.tee([meta]):
+            model(ids, pos, causal_mask(SEQ))
+    held = [t for v in (pooler.rows, pooler.pooled) for t in v]
+    assert [tuple(t.shape) for t in held] == [(ids.shape[0],), (ids.shape[0], ARCH.hidden_size)]
+    assert not pooler.pending
     assert not model.decoder.final_layernorm._forward_hooks  # hook removed after the block

@@ -38,8 +38,10 @@ def contract_config(
     max_steps: int,
     warmup_steps: int = 1,
     dp: int = 1,
+    packing: bool = True,
 ) -> dict[str, Any]:
-    """The objective's track-1 recipe (with NeMo-RL's parent merged), shrunk to a CPU run."""
+    """The objective's track-1 recipe (with NeMo-RL's parent merged), shrunk to a CPU run (and to
+    the GPU kit's tier 2). `packing`: the recipes' sequence packing (on in both)."""
     from clipo_megatron.core.objectives import get_objective
     from clipo_megatron.nemo_rl.config import load_recipe
 
@@ -65,11 +67,6 @@ def contract_config(
         f"policy.logprob_batch_size={8 // dp}",
         "policy.generation_batch_size=16",
         "policy.max_total_sequence_length=1024",
-        # the recipes' sequence packing, with bins of a few rows (several microbatches, rows
-        # sorted by NeMo-RL's packer) and slots padded to 8 as a TP8 + SP recipe pads them
-        f"policy.sequence_packing.logprob_mb_tokens={2 * 1024}",
-        f"policy.sequence_packing.train_mb_tokens={2 * 1024}",
-        "policy.make_sequence_length_divisible_by=8",
         "policy.megatron_cfg.optimizer.lr=1e-4",
         "policy.megatron_cfg.optimizer.min_lr=1e-4",
         "policy.generation.backend=megatron",
@@ -90,6 +87,15 @@ def contract_config(
         f"cluster.gpus_per_node={dp}",
         "cluster.num_nodes=1",
     ]
+    if packing:  # bins of a few rows (several microbatches, rows sorted by NeMo-RL's packer),
+        # slots padded to 8 as a TP8 + SP recipe pads them
+        overrides += [
+            f"policy.sequence_packing.logprob_mb_tokens={2 * 1024}",
+            f"policy.sequence_packing.train_mb_tokens={2 * 1024}",
+            "policy.make_sequence_length_divisible_by=8",
+        ]
+    else:
+        overrides.append("policy.sequence_packing.enabled=false")
     if get_objective(objective).dynamic_sampling:  # it keeps mixed groups; let it draw more
         overrides.append("grpo.dynamic_sampling_max_gen_batches=4")
     cfg = load_recipe(ROOT / RECIPES[objective], overrides)
@@ -102,8 +108,9 @@ def _field(block, key: str):
     return block[key] if isinstance(block, dict) else getattr(block, key)
 
 
-def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
-    """Run NeMo-RL's grpo_train with the CLIPO seams; return what the test compares."""
+def run_grpo(config: dict[str, Any], *, worker_fqn: str, use_gpus: bool = False) -> dict[str, Any]:
+    """Run NeMo-RL's grpo_train with the CLIPO seams; return what the test compares.
+    use_gpus: a GPU RayVirtualCluster (the GPU kit's tier 2, with NeMo-RL's real worker)."""
     import ray
     from nemo_rl.algorithms import grpo
     from nemo_rl.data.collate_fn import rl_collate_fn
@@ -136,7 +143,10 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
 
     dp = int(master.cluster["gpus_per_node"])
     cluster = RayVirtualCluster(
-        bundle_ct_per_node_list=[dp], use_gpus=False, num_gpus_per_node=dp, name="clipo_cpu"
+        bundle_ct_per_node_list=[dp],
+        use_gpus=use_gpus,
+        num_gpus_per_node=dp,
+        name="clipo_gpu" if use_gpus else "clipo_cpu",
     )
     state = ClipoRunState(trace=[])  # the per-row values of every step, for the checks
     policy = make_clipo_policy_class(clipo, state, worker_fqn=worker_fqn)(
@@ -148,6 +158,9 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
         init_optimizer=True,
         init_reference_model=True,
     )
+    head_at_start = None  # the head before any step: as initialised, or as a resumed run loaded it
+    if clipo.enabled:
+        head_at_start = policy.run_all_workers_single_data("clipo_head_state")
     generation = MegatronGeneration(config=master.policy, tokenizer=tokenizer, policy=policy)
     if hasattr(generation, "weight_synchronizer"):  # main: setup installs one
         from nemo_rl.weight_sync.factory import create_weight_synchronizer
@@ -167,9 +180,6 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
         val_dataset, batch_size=_field(master.grpo, "val_batch_size"), collate_fn=rl_collate_fn
     )
     loss_fn = build_policy_loss(clipo.objective, dict(master.loss_fn))
-    head_at_start = (
-        policy.run_all_workers_single_data("clipo_head_state") if clipo.enabled else None
-    )
     metrics_log: list[tuple[int, dict]] = []
     orig_log = logger.log_metrics
 
@@ -198,7 +208,9 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str) -> dict[str, Any]:
             master,
         )
         head = policy.run_all_workers_single_data("clipo_head_state") if clipo.enabled else None
-        packed_streams = sum(policy.run_all_workers_single_data("packed_stream_count"))
+        packed_streams = (  # the CPU worker counts the packed streams it ran
+            None if use_gpus else sum(policy.run_all_workers_single_data("packed_stream_count"))
+        )
     finally:
         policy.shutdown()
         for env in {*task_to_env.values(), *val_task_to_env.values()}:

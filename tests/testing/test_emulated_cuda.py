@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clipo_megatron.testing.emulated_cuda import (
+pytestmark = pytest.mark.device_rules
+
+from clipo_megatron.testing.emulated_cuda import (  # noqa: E402
     EmulatedDeviceError,
     EmulatedNondeterminismError,
     emulated_cuda,

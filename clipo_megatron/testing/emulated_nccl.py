@@ -1,0 +1,57 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""NCCL's rule under `emulated_cuda()`: collectives on a group declared NCCL take device tensors only.
+
+The collectives run over gloo underneath (the tensors are host tensors in disguise); the guard
+checks every tensor argument first and raises on a host one, naming the collective, the shape
+and the dtype, as a real NCCL group would fail (or, worse, hang) on the GPU path.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+from torch.utils._pytree import tree_map
+
+from clipo_megatron.testing.emulated_cuda import (
+    EmulatedDeviceError,
+    _tensors,
+    _untag_if_tensor,
+    is_on_device,
+)
+
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "reduce",
+    "all_to_all_single",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+)
+
+
+def nccl_guard(name: str, original: Callable, nccl: Callable[[Any], bool]) -> Callable:
+    @functools.wraps(original)
+    def guarded(*args, **kwargs):
+        group = kwargs.get("group")
+        if group is None and name not in ("send", "recv", "isend", "irecv"):
+            group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
+        if nccl(group):
+            for t in _tensors(args, kwargs):
+                if not is_on_device(t):
+                    raise EmulatedDeviceError(
+                        f"torch.distributed.{name}: NCCL takes device tensors only, got a host "
+                        f"tensor {tuple(t.shape)} {t.dtype} (emulated: the group is declared NCCL)"
+                    )
+        args = tree_map(_untag_if_tensor, args)  # gloo underneath; buffers share storage
+        kwargs = tree_map(_untag_if_tensor, kwargs)
+        return original(*args, **kwargs)
+
+    return guarded
