@@ -16,8 +16,9 @@ logprobs. NeMo-RL's driver instead collects each last-stage worker's rows by
 id (`nemo_rl/rewards.assemble_rows`) and calls this on the last stage alone.
 
 Devices: every tensor made here lives on the pooled rows' device; labels and
-ids arrive on any device (the driver's host tensors, say) and are moved there
-first, so collectives carry device tensors (NCCL takes nothing else).
+ids arrive on any device (the driver's host tensors, say) and `HeadTrainer.step`
+moves them there first, so collectives carry device tensors (NCCL takes
+nothing else).
 """
 
 from __future__ import annotations
@@ -71,13 +72,12 @@ def clipo_step(
         assert trainer is not None and pooled is not None  # checked above
         if pooled.shape[0] != b:
             raise ValueError(f"pooled has {pooled.shape[0]} rows, correct {b}")
-        dev = pooled.device
-        ids = group_ids.to(dev) if isinstance(group_ids, torch.Tensor) else group_ids
-        out = trainer.step(pooled.float(), correct.to(dev), ids, sample_ids.to(dev), step=step)
+        out = trainer.step(pooled.float(), correct, group_ids, sample_ids, step=step)  # moves ids
         rewards = out.rewards.float().contiguous()  # [B_local]
         if group_size(pp_group) == 1:
             return ClipoStepResult(rewards, out.metrics, out.embeddings)
         extras: list = [(out.metrics, out.embeddings.cpu())]
+        dev = pooled.device
     else:
         rewards, extras = None, [None]
         dev = torch.device(device or _default_device())

@@ -54,9 +54,9 @@ def _pooled(model, ids, mask):
 def _reinit(tp: int, pp: int):
     from megatron.core import parallel_state as ps
 
-    if ps.model_parallel_is_initialized():
-        ps.destroy_model_parallel()
-    ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    from clipo_megatron.megatron.parallel import reset_model_parallel
+
+    reset_model_parallel(tp, pp)
     return ps
 
 

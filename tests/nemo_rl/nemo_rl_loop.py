@@ -226,3 +226,12 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str, use_gpus: bool = False)
         "packed_streams": packed_streams,
         "resumed_from": None if last is None else os.path.basename(str(last)),
     }
+
+
+def train_metrics(result: dict[str, Any], step: int) -> dict[str, float]:
+    """Everything grpo_train (and the CLIPO seam) logged under `train/` for one step."""
+    out: dict[str, float] = {}
+    for s, prefix, m in result["metrics"]:
+        if s == step and prefix == "train":
+            out.update({k: float(v) for k, v in m.items() if isinstance(v, int | float)})
+    return out

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.nemo_rl.nemo_rl_loop import train_metrics as _train_metrics
+
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow]
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "clipo"
@@ -78,15 +80,6 @@ def contract_model(tmp_path_factory):
     if not (path / "config.json").exists():
         build_contract_model(path, SHARED)
     return path
-
-
-def _train_metrics(result, step: int) -> dict[str, float]:
-    """Everything grpo_train (and the CLIPO seam) logged under `train/` for one step."""
-    out: dict[str, float] = {}
-    for s, prefix, m in result["metrics"]:
-        if s == step and prefix == "train":
-            out.update({k: float(v) for k, v in m.items() if isinstance(v, int | float)})
-    return out
 
 
 def _same(a: float, b: float) -> bool:

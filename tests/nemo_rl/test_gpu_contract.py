@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.nemo_rl.nemo_rl_loop import train_metrics as _train_metrics
+
 pytestmark = [pytest.mark.gpu, pytest.mark.nemo_rl, pytest.mark.slow]
 STEPS, WARMUP = 2, 1
 
@@ -111,14 +113,6 @@ def gpu_setup(tmp_path_factory):
     yield {"model": model, "root": root, "dp": data_parallel_size(torch.cuda.device_count())}
     ray.shutdown()
     os.environ.pop("RAY_ADDRESS", None)
-
-
-def _train_metrics(result, step: int) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for s, prefix, m in result["metrics"]:
-        if s == step and prefix == "train":
-            out.update({k: float(v) for k, v in m.items() if isinstance(v, int | float)})
-    return out
 
 
 def two_steps_and_resume(root: Path, model: Path, dp: int, *, worker_fqn, use_gpus, packing):

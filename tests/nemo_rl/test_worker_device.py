@@ -127,7 +127,6 @@ def test_worker_clipo_calls_on_the_emulated_device_equal_the_host_run(packed):
         assert is_on_device(w_dev)
         # Ray carries host tensors back to the driver.
         assert not is_on_device(out["rewards"]) and not is_on_device(out["sample_idx"])
-        out = {k: v for k, v in out.items()}
         w_dev = w_dev.cpu()
     order = torch.argsort(out["sample_idx"])
     ref_order = torch.argsort(ref["sample_idx"])
