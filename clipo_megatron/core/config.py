@@ -12,24 +12,24 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
-LossType = Literal["infonce", "supcon", "softnn"]
+if TYPE_CHECKING:
+    from clipo_megatron.core.contrastive import ContrastiveLoss
+
+# A name in the contrastive-loss registry (core/contrastive.py): infonce | supcon | softnn.
+LossType = str
 Similarity = Literal["cosine", "dot"]
 Anchors = Literal["correct", "all", "incorrect"]
 Denominator = Literal["all_others", "positive_and_negatives"]
 HeadType = Literal["linear", "mlp"]
 
 _CHOICES: dict[str, tuple[str, ...]] = {
-    "loss_type": ("infonce", "supcon", "softnn"),
     "similarity": ("cosine", "dot"),
     "anchors": ("correct", "all", "incorrect"),
     "denominator": ("all_others", "positive_and_negatives"),
     "head_type": ("linear", "mlp"),
 }
-
-# Paper defaults: lambda 0.2 for InfoNCE / SupCon, 1.0 for SoftNN.
-DEFAULT_LAMBDA: dict[str, float] = {"infonce": 0.2, "supcon": 0.2, "softnn": 1.0}
 
 
 @dataclass
@@ -39,7 +39,8 @@ class CLIPOConfig:
     Defaults are the paper's Track I/II settings and the authors' public code.
     """
 
-    # Group contrastive loss: InfoNCE (paper default), SupCon ("out"), SoftNN.
+    # Group contrastive loss, a name in core/contrastive.py's registry:
+    # InfoNCE (paper default), SupCon ("out"), SoftNN.
     loss_type: LossType = "infonce"
     # s_ij = e_i . e_j / temperature. Paper default 0.05 (ablation liked 0.02).
     temperature: float = 0.05
@@ -70,7 +71,7 @@ class CLIPOConfig:
     denominator_includes_anchor: bool = False
     # r_CL = max(constant - lambda * L_i, clip_min) for anchors. None (default)
     # follows the loss: the paper's 0.2 for InfoNCE/SupCon, 1.0 for SoftNN
-    # (`DEFAULT_LAMBDA`); read it through `lam`, the one place it is resolved.
+    # (the registry's `default_lambda`); read it through `lam`, the one place it is resolved.
     reward_lambda: float | None = None
     reward_clip_min: float = -0.5
     reward_constant: float = 0.0
@@ -93,6 +94,7 @@ class CLIPOConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        loss = _contrastive_loss(self.loss_type)  # one error naming the registered losses
         for name, choices in _CHOICES.items():
             value = getattr(self, name)
             if value not in choices:
@@ -113,7 +115,7 @@ class CLIPOConfig:
                 "reward_lambda",
                 lam,
                 "must be a finite number >= 0, or None for the loss's paper default "
-                f"{DEFAULT_LAMBDA}",
+                f"({loss.default_lambda} for {loss.name})",
             )
         _require(
             isinstance(self.reward_incorrect_anchors, bool),
@@ -180,7 +182,7 @@ class CLIPOConfig:
         """Reward weight lambda: `reward_lambda` if set, else the paper's value for the loss."""
         if self.reward_lambda is not None:
             return float(self.reward_lambda)
-        return DEFAULT_LAMBDA[self.loss_type]
+        return _contrastive_loss(self.loss_type).default_lambda
 
     @classmethod
     def from_dict(cls, cfg: dict[str, Any] | None) -> CLIPOConfig:
@@ -239,6 +241,13 @@ class ClipoBlock:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _contrastive_loss(name: str) -> ContrastiveLoss:
+    """The registry entry of `name` (imported here: the registry imports torch, this module not)."""
+    from clipo_megatron.core.contrastive import get_contrastive_loss
+
+    return get_contrastive_loss(name)
 
 
 def _require(ok: bool, name: str, value: Any, why: str) -> None:

@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Group contrastive losses of CLIPO: InfoNCE, SupCon ("out"), SoftNN.
+"""CLIPO's group contrastive loss: the preparation every loss shares, then its kernel.
 
 For one prompt with rollouts y_1..y_G, embeddings e_i and binary rewards r_i
 (paper Sec. 3.2, eq. "contrastive_loss_sample"; App. "Contrastive Loss Variants"):
@@ -10,9 +10,8 @@ For one prompt with rollouts y_1..y_G, embeddings e_i and binary rewards r_i
            add the anchor itself as in the paper's eq., or keep only the
            positive(s) being scored and the negatives)
 
-    InfoNCE: L_i = -(s_ip* - logsumexp_{j in A(i)} s_ij),  p* ~ U(P(i))
-    SupCon : L_i = -1/|P(i)| sum_{p in P(i)} (s_ip - logsumexp_{j in A(i)} s_ij)
-    SoftNN : L_i = -(logsumexp_{p in P(i)} s_ip - logsumexp_{j in A(i)} s_ij)
+    L_i    = the kernel of CLIPOConfig.loss_type (InfoNCE, SupCon "out", SoftNN:
+             the registry in core/contrastive.py, where their formulas are)
 
 Anchors are the correct rollouts by default. An anchor counts only if it
 has >= 1 positive and >= 1 negative in its group; for correct anchors this is
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from clipo_megatron.core.config import CLIPOConfig
+from clipo_megatron.core.contrastive import GroupPairs, get_contrastive_loss
 from clipo_megatron.core.groups import GroupIds, GroupLayout, as_group_ids
 from clipo_megatron.core.sampling import counter_uniform, sample_positive_slots
 
@@ -73,16 +73,6 @@ def l2_normalize(
     if reduce is not None:
         sq = reduce(sq)
     return x * torch.rsqrt(sq.clamp_min(eps * eps))
-
-
-def _masked_logsumexp(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """logsumexp over the last dim where mask; rows without entries give 0 (and zero grad)."""
-    has_any = mask.any(-1)
-    m = x.masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)  # row max (stability)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
-    s = torch.exp((x - m).masked_fill(~mask, float("-inf"))).sum(-1)  # [..]
-    out = torch.log(torch.where(has_any, s, torch.ones_like(s))) + m.squeeze(-1)
-    return torch.where(has_any, out, torch.zeros_like(out))
 
 
 def _check_inputs(embeddings: torch.Tensor, correct: torch.Tensor, group_ids: torch.Tensor) -> None:
@@ -186,25 +176,8 @@ def group_contrastive_loss(
     u = counter_uniform(cfg.seed, step, layout.group_keys.unsqueeze(1), sid)  # [N, G]
     pos_slot = sample_positive_slots(pos & anchor.unsqueeze(-1), u)  # [N, G]
 
-    if cfg.loss_type == "infonce":
-        onehot = torch.zeros_like(pos)
-        onehot.scatter_(2, pos_slot.clamp_min(0).unsqueeze(-1), True)
-        onehot &= anchor.unsqueeze(-1)  # [N, G, G]
-        den = pair_den if cfg.denominator == "all_others" else (onehot | neg_den)
-        s_pos = (sim * onehot).sum(-1)  # [N, G]
-        loss_ng = -(s_pos - _masked_logsumexp(sim, den))
-    elif cfg.loss_type == "supcon":
-        n_pos = pos.sum(-1).clamp_min(1)  # [N, G]
-        if cfg.denominator == "all_others":
-            lse = _masked_logsumexp(sim, pair_den).unsqueeze(-1)  # [N, G, 1]
-        else:  # each positive p against {p} u negatives
-            lse_neg = _masked_logsumexp(sim, neg_den).unsqueeze(-1)
-            has_neg = neg_den.any(-1, keepdim=True)
-            lse = torch.where(has_neg, torch.logaddexp(sim, lse_neg), sim)  # [N, G, G]
-        loss_ng = -((sim - lse) * pos).sum(-1) / n_pos
-    else:  # softnn: positives and negatives make up every other rollout either way
-        loss_ng = -(_masked_logsumexp(sim, pos) - _masked_logsumexp(sim, pair_den))
-
+    pairs = GroupPairs(sim, pos, pair_den, neg_den, anchor, pos_slot, cfg.denominator == "all_others")
+    loss_ng = get_contrastive_loss(cfg.loss_type).kernel(pairs)  # [N, G]
     loss_ng = torch.where(anchor, loss_ng, torch.zeros_like(loss_ng))  # [N, G]
     per_sample = layout.from_padded(loss_ng)  # [B]
     anchor_b = layout.from_padded(anchor)  # [B]

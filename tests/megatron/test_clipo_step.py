@@ -151,3 +151,22 @@ def test_pp2_rewards_reach_the_first_stage(emulate):
         torch.testing.assert_close(res[rank]["rewards"], ref.rewards, rtol=0, atol=0)
         torch.testing.assert_close(res[rank]["emb"], ref.embeddings, rtol=0, atol=0)
         assert res[rank]["metrics"] == ref.metrics
+
+
+def test_a_registered_toy_loss_drives_the_head_step():
+    """One registration: the head trainer's step trains on the toy loss and rewards with its lambda."""
+    from tests.core.test_contrastive_registry import TOY_LAMBDA, margin_reference, toy_loss_registered
+
+    pooled, correct, gids, sids = _inputs()
+    head = _head()
+    w0 = head.weight.detach().clone()
+    with toy_loss_registered() as name:
+        cfg = CLIPOConfig(embed_dim=8, temperature=0.1, loss_type=name)
+        out = clipo_step(HeadTrainer(head, cfg), pooled, correct, gids, sids, step=0)
+    want = margin_reference(out.embeddings.double(), correct.tolist(), gids.tolist(), 0.1)
+    anchors = want != 0
+    # r_CL = max(-lambda * L_i, -0.5) on the anchors, 0 elsewhere (fp32 head: a few ulp).
+    expect = torch.where(anchors, (-TOY_LAMBDA * want).clamp_min(-0.5), torch.zeros_like(want))
+    torch.testing.assert_close(out.rewards.double(), expect, rtol=0, atol=1e-5)
+    assert out.metrics["clipo/loss"] == pytest.approx(float(want.sum() / anchors.sum()), abs=1e-5)
+    assert not torch.equal(head.weight, w0)  # the head stepped on the toy loss
