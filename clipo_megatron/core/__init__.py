@@ -7,6 +7,12 @@ from clipo_megatron.core.advantages import (
     group_advantages,
 )
 from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
+from clipo_megatron.core.contrastive import (
+    CONTRASTIVE_LOSSES,
+    ContrastiveLoss,
+    get_contrastive_loss,
+    register_contrastive_loss,
+)
 from clipo_megatron.core.groups import GroupLayout, as_group_ids
 from clipo_megatron.core.losses import (
     ContrastiveResult,
@@ -37,6 +43,10 @@ __all__ = [
     "CLIPOConfig",
     "DynamicSamplingResult",
     "ClipoBlock",
+    "CONTRASTIVE_LOSSES",
+    "ContrastiveLoss",
+    "get_contrastive_loss",
+    "register_contrastive_loss",
     "OBJECTIVES",
     "Objective",
     "get_objective",

@@ -176,7 +176,9 @@ def group_contrastive_loss(
     u = counter_uniform(cfg.seed, step, layout.group_keys.unsqueeze(1), sid)  # [N, G]
     pos_slot = sample_positive_slots(pos & anchor.unsqueeze(-1), u)  # [N, G]
 
-    pairs = GroupPairs(sim, pos, pair_den, neg_den, anchor, pos_slot, cfg.denominator == "all_others")
+    pairs = GroupPairs(
+        sim, pos, pair_den, neg_den, anchor, pos_slot, cfg.denominator == "all_others"
+    )
     loss_ng = get_contrastive_loss(cfg.loss_type).kernel(pairs)  # [N, G]
     loss_ng = torch.where(anchor, loss_ng, torch.zeros_like(loss_ng))  # [N, G]
     per_sample = layout.from_padded(loss_ng)  # [B]

@@ -155,7 +155,11 @@ def test_pp2_rewards_reach_the_first_stage(emulate):
 
 def test_a_registered_toy_loss_drives_the_head_step():
     """One registration: the head trainer's step trains on the toy loss and rewards with its lambda."""
-    from tests.core.test_contrastive_registry import TOY_LAMBDA, margin_reference, toy_loss_registered
+    from tests.core.test_contrastive_registry import (
+        TOY_LAMBDA,
+        margin_reference,
+        toy_loss_registered,
+    )
 
     pooled, correct, gids, sids = _inputs()
     head = _head()
