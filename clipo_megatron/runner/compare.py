@@ -152,6 +152,8 @@ def _plan(args) -> Plan:
                         f"{d} holds a run with another config ({drift}); "
                         "use another --out or delete that run"
                     )
+                if not (d / "results.json").exists():  # it will run (resuming, if it can)
+                    preflight.check_checkpoint(d)
                 plan.append((obj, arm, seed, cfg))
     try:  # last (nothing is written for a refused command); root passes os.access checks
         Path(args.out).mkdir(parents=True, exist_ok=True)

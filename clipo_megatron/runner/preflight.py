@@ -64,3 +64,13 @@ def check_launch(cfg) -> None:
             f"parallel.tp * parallel.pp = {cfg.parallel.tp * cfg.parallel.pp} but {world} "
             f"processes were launched (torchrun --nproc-per-node {cfg.parallel.tp * cfg.parallel.pp})"
         )
+
+
+def check_checkpoint(output_dir: str | Path) -> None:
+    """The run's checkpoint, if there is one, loads: a broken one fails here, not after the
+    model and the engine have loaded (a resume reads it only then)."""
+    from clipo_megatron.runner.checkpoint import check_readable, checkpoint_path
+
+    path = checkpoint_path(output_dir)
+    if path.exists():
+        check_readable(path)

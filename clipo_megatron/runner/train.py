@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, list(args.overrides))
         preflight.check_inputs({"output.dir": cfg.output.dir})  # the default, if none was given
         preflight.check_launch(cfg)
+        preflight.check_checkpoint(cfg.output.dir)  # a resume must not fail after the model load
     except (ValueError, FileNotFoundError) as e:
         _user_error(str(e))
     return train_one(cfg)

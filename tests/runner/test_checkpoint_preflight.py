@@ -1,0 +1,92 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""A broken `checkpoints/latest.pt` is refused before any model loads, in one line naming the
+file and the fix (it used to end the run with a traceback after the model and engine load)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("omegaconf")
+
+from clipo_megatron.runner import compare, train  # noqa: E402
+from clipo_megatron.runner.checkpoint import check_readable, checkpoint_path  # noqa: E402
+from clipo_megatron.runner.compare_report import run_dir  # noqa: E402
+
+
+class ModelBuilt(Exception):
+    pass
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Building the run (model, engine) or a GPTModel raises: the tests see if it was reached."""
+
+    def boom(*a, **k):
+        raise ModelBuilt
+
+    monkeypatch.setattr("clipo_megatron.runner.run.Run", boom)
+    monkeypatch.setattr("clipo_megatron.megatron.model_builder.build_gpt_model", boom)
+
+
+def _state() -> dict:
+    torch.manual_seed(0)
+    return {"step": 3, "policy": {"w": torch.randn(64, 64)}, "history": [{"step": 1}]}
+
+
+def _write(path, how: str):
+    """A checkpoint broken in one way: garbage, truncated, a flipped byte, empty, not a run's."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if how == "garbage":
+        path.write_bytes(b"this is not a checkpoint\n" * 40)
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "not_a_run":
+        torch.save([1, 2, 3], path)
+    else:
+        torch.save(_state(), path)
+        data = bytearray(path.read_bytes())
+        if how == "truncated":
+            data = data[: len(data) // 2]
+        else:  # flipped: one byte of the tensor data changed, the file's length kept
+            i = bytes(data).index(b"data/0") + 200  # inside the tensor's 16 KB, past its header
+            data[i] ^= 0xFF
+        path.write_bytes(bytes(data))
+    return path
+
+
+KINDS = ["garbage", "empty", "truncated", "flipped", "not_a_run"]
+
+
+@pytest.mark.parametrize("how", KINDS)
+def test_train_refuses_a_broken_checkpoint_before_the_model_loads(tmp_path, capsys, no_model, how):
+    out = tmp_path / "run"
+    ckpt = _write(checkpoint_path(out), how)
+    with pytest.raises(SystemExit) as e:
+        train.main([f"output.dir={out}"])
+    assert e.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"clipo-megatron train: error: checkpoint {ckpt} is unreadable (")
+    assert lines[0].endswith("): delete it to start over, or point output.dir elsewhere")
+
+
+def test_a_sound_checkpoint_passes_and_the_run_goes_on_to_build(tmp_path, no_model):
+    out = tmp_path / "run"
+    ckpt = checkpoint_path(out)
+    ckpt.parent.mkdir(parents=True)
+    torch.save(_state(), ckpt)
+    check_readable(ckpt)  # no error
+    with pytest.raises(ModelBuilt):  # past the preflight: the run is built next
+        train.main([f"output.dir={out}"])
+
+
+def test_compare_refuses_a_broken_checkpoint_of_a_run_it_would_resume(tmp_path, capsys, no_model):
+    out = tmp_path / "cmp"
+    ckpt = _write(checkpoint_path(run_dir(out, "grpo", "baseline", 0)), "truncated")
+    with pytest.raises(SystemExit) as e:
+        compare.main(["--objectives", "grpo", "--out", str(out)])
+    assert e.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert f"checkpoint {ckpt} is unreadable (" in lines[0]
