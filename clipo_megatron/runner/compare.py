@@ -22,11 +22,12 @@ clipo.objective and output.dir are set per run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from clipo_megatron.runner.cli_args import make_parser, user_error
 
 if TYPE_CHECKING:
     from clipo_megatron.runner.config import RunConfig
@@ -40,20 +41,8 @@ OWNED_KEYS = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not usage + traceback
-        _user_error(message)
-
-
-def _user_error(message: str):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def _parse(argv):
-    ap = _Parser(
-        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = make_parser(PROG, __doc__)
     ap.add_argument("--config", help="YAML recipe (e.g. examples/configs/cpu_demo.yaml)")
     ap.add_argument("--objectives", help="comma-separated (default: every registered objective)")
     ap.add_argument("--seeds", default="0", help="comma-separated non-negative ints (default 0)")
@@ -217,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # user errors: one line, exit 2, before any model load
         plan = _plan(args)
     except (ValueError, FileNotFoundError) as e:
-        _user_error(str(e))
+        user_error(PROG, str(e))
     from clipo_megatron.runner.compare_report import write_report
 
     for i, (obj, arm, seed, cfg) in enumerate(plan, 1):

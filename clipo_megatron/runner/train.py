@@ -30,20 +30,12 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clipo_megatron.runner.cli_args import make_parser, user_error
+
 if TYPE_CHECKING:
     from clipo_megatron.runner.config import RunConfig
 
 PROG = "clipo-megatron train"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not usage + traceback
-        _user_error(message)
-
-
-def _user_error(message: str):
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 class StopSignals:
@@ -79,17 +71,16 @@ class StopSignals:
 
 
 def _parse(argv):
-    ap = _Parser(
-        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = make_parser(PROG, __doc__)
     ap.add_argument("--config", help="YAML recipe (e.g. examples/configs/cpu_demo.yaml)")
     ap.add_argument("--algo", help=argparse.SUPPRESS)  # gone: named in the error
     ap.add_argument("overrides", nargs="*", help="OmegaConf dotted overrides, key=value")
     args = ap.parse_intermixed_args(argv)
     if args.algo is not None:
-        _user_error(
+        user_error(
+            PROG,
             f"--algo {args.algo} is gone: use clipo.enabled=false for the GRPO baseline "
-            "(clipo.enabled=true for CLIPO) and clipo.objective=grpo|dapo|gspo|gmpo"
+            "(clipo.enabled=true for CLIPO) and clipo.objective=grpo|dapo|gspo|gmpo",
         )
     return args
 
@@ -107,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         preflight.check_launch(cfg)
         preflight.check_checkpoint(cfg.output.dir)  # a resume must not fail after the model load
     except (ValueError, FileNotFoundError) as e:
-        _user_error(str(e))
+        user_error(PROG, str(e))
     return train_one(cfg)
 
 
