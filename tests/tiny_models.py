@@ -3,12 +3,14 @@
 
 One home for the tiny-model literals: a character-level tokenizer with a chat
 template, Llama / Qwen2 HF configs (GQA 4 heads / 2 KV groups, SwiGLU, RoPE,
-RMSNorm), a saved HF model directory, and the Megatron GPTArch the Megatron
-tests share. vLLM on CPU needs head_dim >= 32: pass hidden=128.
+RMSNorm), a saved HF model directory, the Megatron GPTArch the Megatron
+tests share (`tiny_arch` for a variant of it) and SmolLM2-135M's shapes.
+vLLM on CPU needs head_dim >= 32: pass hidden=128.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import string
 from pathlib import Path
 
@@ -29,6 +31,41 @@ TINY_ARCH = GPTArch(
     max_position_embeddings=64,
     tie_embeddings=False,
 )  # the Megatron tests' GPTModel: untied, so the output layer is a tensor of its own
+
+# SmolLM2-135M's shapes (no weights): what a TP size must divide (9 heads, 3 KV groups).
+SMOLLM2_135M_ARCH = GPTArch(
+    vocab_size=49152,
+    hidden_size=576,
+    num_layers=30,
+    num_attention_heads=9,
+    num_query_groups=3,
+    ffn_hidden_size=1536,
+)
+
+
+def tiny_arch(**changes) -> GPTArch:
+    """TINY_ARCH with the fields a test needs different (e.g. one layer, tied embeddings)."""
+    return dataclasses.replace(TINY_ARCH, **changes)
+
+
+def hf_llama_config_of(arch: GPTArch, **extra):
+    """The HF Llama config with `arch`'s shapes (the inverse of `arch_from_hf_config`);
+    `extra` adds or overrides HF keys."""
+    import transformers
+
+    shapes = dict(
+        vocab_size=arch.vocab_size,
+        hidden_size=arch.hidden_size,
+        intermediate_size=arch.ffn_hidden_size,
+        num_hidden_layers=arch.num_layers,
+        num_attention_heads=arch.num_attention_heads,
+        num_key_value_heads=arch.num_query_groups,
+        max_position_embeddings=arch.max_position_embeddings,
+        rope_theta=arch.rope_theta,
+        rms_norm_eps=arch.norm_eps,
+        tie_word_embeddings=arch.tie_embeddings,
+    )
+    return transformers.LlamaConfig(**{**shapes, **extra})
 
 
 def char_tokenizer():

@@ -10,16 +10,9 @@ pytest.importorskip("megatron.core")
 
 from clipo_megatron.generation import factory  # noqa: E402
 from clipo_megatron.generation.hf_backend import HFGenerator  # noqa: E402
-from clipo_megatron.models.arch import GPTArch  # noqa: E402
+from tests.tiny_models import tiny_arch  # noqa: E402
 
-SMALL_HEADS = GPTArch(
-    vocab_size=64,
-    hidden_size=64,
-    num_layers=1,
-    num_attention_heads=4,
-    num_query_groups=2,
-    ffn_hidden_size=128,
-)  # head_dim 16 < 32
+SMALL_HEADS = tiny_arch(num_layers=1)  # head_dim 64 / 4 = 16 < 32
 
 
 def test_unknown_backend_is_an_error():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from clipo_megatron.megatron.tp_state import check_divisible, layout, shard, unshard
-from clipo_megatron.models.arch import GPTArch
+from tests.tiny_models import SMOLLM2_135M_ARCH
 
 
 def test_gated_fc1_shards_gate_and_up_separately():
@@ -59,14 +59,7 @@ def test_round_trip_is_exact(name, size):
 
 
 def test_tp_sizes_that_do_not_fit_are_named():
-    smollm2 = GPTArch(
-        vocab_size=49152,
-        hidden_size=576,
-        num_layers=30,
-        num_attention_heads=9,
-        num_query_groups=3,
-        ffn_hidden_size=1536,
-    )
+    smollm2 = SMOLLM2_135M_ARCH
     check_divisible(smollm2, 3)
     with pytest.raises(
         ValueError, match="parallel.tp=2 does not divide the model's num_attention_heads=9"

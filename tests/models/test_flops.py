@@ -12,6 +12,7 @@ from clipo_megatron.models.flops import (
     linear_flops_per_token,
     pass_flops,
 )
+from tests.tiny_models import hf_llama_config_of
 
 # H = 8, 2 heads of 4, 1 KV group (kv dim 4), F = 16, V = 10, 3 layers
 ARCH = GPTArch(
@@ -53,16 +54,7 @@ def test_counts_match_torch_flop_counter_on_a_real_llama():
     transformers = pytest.importorskip("transformers")
     from torch.utils.flop_counter import FlopCounterMode
 
-    cfg = transformers.LlamaConfig(
-        vocab_size=10,
-        hidden_size=8,
-        intermediate_size=16,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=False,
-        attn_implementation="eager",
-    )
+    cfg = hf_llama_config_of(ARCH, tie_word_embeddings=False, attn_implementation="eager")
     model = transformers.LlamaForCausalLM(cfg).eval()
     with FlopCounterMode(display=False) as fc, torch.no_grad():
         model(torch.randint(0, 10, (2, 5)))

@@ -25,6 +25,7 @@ from clipo_megatron.nemo_rl.policy import collect_head_step
 from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunState
 from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, ClipoWorkerMixin, ClipoWorkerState
 from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
+from tests.tiny_models import tiny_arch
 
 pytestmark = [pytest.mark.mcore, pytest.mark.slow]
 
@@ -82,36 +83,19 @@ class Worker(ClipoWorkerMixin, FakeMegatronWorker):
 
 def _head(hidden, d):
     from clipo_megatron.megatron.head import build_contrastive_head
-    from clipo_megatron.megatron.model_builder import GPTArch, transformer_config
+    from clipo_megatron.megatron.model_builder import transformer_config
 
     torch.manual_seed(3)
-    cfg = transformer_config(
-        GPTArch(
-            vocab_size=64,
-            hidden_size=hidden,
-            num_layers=1,
-            num_attention_heads=4,
-            num_query_groups=2,
-            ffn_hidden_size=64,
-        )
-    )
+    cfg = transformer_config(tiny_arch(hidden_size=hidden, num_layers=1, ffn_hidden_size=64))
     return build_contrastive_head(cfg, input_size=hidden, embed_dim=d)
 
 
 def test_one_clipo_grpo_step(mcore_single_process, tmp_path):
-    from clipo_megatron.megatron.model_builder import GPTArch, build_gpt_model
+    from clipo_megatron.megatron.model_builder import build_gpt_model
     from clipo_megatron.megatron.parallel import ParallelGroups
 
     torch.manual_seed(0)
-    arch = GPTArch(
-        vocab_size=64,
-        hidden_size=32,
-        num_layers=2,
-        num_attention_heads=4,
-        num_query_groups=2,
-        ffn_hidden_size=64,
-        max_position_embeddings=64,
-    )
+    arch = tiny_arch(vocab_size=64, hidden_size=32, ffn_hidden_size=64, tie_embeddings=True)
     model = build_gpt_model(arch)
     cfg = ClipoNemoRLConfig.from_dict({"method": {"embed_dim": 16, "temperature": 0.1}})
     worker = Worker(model)
