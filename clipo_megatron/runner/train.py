@@ -13,7 +13,8 @@ Clip ranges and the KL coefficient default to the objective's paper values
 (train.eps_low / eps_high / kl_coef; kl_coef > 0 keeps a frozen reference policy).
 
 Checkpoints (output.dir/checkpoints/latest.pt) are written every output.checkpoint_every
-steps and at the end; rerunning the same command resumes bit-for-bit from the last one.
+steps and at the end; rerunning the same command resumes bit-for-bit from the last one
+(a corrupted latest.pt is refused before any model loads, naming the file).
 Short runs need output.checkpoint_every lowered to be resumable mid-run. Ctrl-C / SIGTERM
 finishes the current step (a second signal abandons it) and says where a rerun resumes.
 """
@@ -77,10 +78,12 @@ def _parse(argv):
     ap.add_argument("overrides", nargs="*", help="OmegaConf dotted overrides, key=value")
     args = ap.parse_intermixed_args(argv)
     if args.algo is not None:
+        from clipo_megatron.core.objectives import OBJECTIVES
+
         user_error(
             PROG,
             f"--algo {args.algo} is gone: use clipo.enabled=false for the GRPO baseline "
-            "(clipo.enabled=true for CLIPO) and clipo.objective=grpo|dapo|gspo|gmpo",
+            f"(clipo.enabled=true for CLIPO) and clipo.objective={'|'.join(OBJECTIVES)}",
         )
     return args
 
