@@ -16,7 +16,6 @@ belongs to the runner (its config, task and `Run`); `clipo_megatron/cli.py` rout
 
 from __future__ import annotations
 
-import argparse
 import json
 import warnings
 from pathlib import Path
@@ -24,17 +23,40 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from clipo_megatron.runner.cli_args import make_parser, user_error
+
 
 def _score(res: dict, key: str) -> str:
     return f"{res[key]:.3f}" if key in res else "-"
 
 
+PROG = "clipo-megatron eval"
+
+
+def _resolve(args, load_config):
+    """(config, checkpoint path or None, output dir); a broken checkpoint is refused here."""
+    from clipo_megatron.runner.checkpoint import check_readable
+
+    if not args.run:
+        return load_config(args.config, args.overrides), None, Path(args.out or ".")
+    run_dir = Path(args.run)
+    if not (run_dir / "config.json").exists():
+        raise FileNotFoundError(
+            f"{run_dir} has no config.json: is it a `clipo-megatron train` output dir?"
+        )
+    tmp = OmegaConf.create(json.loads((run_dir / "config.json").read_text()))
+    cfg_path = run_dir / "eval_config.yaml"
+    OmegaConf.save(tmp, cfg_path)
+    cfg = load_config(str(cfg_path), args.overrides)
+    ckpt = run_dir / "checkpoints" / "latest.pt"
+    if not ckpt.exists():
+        raise FileNotFoundError(f"no checkpoint at {ckpt}: train the run first")
+    check_readable(ckpt)
+    return cfg, ckpt, Path(args.out or run_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="clipo-megatron eval",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = make_parser(PROG, __doc__)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument(
         "--run", help="a training output directory (config.json + checkpoints/latest.pt)"
@@ -48,24 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     from clipo_megatron.runner.evaluation import evaluate
     from clipo_megatron.runner.run import Run
 
-    ckpt = None
-    if args.run:
-        run_dir = Path(args.run)
-        if not (run_dir / "config.json").exists():
-            raise FileNotFoundError(
-                f"{run_dir} has no config.json: is it a `clipo-megatron train` output dir?"
-            )
-        tmp = OmegaConf.create(json.loads((run_dir / "config.json").read_text()))
-        cfg_path = run_dir / "eval_config.yaml"
-        OmegaConf.save(tmp, cfg_path)
-        cfg = load_config(str(cfg_path), args.overrides)
-        ckpt = run_dir / "checkpoints" / "latest.pt"
-        if not ckpt.exists():
-            raise FileNotFoundError(f"no checkpoint at {ckpt}")
-        out = Path(args.out or run_dir)
-    else:
-        cfg = load_config(args.config, args.overrides)
-        out = Path(args.out or ".")
+    try:  # every user error before any model loads, one line
+        cfg, ckpt, out = _resolve(args, load_config)
+    except (ValueError, FileNotFoundError) as e:
+        user_error(PROG, str(e))
     run = Run(cfg)
     step = 0
     if ckpt is not None:

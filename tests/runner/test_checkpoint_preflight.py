@@ -90,3 +90,20 @@ def test_compare_refuses_a_broken_checkpoint_of_a_run_it_would_resume(tmp_path, 
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
     assert f"checkpoint {ckpt} is unreadable (" in lines[0]
+
+
+def test_eval_run_refuses_a_broken_checkpoint_before_the_model_loads(tmp_path, capsys, no_model):
+    import json
+
+    from clipo_megatron.runner import heldout
+    from clipo_megatron.runner.config import load_config, to_dict
+
+    out = tmp_path / "run"
+    ckpt = _write(checkpoint_path(out), "flipped")
+    (out / "config.json").write_text(json.dumps(to_dict(load_config(None, []))))
+    with pytest.raises(SystemExit) as e:
+        heldout.main(["--run", str(out)])
+    assert e.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"clipo-megatron eval: error: checkpoint {ckpt} is unreadable (")
