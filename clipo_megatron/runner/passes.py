@@ -130,10 +130,11 @@ def logprob_and_pool(
     def one_pass(net, pooler: MicrobatchPooler | None) -> torch.Tensor | None:
         """One forward-only schedule; pools into `pooler` (the policy's pass) when given."""
         net.eval()
-        pooling = last and pooler is not None
-        hooked = pooler.hooked(find_final_norm(net)) if pooling else contextlib.nullcontext()
+        hooked: contextlib.AbstractContextManager = contextlib.nullcontext()
+        data = None
+        if last and pooler is not None:  # the final norm, and so the pooled states, live there
+            hooked, data = pooler.hooked(find_final_norm(net)), pooler.tee(micro)
         with torch.no_grad(), hooked:
-            data = pooler.tee(micro) if pooling else None
             outs = layout.schedule(net, micro, forward_step, forward_only=True, data=data)
         return _in_rows([o["lp"] for o in outs], micro) if last else None
 
