@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
 from clipo_megatron.core.groups import GroupIds
 from clipo_megatron.megatron.gather import broadcast_from_last_stage
@@ -76,15 +75,15 @@ def clipo_step(
         rewards = out.rewards.float().contiguous()  # [B_local]
         if group_size(pp_group) == 1:
             return ClipoStepResult(rewards, out.metrics, out.embeddings)
-        extras: list = [(out.metrics, out.embeddings.cpu())]
+        extras = (out.metrics, out.embeddings.cpu())
         dev = pooled.device
     else:
-        rewards, extras = None, [None]
+        rewards, extras = None, None
         dev = torch.device(device or _default_device())
-    rewards = broadcast_from_last_stage(rewards, (b,), torch.float32, pp_group=pp_group, device=dev)
-    src = dist.get_process_group_ranks(pp_group)[-1]
-    dist.broadcast_object_list(extras, src=src, group=pp_group, device=dev)
-    metrics, embeddings = extras[0]
+    rewards = broadcast_from_last_stage(
+        rewards, pp_group=pp_group, shape=(b,), dtype=torch.float32, device=dev
+    )
+    metrics, embeddings = broadcast_from_last_stage(extras, pp_group=pp_group, device=dev)
     return ClipoStepResult(rewards, metrics, embeddings.to(dev))
 
 

@@ -74,18 +74,28 @@ def all_reduce_grads(module: torch.nn.Module, *, dp_group=None) -> None:
             dist.all_reduce(p.grad, group=dp_group)
 
 
-def broadcast_from_last_stage(
-    t: torch.Tensor | None, shape, dtype, *, pp_group=None, device=None
-) -> torch.Tensor:
-    """Pipeline parallel: the last stage computed `t`; every stage returns it.
+def broadcast_from_last_stage(value, *, pp_group=None, shape=None, dtype=None, device=None):
+    """The last pipeline stage's `value` on every stage of `pp_group` (the one pipeline broadcast).
 
-    Non-last stages pass t=None and the expected shape/dtype (their local batch) and the
-    device of the rows (the receive buffer's: NCCL takes device tensors only).
+    Two forms, picked by the arguments every stage passes alike:
+    - tensor (`shape` and `dtype` given): one `dist.broadcast`, no pickling; the other stages
+      pass value=None and get a buffer made on `device`;
+    - object (no `shape`): any picklable value (dicts of metrics, tuples of tensors), through
+      `broadcast_object_list`, whose byte buffers live on `device`.
+    `device` is where the rows live: NCCL groups take device tensors only. A group of one stage
+    (or None) returns `value` untouched.
     """
     if group_size(pp_group) == 1:
-        assert t is not None, "a pipeline of one stage is the last stage: it passes t"
-        return t
-    ranks = dist.get_process_group_ranks(pp_group)
-    buf = t.contiguous() if t is not None else torch.empty(shape, dtype=dtype, device=device)
-    dist.broadcast(buf, src=ranks[-1], group=pp_group)
-    return buf
+        return value
+    src = dist.get_process_group_ranks(pp_group)[-1]
+    if shape is not None:
+        buf = (
+            value.contiguous()
+            if value is not None
+            else torch.empty(shape, dtype=dtype, device=device)
+        )
+        dist.broadcast(buf, src=src, group=pp_group)
+        return buf
+    box = [value]
+    dist.broadcast_object_list(box, src=src, group=pp_group, device=device)
+    return box[0]

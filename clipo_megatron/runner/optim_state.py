@@ -18,30 +18,28 @@ def _param_names(model) -> list[str]:
     return [n for n, _ in model.named_parameters()]  # the optimizer's param order
 
 
-def full_optimizer_state(optimizer, model, arch, tp_group, model_parallel: bool) -> dict:
-    """AdamW state in the TP = PP = 1 layout, keyed by full parameter name; collective when model-parallel."""
+def full_optimizer_state(optimizer, model, arch, layout) -> dict:
+    """AdamW state in the TP = PP = 1 layout, keyed by full parameter name; collective when
+    model-parallel (`layout`: the run's `runner.layout.Layout`)."""
+    from clipo_megatron.megatron.tp_state import gather_tensor
+
     sd = optimizer.state_dict()
     names = _param_names(model)
     by_name = {names[i]: st for i, st in sd["state"].items()}
-    if model_parallel:
-        from clipo_megatron.megatron.tp_state import gather_tensor
-        from clipo_megatron.runner.pipeline import full_from_local
-
-        by_name = full_from_local(by_name, arch, tp_group, gather_value=_per_tensor(gather_tensor))
+    by_name = layout.full_state(by_name, arch, gather_value=_per_tensor(gather_tensor))
     return {"state_by_name": by_name, "param_groups": sd["param_groups"]}
 
 
-def local_optimizer_state(optimizer, model, arch, full: dict) -> dict:
+def local_optimizer_state(optimizer, model, arch, layout, full: dict) -> dict:
     """`full_optimizer_state`'s output as this rank's `optimizer.load_state_dict` input."""
     if "state_by_name" not in full:
         raise ValueError(
             "checkpoint optimizer state predates name-keyed checkpoints; start a new output.dir"
         )
     from clipo_megatron.megatron.tp_state import shard
-    from clipo_megatron.runner.pipeline import local_from_full
 
     names = _param_names(model)
-    by_name = local_from_full(names, full["state_by_name"], arch, shard_value=_per_tensor(shard))
+    by_name = layout.local_state(names, full["state_by_name"], arch, shard_value=_per_tensor(shard))
     state = {i: by_name[n] for i, n in enumerate(names) if n in by_name}
     # This layout's param indices, the saved hyperparameters.
     groups = optimizer.state_dict()["param_groups"]

@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The runner's two passes over a batch of rollouts, plain and through the pipeline schedule.
+"""The runner's two passes over a batch of rollouts, one of each for every parallel layout.
 
 - the fused logprob pass: token logprobs [B, S] and mean response hidden states [B, D]
   in one forward (the pooler the NeMo-RL workers use, `megatron/microbatch_pooler.py`),
@@ -11,25 +11,28 @@ Token ids and masks are right-padded [B, S]; `mask` is True at response tokens a
 `logprobs[:, t]` is log p(ids[:, t] | ids[:, <t]) at response tokens. Both passes run
 in either micro-batch layout (`runner/micro_batches.py`): shared-prefix packing (the
 prompt once per group, the default) or one row per rollout; the numbers are the same.
-`target_fn` is the plain or vocab-parallel (TP) log p(target) of a logits tensor.
+The `layout` (`runner/layout.py`) supplies log p(target) (plain or vocab-parallel), the
+schedule that runs the micro-batches (a loop, or Megatron-Core's pipeline schedule), the
+grad clip and the broadcast of the last stage's results; the passes never test tp / pp.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 
 from clipo_megatron.core.objectives import Objective
-from clipo_megatron.megatron.microbatch_pooler import MicrobatchPooler, find_final_norm
-from clipo_megatron.megatron.policy_passes import target_logprobs
-from clipo_megatron.runner import parallel
-from clipo_megatron.runner.micro_batches import (
-    forward,
-    micro_batches,
-    rollout_logprobs,
-    seq_length,
+from clipo_megatron.megatron.microbatch_pooler import (
+    SAMPLE_IDX_KEY,
+    MicrobatchPooler,
+    find_final_norm,
 )
+from clipo_megatron.runner.layout import Layout
+from clipo_megatron.runner.micro_batches import forward, rollout_logprobs
+
+SINGLE = Layout()  # one process: TP = PP = 1
 
 
 def pack(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int):
@@ -89,15 +92,8 @@ class PolicyLoss:
         )
 
 
-def _in_row_order(pooler: MicrobatchPooler) -> torch.Tensor:
-    rows, pooled = pooler.result()
-    return pooled[torch.argsort(rows)]  # [B, D]
-
-
 def _in_rows(parts: list[torch.Tensor], mbs: list[dict]) -> torch.Tensor:
     """Per-micro-batch [b_k, S] results back in batch row order [B, S]."""
-    from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY
-
     rows = torch.cat([mb[SAMPLE_IDX_KEY] for mb in mbs])
     return torch.cat(parts)[torch.argsort(rows)]
 
@@ -107,29 +103,50 @@ def logprob_and_pool(
     ids,
     mask,
     micro_batch: int,
-    target_fn=target_logprobs,
     ref_model=None,
     *,
+    layout: Layout = SINGLE,
     shared_prefix: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The fused logprob pass: logprobs [B, S], pooled states [B, D], reference logprobs [B, S] | None.
+    """The fused logprob pass: logprobs [B, S], pooled states [B, D], reference logprobs [B, S] | None,
+    on every stage.
 
-    The same pass the NeMo-RL workers run: microbatches teed through
-    `MicrobatchPooler`, the final norm hooked, one forward per microbatch (and one
-    more on the frozen reference policy when there is one).
+    The same pass the NeMo-RL workers run: micro-batches teed through `MicrobatchPooler`,
+    the final norm hooked (on the last stage), one forward-only schedule over the policy
+    and one more over the frozen reference policy when there is one.
     """
     s = ids.shape[1]
-    mbs = micro_batches(ids, mask, micro_batch, shared_prefix=shared_prefix)
+    micro = layout.micro_batches(ids, mask, micro_batch, shared_prefix=shared_prefix)
+    last = layout.is_last_stage
+
+    def forward_step(it, net):
+        mb = next(it)
+        # forward only: the schedule's loss is a zero; the logprobs travel in the info dict
+        return forward(net, mb), lambda logits: (
+            logits.new_zeros(()),
+            {"lp": rollout_logprobs(logits, mb, layout.target_logprobs, s)},
+        )
+
+    def one_pass(net, pooler: MicrobatchPooler | None) -> torch.Tensor | None:
+        """One forward-only schedule; pools into `pooler` (the policy's pass) when given."""
+        net.eval()
+        hooked: contextlib.AbstractContextManager = contextlib.nullcontext()
+        data = None
+        if last and pooler is not None:  # the final norm, and so the pooled states, live there
+            hooked, data = pooler.hooked(find_final_norm(net)), pooler.tee(micro)
+        with torch.no_grad(), hooked:
+            outs = layout.schedule(net, micro, forward_step, forward_only=True, data=data)
+        return _in_rows([o["lp"] for o in outs], micro) if last else None
+
     pooler = MicrobatchPooler()
-    lps, refs = [], []
-    model.eval()
-    with torch.no_grad(), pooler.hooked(find_final_norm(model)):
-        for mb in pooler.tee(mbs):
-            lps.append(rollout_logprobs(forward(model, mb), mb, target_fn, s))
-            if ref_model is not None:
-                refs.append(rollout_logprobs(forward(ref_model, mb), mb, target_fn, s))
-    ref = _in_rows(refs, mbs) if refs else None
-    return _in_rows(lps, mbs), _in_row_order(pooler), ref
+    lp = one_pass(model, pooler)
+    ref = one_pass(ref_model, None) if ref_model is not None else None
+    return layout.broadcast((lp, _in_row_order(pooler), ref) if last else None)
+
+
+def _in_row_order(pooler: MicrobatchPooler) -> torch.Tensor:
+    rows, pooled = pooler.result()
+    return pooled[torch.argsort(rows)]  # [B, D]
 
 
 def policy_update(
@@ -139,141 +156,47 @@ def policy_update(
     loss_fn: PolicyLoss,
     micro_batch: int,
     grad_clip: float,
-    target_fn=target_logprobs,
-    clip_fn=torch.nn.utils.clip_grad_norm_,
     *,
+    layout: Layout = SINGLE,
     shared_prefix: bool = True,
 ) -> dict[str, float]:
-    """One optimizer step; `pg/loss` is the batch loss (the sum of the micro-batches')."""
-    from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY
-
+    """One optimizer step on every stage; `pg/loss` is the batch loss (the sum of the
+    micro-batches'), the metrics the last stage's, on every stage."""
     s = batch.ids.shape[1]
+    micro = layout.micro_batches(batch.ids, batch.mask, micro_batch, shared_prefix=shared_prefix)
+
+    def forward_step(it, net):
+        mb = next(it)
+
+        def loss_func(logits):
+            rows = batch.rows(mb[SAMPLE_IDX_KEY])
+            loss, stats = loss_fn(
+                rollout_logprobs(logits, mb, layout.target_logprobs, s), rows, batch
+            )
+            return loss, {
+                "loss": float(loss.detach()),
+                "stats": stats,
+                "ntok": float(rows.mask.sum()),
+            }
+
+        return forward(net, mb), loss_func
+
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    total, per_mb = 0.0, []
-    for mb in micro_batches(batch.ids, batch.mask, micro_batch, shared_prefix=shared_prefix):
-        rows = batch.rows(mb[SAMPLE_IDX_KEY])
-        loss, stats = loss_fn(rollout_logprobs(forward(model, mb), mb, target_fn, s), rows, batch)
-        loss.backward()
-        total += float(loss.detach())
-        per_mb.append((stats, float(rows.mask.sum())))
-    grad_norm = clip_fn(model.parameters(), grad_clip)
+    outs = layout.schedule(model, micro, forward_step, forward_only=False)
+    layout.finish_grads(model)
+    grad_norm = layout.clip_grad_norm(model.parameters(), grad_clip)
     optimizer.step()
-    return {"pg/loss": total, "pg/grad_norm": float(grad_norm), **_token_mean(per_mb)}
+    stats = None
+    if layout.is_last_stage:
+        stats = {
+            "pg/loss": sum(o["loss"] for o in outs),
+            **_token_mean([(o["stats"], o["ntok"]) for o in outs]),
+        }
+    return {**layout.broadcast(stats), "pg/grad_norm": float(grad_norm)}
 
 
 def _token_mean(per_mb: list[tuple[dict, float]]) -> dict[str, float]:
     """The batch's per-token metrics from the micro-batches' (token means, token counts)."""
     n = sum(w for _, w in per_mb) or 1.0
     return {k: sum(st[k] * w for st, w in per_mb) / n for k in per_mb[-1][0]} if per_mb else {}
-
-
-def pipeline_logprob_and_pool(
-    model,
-    ids,
-    mask,
-    micro_batch: int,
-    target_fn=target_logprobs,
-    ref_model=None,
-    *,
-    shared_prefix: bool = True,
-):
-    """`logprob_and_pool` through Megatron-Core's pipeline schedule (forward only); every stage
-    gets the result. The reference policy's logprobs take one more forward-only schedule."""
-    from clipo_megatron.runner.pipeline import broadcast_from_last_stage, run_schedule
-
-    s = ids.shape[1]
-    micro = micro_batches(ids, mask, micro_batch, shared_prefix=shared_prefix, uniform=True)
-    last = parallel.is_pipeline_last_stage()
-
-    def forward_step(it, m):
-        mb = next(it)
-        out = forward(m, mb)  # the last stage's final norm is hooked: pooled here
-        if not last:
-            return out, None
-        return out, lambda logits: (
-            logits.sum() * 0.0,
-            {"lp": rollout_logprobs(logits, mb, target_fn, s)},
-        )
-
-    def one_pass(net, pooler):
-        net.eval()
-        with torch.no_grad(), pooler.hooked(find_final_norm(net) if last else None):
-            outs = run_schedule(
-                net,
-                micro,
-                forward_step,
-                forward_only=True,
-                seq_length=seq_length(micro),
-                data=pooler.tee(micro) if last else None,
-            )
-        return _in_rows([o["lp"] for o in outs], micro) if last else None
-
-    pooler = MicrobatchPooler()
-    lp = one_pass(model, pooler)
-    ref = one_pass(ref_model, MicrobatchPooler()) if ref_model is not None else None
-    res = (lp, _in_row_order(pooler), ref) if last else None
-    return broadcast_from_last_stage(res)
-
-
-def pipeline_policy_update(
-    model,
-    optimizer,
-    batch: UpdateBatch,
-    loss_fn: PolicyLoss,
-    micro_batch: int,
-    grad_clip: float,
-    target_fn=target_logprobs,
-    clip_fn=None,
-    *,
-    shared_prefix: bool = True,
-) -> dict[str, float]:
-    """`policy_update` through the pipeline schedule (1F1B); metrics from the last stage, on every stage."""
-    from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY
-    from clipo_megatron.runner.pipeline import (
-        allreduce_tied_embedding_grads,
-        broadcast_from_last_stage,
-        run_schedule,
-    )
-
-    s = batch.ids.shape[1]
-    micro = micro_batches(
-        batch.ids, batch.mask, micro_batch, shared_prefix=shared_prefix, uniform=True
-    )
-    last = parallel.is_pipeline_last_stage()
-
-    def forward_step(it, m):
-        mb = next(it)
-        out = forward(m, mb)
-        if not last:
-            return out, None
-
-        def stage_loss(logits):
-            rows = batch.rows(mb[SAMPLE_IDX_KEY])
-            loss, stats = loss_fn(rollout_logprobs(logits, mb, target_fn, s), rows, batch)
-            # The schedule divides by the number of micro-batches; the global normalisers already weigh them.
-            return loss * len(micro), {
-                "loss": float(loss.detach()),
-                "stats": stats,
-                "ntok": float(rows.mask.sum()),
-            }
-
-        return out, stage_loss
-
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    outs = run_schedule(
-        model, micro, forward_step, forward_only=False, seq_length=seq_length(micro)
-    )
-    allreduce_tied_embedding_grads(model)
-    grad_norm = clip_fn(model.parameters(), grad_clip)
-    optimizer.step()
-    stats = (
-        {
-            "pg/loss": sum(o["loss"] for o in outs),
-            **_token_mean([(o["stats"], o["ntok"]) for o in outs]),
-        }
-        if outs
-        else None
-    )
-    return {**broadcast_from_last_stage(stats), "pg/grad_norm": float(grad_norm)}

@@ -1,16 +1,12 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Pipeline parallelism for the single-machine runner: Megatron-Core's schedule over gloo, stage state.
+"""Pipeline stages of the single-machine runner: layer numbering, stage state, tied embeddings.
 
     torchrun --nproc-per-node 2 -m clipo_megatron.cli train --config ... parallel.pp=2
 
-Both passes (the fused logprob + hidden-state pass, forward only, and the
-policy update) go through `get_forward_backward_func` (1F1B), as in
-Megatron-LM training. The last stage holds the logits and the final hidden
-states; it broadcasts logprobs, pooled states and the update's metrics to its
-pipeline group, so the replicated CLIPO head and the advantages are computed
-identically everywhere. With tied embeddings the last stage's output-layer copy
-gets its gradient all-reduced with the first stage's embedding (Megatron's
-embedding group), as `finalize_model_grads` does for DDP-wrapped models.
+The schedule (Megatron-Core's `get_forward_backward_func`, 1F1B) and the broadcast of the
+last stage's results are the layout's (`runner/layout.py`). With tied embeddings the last
+stage's output-layer copy gets its gradient all-reduced with the first stage's embedding
+(Megatron's embedding group), as `finalize_model_grads` does for DDP-wrapped models.
 Checkpoints and the generator use full layer numbering: stage s holds layers
 [s * L/pp, (s + 1) * L/pp).
 """
@@ -62,19 +58,6 @@ def gather_stages(local_full_named: dict) -> dict:
     return merged
 
 
-def broadcast_from_last_stage(obj):
-    """The last stage's `obj` on every stage of this pipeline."""
-    if mp.pipeline_world_size() == 1:
-        return obj
-    box = [obj if mp.is_pipeline_last_stage() else None]
-    dist.broadcast_object_list(
-        box,
-        src=mp.pipeline_last_rank(),
-        group=mp.pipeline_group(),
-    )
-    return box[0]
-
-
 def allreduce_tied_embedding_grads(model) -> None:
     """First stage's embedding and last stage's output-layer copy share one gradient (tied weights)."""
     if mp.pipeline_world_size() == 1 or not getattr(
@@ -87,24 +70,6 @@ def allreduce_tied_embedding_grads(model) -> None:
         if w.grad is None:
             w.grad = torch.zeros_like(w)
         dist.all_reduce(w.grad, group=group)
-
-
-def run_schedule(
-    model, microbatches: list, forward_step, *, forward_only: bool, seq_length: int, data=None
-) -> list:
-    """Megatron-Core's pipeline schedule over `microbatches` (read through `data`, an iterator over
-    them, when given: e.g. the pooler's tee); the last stage gets the loss functions' dicts."""
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-
-    return get_forward_backward_func()(
-        forward_step_func=forward_step,
-        data_iterator=iter(microbatches) if data is None else data,
-        model=[model],
-        num_microbatches=len(microbatches),
-        seq_length=seq_length,
-        micro_batch_size=microbatches[0]["ids"].shape[0],
-        forward_only=forward_only,
-    )
 
 
 def uniform_micro_batch(batch: int, wanted: int) -> int:

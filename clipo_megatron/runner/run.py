@@ -21,16 +21,14 @@ import torch
 from clipo_megatron.core.advantages import group_advantages
 from clipo_megatron.core.rewards import shaped_rewards
 from clipo_megatron.megatron.clipo_step import clipo_step
-from clipo_megatron.megatron.policy_passes import target_logprobs
 from clipo_megatron.runner import optim_state, parallel
 from clipo_megatron.runner.config import RunConfig, to_dict
+from clipo_megatron.runner.layout import Layout
 from clipo_megatron.runner.passes import (
     PolicyLoss,
     UpdateBatch,
     logprob_and_pool,
     pack,
-    pipeline_logprob_and_pool,
-    pipeline_policy_update,
     policy_update,
 )
 
@@ -47,7 +45,8 @@ class Run:
 
     With `parallel.tp` / `parallel.pp` > 1 (under torchrun) every rank holds its
     stage's TP shard of the policy; rank 0 alone generates and verifies
-    (`self.gen` is None elsewhere). `state_dict()` is collective and returns the
+    (`self.gen` is None elsewhere). Whatever differs between layouts is asked of
+    `self.layout` (`runner/layout.py`). `state_dict()` is collective and returns the
     full (TP = PP = 1) layout.
     """
 
@@ -65,22 +64,21 @@ class Run:
         self.loss_fn = PolicyLoss(
             cfg.objective(), cfg.train.eps_low, cfg.train.eps_high, cfg.effective_kl_coef()
         )
-        self.tp, self.pp = cfg.parallel.tp, cfg.parallel.pp
-        parallel.init_distributed(self.tp, self.pp)
-        self.tp_group = parallel.tp_group() if self.tp > 1 else None
-        self.target_fn = parallel.vocab_parallel_target_logprobs if self.tp > 1 else target_logprobs
+        self.layout = Layout.init(cfg.parallel.tp, cfg.parallel.pp)
         hf, self.tok = load_hf_policy(
             cfg.model.source,
             tiny_hidden=cfg.model.tiny_hidden,
             tiny_layers=cfg.model.tiny_layers,
             seed=cfg.seed,
         )
-        self.model, self.arch = build_policy(hf, self.tp, self.pp)
+        self.model, self.arch = build_policy(hf, self.layout.tp, self.layout.pp)
         # The KL term's reference: the initial policy, frozen (rebuilt the same way on resume).
         self.ref_model = None
         if self.loss_fn.kl_coef > 0:
-            self.ref_model = build_policy(hf, self.tp, self.pp)[0].requires_grad_(False)
-        backend = "hf" if self._parallel and cfg.rollout.backend == "auto" else cfg.rollout.backend
+            self.ref_model = build_policy(hf, self.layout.tp, self.layout.pp)[0]
+            self.ref_model.requires_grad_(False)
+        split = self.layout.model_parallel
+        backend = "hf" if split and cfg.rollout.backend == "auto" else cfg.rollout.backend
         self.gen = None
         if parallel.is_rank0():
             self.gen = build_rollout_generator(
@@ -108,7 +106,6 @@ class Run:
         if getattr(self.model, "post_process", True):
             attach_head(self.model, head)
             self.head = HeadTrainer(head, self.clipo.method)
-        self.pp_group = parallel.pipeline_group() if self.pp > 1 else None
         self.problems = load_problems(cfg.data, cfg.data.train_size, path=cfg.data.path)
         self.step_idx = 0
         self.history: list[dict] = []
@@ -155,17 +152,15 @@ class Run:
             metrics["train/dropped_groups"] = float(kept.num_dropped_groups)
         if batch.ids.shape[0] == 0:
             return {**metrics, "train/skipped_update": 1.0}
-        update = pipeline_policy_update if self.pp > 1 else policy_update
         metrics.update(
-            update(
+            policy_update(
                 self.model,
                 self.optimizer,
                 batch,
                 self.loss_fn,
                 self.cfg.train.micro_batch,
                 self.cfg.train.grad_clip,
-                self.target_fn,
-                self._clip_fn(),
+                layout=self.layout,
                 shared_prefix=self.cfg.train.shared_prefix,
             )
         )
@@ -181,14 +176,13 @@ class Run:
 
         t0 = time.perf_counter()
         ids, mask = pack(ro.prompt_ids, ro.response_ids, self.tok.pad_token_id)
-        lp_pass = pipeline_logprob_and_pool if self.pp > 1 else logprob_and_pool
-        old_lp, pooled, ref_lp = lp_pass(
+        old_lp, pooled, ref_lp = logprob_and_pool(
             self.model,
             ids,
             mask,
             cfg.train.micro_batch,
-            self.target_fn,
             self.ref_model,
+            layout=self.layout,
             shared_prefix=cfg.train.shared_prefix,
         )
         t["logprob_embed"] = time.perf_counter() - t0
@@ -203,7 +197,7 @@ class Run:
             group_ids,
             sample_ids,
             step=self.step_idx,
-            pp_group=self.pp_group,
+            pp_group=self.layout.groups.pp,
             device=pooled.device,
         )
         r_cl = out.rewards if self.clipo.enabled else torch.zeros_like(rewards)
@@ -244,25 +238,10 @@ class Run:
         self.step_idx += 1
         return metrics
 
-    # ---- model-parallel plumbing ------------------------------------
-    @property
-    def _parallel(self) -> bool:
-        return self.tp > 1 or self.pp > 1
-
-    def _clip_fn(self):
-        if not self._parallel:
-            return torch.nn.utils.clip_grad_norm_
-        return parallel.clip_grad_norm_model_parallel
-
+    # ---- the policy's state in the TP = PP = 1 layout -----------------
     def full_policy_state(self) -> dict:
         """The policy in the TP = PP = 1 layout without `_extra_state` (collective when model-parallel)."""
-        if not self._parallel:
-            return {
-                k: v for k, v in self.model.state_dict().items() if not k.endswith("_extra_state")
-            }
-        from clipo_megatron.runner.pipeline import full_from_local
-
-        return full_from_local(self.model.state_dict(), self.arch, self.tp_group)
+        return self.layout.full_state(self.model.state_dict(), self.arch)
 
     def _sync_generator(self) -> None:
         full = self.full_policy_state()
@@ -276,7 +255,7 @@ class Run:
             "step": self.step_idx,
             "policy": self.full_policy_state(),
             "optimizer": optim_state.full_optimizer_state(
-                self.optimizer, self.model, self.arch, self.tp_group, self._parallel
+                self.optimizer, self.model, self.arch, self.layout
             ),
             "head": self._head_state(),
             "history": self.history,
@@ -287,22 +266,20 @@ class Run:
 
     def _head_state(self) -> dict:
         """The last stage's head trainer state, on every rank (collective with PP)."""
-        from clipo_megatron.runner.pipeline import broadcast_from_last_stage
-
-        state = self.head.state_dict() if self.head is not None else None
-        state = broadcast_from_last_stage(state) if self.pp > 1 else state
+        state = self.layout.broadcast(self.head.state_dict() if self.head is not None else None)
         assert state is not None, "the last pipeline stage holds the head"
         return state
 
     def load_state_dict(self, state: dict) -> None:
         from clipo_megatron.models.hf_convert import load_megatron_state
-        from clipo_megatron.runner.pipeline import local_from_full
 
         full = {k: v for k, v in state["policy"].items() if not k.endswith("_extra_state")}
-        load_megatron_state(self.model, local_from_full(self.model.state_dict(), full, self.arch))
+        load_megatron_state(
+            self.model, self.layout.local_state(self.model.state_dict(), full, self.arch)
+        )
         self.optimizer.load_state_dict(
             optim_state.local_optimizer_state(
-                self.optimizer, self.model, self.arch, state["optimizer"]
+                self.optimizer, self.model, self.arch, self.layout, state["optimizer"]
             )
         )
         if self.head is not None:

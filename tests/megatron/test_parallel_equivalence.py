@@ -201,7 +201,7 @@ def _phase_pp(rank, world, w_full, full_state):
         rewards = res.rewards
         out["grad"] = head.proj.weight.grad.clone()
     out["rewards"] = broadcast_from_last_stage(
-        rewards, (ids.shape[0],), torch.float32, pp_group=pp_group
+        rewards, pp_group=pp_group, shape=(ids.shape[0],), dtype=torch.float32
     )
     return out
 

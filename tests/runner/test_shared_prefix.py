@@ -159,7 +159,7 @@ def test_gradients_match_per_rollout(single, shared_prefix):
     assert float(emb[prompt_tok].abs().sum()) > 0
 
 
-def _sgd_update(model, ids, mask, adv, old, shared_prefix, update=None, **kw):
+def _sgd_update(model, ids, mask, adv, old, shared_prefix, **kw):
     """One `policy_update` with SGD (lr 1): the weight change is the clipped gradient itself.
 
     (Adam's first step is ~lr * sign(g), which turns fp32 reduction-order noise in ~0 gradients
@@ -171,9 +171,7 @@ def _sgd_update(model, ids, mask, adv, old, shared_prefix, update=None, **kw):
     loss = PolicyLoss(get_objective("grpo"), None, None, 0.0)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     batch = UpdateBatch(ids, mask, old, adv)
-    return (update or policy_update)(
-        model, opt, batch, loss, 5, 1.0, shared_prefix=shared_prefix, **kw
-    )
+    return policy_update(model, opt, batch, loss, 5, 1.0, shared_prefix=shared_prefix, **kw)
 
 
 def _weights(model) -> dict:
@@ -209,39 +207,17 @@ def test_policy_update_moves_weights_the_same(single, reference_update):
 
 
 def _mp_worker(rank, world, layout, old_np):
-    from clipo_megatron.runner import parallel
-    from clipo_megatron.runner.passes import (
-        logprob_and_pool,
-        pipeline_logprob_and_pool,
-        pipeline_policy_update,
-    )
-    from clipo_megatron.runner.pipeline import full_from_local
+    from clipo_megatron.runner.layout import Layout
+    from clipo_megatron.runner.passes import logprob_and_pool
     from clipo_megatron.runner.policy import build_policy
 
-    tp, pp = (2, 1) if layout == "tp" else (1, 2)
-    parallel.init_distributed(tp, pp)
-    model, arch = build_policy(_hf(), tp, pp)
+    lay = Layout.init(*((2, 1) if layout == "tp" else (1, 2)))
+    model, arch = build_policy(_hf(), lay.tp, lay.pp)
     ids, mask, adv = _batch()
     old = torch.from_numpy(old_np)
-    if pp > 1:
-        lp, pooled, _ = pipeline_logprob_and_pool(model, ids, mask, 8)
-        update, kw = pipeline_policy_update, {}
-    else:
-        kw = {"target_fn": parallel.vocab_parallel_target_logprobs}
-        lp, pooled, _ = logprob_and_pool(model, ids, mask, 8, kw["target_fn"])
-        update = None
-    m = _sgd_update(
-        model,
-        ids,
-        mask,
-        adv,
-        old,
-        True,
-        update,
-        clip_fn=parallel.clip_grad_norm_model_parallel,
-        **kw,
-    )
-    full = full_from_local(model.state_dict(), arch, parallel.tp_group() if tp > 1 else None)
+    lp, pooled, _ = logprob_and_pool(model, ids, mask, 8, layout=lay)
+    m = _sgd_update(model, ids, mask, adv, old, True, layout=lay)
+    full = lay.full_state(model.state_dict(), arch)
     # numpy through the queue: torch tensors would be shared by file descriptor, and the worker
     # exits before the parent reads them
     return {
