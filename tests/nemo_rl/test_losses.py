@@ -17,6 +17,7 @@ from clipo_megatron.nemo_rl.losses import (
     MetricNormalizer,
     ObjectiveLossFn,
     build_policy_loss,
+    objective_settings,
     policy_loss_config,
 )
 
@@ -57,7 +58,7 @@ def test_gmpo_protocol_matches_core_and_microbatches_add_up():
     fn = ObjectiveLossFn("gmpo", reference_policy_kl_penalty=0.01)
     _protocol_ok(fn, "next_token_logprobs")
     mask = (data["token_mask"] * data["sample_mask"].unsqueeze(1))[:, 1:]
-    n_tok, n_seq = mask.sum(), (mask.sum(1) > 0).sum()
+    n_tok, n_seq = mask.sum(), data["sample_mask"].sum()  # NeMo-RL's global_valid_toks / _seqs
     full, m = fn(lp[:, 1:], data, n_seq, n_tok)
     ref, _ = policy_objective_loss(
         lp[:, 1:],
@@ -67,6 +68,7 @@ def test_gmpo_protocol_matches_core_and_microbatches_add_up():
         objective="gmpo",
         ref_logprobs=data["reference_policy_logprobs"][:, 1:],
         kl_coef=0.01,
+        num_seqs=float(n_seq),  # the filtered row (sample_mask 0) does not count
     )
     assert (
         abs(float(full) - float(ref)) < 1e-6 and m["num_valid_samples"] == 5
@@ -120,7 +122,8 @@ def test_gmpo_metrics_are_shares_that_add_up_per_sequence():
 def test_policy_loss_config_and_builder_follow_the_registry():
     for name, objective in OBJECTIVES.items():
         cfg = policy_loss_config(name)
-        assert cfg == objective.nemo_rl_loss_config()
+        # the translation both ways: registry -> loss_fn keys -> the same registry objective
+        assert objective_settings(name, cfg) == objective
         assert (cfg["ratio_clip_min"], cfg["ratio_clip_max"]) == (
             objective.eps_low,
             objective.eps_high,
@@ -128,19 +131,31 @@ def test_policy_loss_config_and_builder_follow_the_registry():
     assert policy_loss_config("grpo")["reference_policy_kl_penalty"] == 0.001  # paper App.
     assert policy_loss_config("dapo")["ratio_clip_max"] == 0.28
     assert policy_loss_config("gspo")["sequence_level_importance_ratios"] is True
+    # dual clip where the authors' verl applies it (vanilla PPO loss: grpo, dapo), not gspo / gmpo
+    assert [policy_loss_config(n)["ratio_clip_c"] for n in ("grpo", "dapo", "gspo", "gmpo")] == [
+        3.0, 3.0, None, None
+    ]
+    assert policy_loss_config("gmpo")["token_level_loss"] is False  # verl geo_mean: seq mean
     with pytest.raises(ValueError, match="not one of"):
         policy_loss_config("ppo")
     built = build_policy_loss("gmpo", policy_loss_config("gmpo"))
     assert isinstance(built, ObjectiveLossFn) and (built.eps_low, built.eps_high) == (0.4, 0.4)
-    assert built.loss_type == LossType.TOKEN_LEVEL and built.kl_coef == 0.0
+    assert built.loss_type == LossType.SEQUENCE_LEVEL and built.kl_coef == 0.0
     # a key left out takes the objective's paper default; a key given wins
     assert ObjectiveLossFn("gmpo").eps_high == get_objective("gmpo").eps_high
-    seq = ObjectiveLossFn("gmpo", ratio_clip_max=0.3, token_level_loss=False)
-    assert seq.eps_high == 0.3 and seq.loss_type == LossType.SEQUENCE_LEVEL
+    tok = ObjectiveLossFn("gmpo", ratio_clip_max=0.3, token_level_loss=True)
+    assert tok.eps_high == 0.3 and tok.loss_type == LossType.TOKEN_LEVEL
     with pytest.raises(ValueError, match="> 0"):
         ObjectiveLossFn("gmpo", ratio_clip_min=0)
-    with pytest.raises(ValueError, match="ClippedPGLossFn"):
-        ObjectiveLossFn("grpo")
+    # k3's own KL gradient: ClippedPGLossFn has no such form, so ObjectiveLossFn computes it
+    k3 = build_policy_loss("grpo", {**policy_loss_config("grpo"), "kl_gradient": "k3"})
+    assert isinstance(k3, ObjectiveLossFn) and k3.objective.kl_gradient == "k3"
+    with pytest.raises(ValueError, match="loss_fn.use_importance_sampling_correction=True"):
+        ObjectiveLossFn("grpo", use_importance_sampling_correction=True)
+    with pytest.raises(ValueError, match="loss_fn: .*kl_gradient must be one of"):
+        ObjectiveLossFn("grpo", kl_gradient="k2")
+    with pytest.raises(ValueError, match="ratio_clip_c .* must be > 1"):
+        ObjectiveLossFn("dapo", ratio_clip_c=0.5)
     if not nemo_rl_available():
         from clipo_megatron.nemo_rl import NemoRLMissingError
 
