@@ -95,10 +95,18 @@ def policy_loss_config(objective: str | Objective) -> dict[str, Any]:
     }
 
 
-def objective_settings(objective: str, loss_cfg: dict[str, Any]) -> Objective:
-    """The registry objective with a run's `loss_fn:` values (a key left out keeps the
-    registry's); one error naming the key for a switch `Objective.loss` does not compute."""
+def uses_clipped_pg(objective: str, loss_cfg: dict[str, Any]) -> bool:
+    """Whether NeMo-RL's ClippedPGLossFn computes the objective with these settings: an
+    `in_nemo_rl` objective, unless it has a KL term with k3's own gradient."""
     obj = get_objective(objective)
+    k3_kl = loss_cfg.get(KL_GRADIENT_KEY, obj.kl_gradient) == "k3" and (
+        float(loss_cfg.get("reference_policy_kl_penalty", obj.kl_coef)) > 0
+    )
+    return obj.in_nemo_rl and not k3_kl
+
+
+def check_objective_loss_switches(objective: str, loss_cfg: dict[str, Any]) -> None:
+    """One error naming the key for a ClippedPGLossFn switch `Objective.loss` does not compute."""
     for key, want in _FIXED.items():
         got = loss_cfg.get(key, want)
         if got != want:
@@ -106,6 +114,12 @@ def objective_settings(objective: str, loss_cfg: dict[str, Any]) -> Objective:
                 f"loss_fn.{key}={got!r}: clipo.objective={objective!r} runs through "
                 f"Objective.loss here, which computes {key}={want!r} only; set it to {want!r}"
             )
+
+
+def objective_settings(objective: str, loss_cfg: dict[str, Any]) -> Objective:
+    """The registry objective with a run's `loss_fn:` values (a key left out keeps the
+    registry's); one error for a value outside the kernel's domain."""
+    obj = get_objective(objective)
     token_level = loss_cfg.get("token_level_loss", obj.aggregation == "token-mean")
     try:
         return replace(
@@ -134,6 +148,7 @@ class ObjectiveLossFn:
     input_type = LossInputType.LOGPROB
 
     def __init__(self, objective: str, **loss_cfg: Any):
+        check_objective_loss_switches(objective, loss_cfg)
         self.objective = obj = objective_settings(objective, loss_cfg)
         self.eps_low, self.eps_high, self.kl_coef = obj.eps_low, obj.eps_high, obj.kl_coef
         if self.eps_low <= 0 or self.eps_high <= 0:
@@ -221,11 +236,7 @@ def generation_mismatch_metrics(
 def build_policy_loss(objective: str, loss_cfg: dict[str, Any]):
     """NeMo-RL's ClippedPGLossFn (imported lazily) where it computes the objective with these
     settings, else `ObjectiveLossFn` over the registry's kernel (module docstring)."""
-    obj = get_objective(objective)
-    k3_kl = loss_cfg.get(KL_GRADIENT_KEY, obj.kl_gradient) == "k3" and (
-        float(loss_cfg.get("reference_policy_kl_penalty", obj.kl_coef)) > 0
-    )
-    if not obj.in_nemo_rl or k3_kl:
+    if not uses_clipped_pg(objective, loss_cfg):
         return ObjectiveLossFn(objective, **loss_cfg)
     from clipo_megatron.nemo_rl import require_nemo_rl
 
