@@ -181,3 +181,81 @@ def test_warmup_train_result_has_what_grpo_train_reads():
     )
     assert {"gen_kl_error", "probs_ratio_clamped_frac", "clipo_warmup"} <= set(m)
     assert m["loss"] == [0.0] and float(out["loss"]) == 0.0 and float(out["grad_norm"]) == 0.0
+
+
+def _naive_clipped_pg(lp, data, cfg, kl_gradient="kl"):
+    """NeMo-RL ClippedPGLossFn's loss (loss_functions.py / utils.calculate_kl @ 7ea279a, same in
+    v0.7.0) re-written here for the settings the recipes use: k3 KL with the input clamp
+    (+-20, importance weight frozen where it bites) and output clamp (10), PPO clip, dual clip,
+    token- or sequence-level ratio and loss, masked means over (count + 1e-8)."""
+    tm, sm = data["token_mask"][:, 1:], data["sample_mask"]
+    adv, prev = data["advantages"][:, 1:], data["prev_logprobs"][:, 1:]
+    mask = tm * sm.unsqueeze(-1)  # [B, T]
+
+    def mm(v, m, dim=None, norm=None):
+        return (v * m).sum(dim) / ((m.sum(dim) if norm is None else norm) + 1e-8)
+
+    logr = data["reference_policy_logprobs"][:, 1:] - lp
+    logr_c = logr.clamp(-20.0, 20.0)
+    w = torch.exp(lp - lp.detach()) if kl_gradient == "kl" else torch.ones_like(lp)
+    w = torch.where(logr == logr_c, w, w.detach())
+    kl = cfg["reference_policy_kl_penalty"] * (w * (torch.exp(logr_c) - 1 - logr_c)).clamp(-10, 10)
+    log_ratio = lp - prev
+    if cfg["sequence_level_importance_ratios"]:
+        ratios = mm(log_ratio, tm, dim=-1).exp().unsqueeze(-1).expand_as(lp)
+    else:
+        ratios = log_ratio.exp()
+    clamped = ratios.clamp(1 - cfg["ratio_clip_min"], 1 + cfg["ratio_clip_max"])
+    clip_loss = torch.max(-adv * ratios, -adv * clamped)
+    if cfg["ratio_clip_c"] is not None:
+        clip_loss = torch.where(adv < 0, torch.min(clip_loss, -adv * cfg["ratio_clip_c"]), clip_loss)
+    if cfg["token_level_loss"]:
+        return mm(clip_loss + kl, mask, norm=mask.sum())
+    return mm(mm(clip_loss + kl, tm, dim=-1), sm, norm=sm.sum())
+
+
+PARITY_CASES = [  # (objective, kl_gradient): every objective, and k3's own KL gradient
+    ("grpo", "kl"),
+    ("dapo", "kl"),
+    ("gspo", "kl"),
+    ("grpo", "k3"),
+    ("gspo", "k3"),
+]
+
+
+@pytest.mark.parametrize("objective,kl_gradient", PARITY_CASES)
+def test_runner_loss_matches_clipped_pg_formula(objective, kl_gradient):
+    """Issue 17 (2, 4, 6): the runner's PolicyLoss = ClippedPGLossFn's formula (naive, above),
+    loss and gradient, on a batch that fires the clips, the dual clip, both KL clamps and has a
+    row without response tokens; with k3's gradient, the same against the formula with w = 1.
+    The NeMo-RL driver's own loss (ClippedPGLossFn) is checked in test_against_nemo_rl.py."""
+    from clipo_megatron.testing.loss_parity import KL_COEF, parity_batch, runner_loss
+
+    lp, data = parity_batch()
+    cfg = {**policy_loss_config(objective), "reference_policy_kl_penalty": KL_COEF}
+    naive = _naive_clipped_pg(lp, data, cfg, kl_gradient)
+    (g_naive,) = torch.autograd.grad(naive, lp)
+    loss, grad = runner_loss(objective, lp, data, kl_gradient=kl_gradient)
+    assert abs(loss - float(naive)) < 1e-6, (loss, float(naive))
+    torch.testing.assert_close(grad, g_naive, rtol=0, atol=1e-6)
+    if kl_gradient == "k3":  # the NeMo-RL driver computes it with ObjectiveLossFn (no NeMo-RL needed)
+        from clipo_megatron.testing.loss_parity import driver_loss
+
+        d_loss, d_grad, cls = driver_loss(objective, lp, data, kl_gradient="k3")
+        assert cls == "ObjectiveLossFn" and abs(d_loss - loss) < 1e-6
+        torch.testing.assert_close(d_grad, grad, rtol=0, atol=1e-6)
+
+
+def test_the_parity_batch_tells_the_settings_apart():
+    """The batch above fires what the parity tests compare: dropping the dual clip, switching the
+    KL gradient form or dropping the empty row from the sequence count moves loss or gradient
+    by far more than their 1e-6 tolerance."""
+    from clipo_megatron.testing.loss_parity import KL_COEF, parity_batch, runner_loss
+
+    lp, data = parity_batch()
+    loss, grad = runner_loss("grpo", lp, data)
+    assert abs(runner_loss("grpo", lp, data, ratio_clip_c=None)[0] - loss) > 1e-3
+    assert (runner_loss("grpo", lp, data, kl_gradient="k3")[1] - grad).abs().max() > 1e-4
+    cfg = {**policy_loss_config("gspo"), "reference_policy_kl_penalty": KL_COEF}
+    naive = float(_naive_clipped_pg(lp, data, cfg))
+    assert abs(naive * 6 / 5 - runner_loss("gspo", lp, data)[0]) > 1e-3  # 5 non-empty rows of 6
