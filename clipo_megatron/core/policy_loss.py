@@ -44,8 +44,9 @@ import torch
 Aggregation = Literal["token-mean", "seq-mean-token-mean"]
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 KL_GRADIENTS = ("kl", "k3")
-KL_INPUT_CLAMP = 20.0  # |ref - logp| bound before exp (NeMo-RL kl_input_clamp_value, verl low_var_kl)
-KL_OUTPUT_CLAMP = 10.0  # per-token KL bound (NeMo-RL kl_output_clamp_value, verl low_var_kl)
+# NeMo-RL's kl_input_clamp_value / kl_output_clamp_value defaults, verl low_var_kl's bounds:
+KL_INPUT_CLAMP = 20.0  # |ref - logp| bound before exp
+KL_OUTPUT_CLAMP = 10.0  # per-token KL bound
 
 
 def check_settings(aggregation: str, kl_gradient: str, ratio_clip_c: float | None) -> None:
@@ -81,8 +82,8 @@ def _aggregate(
         denom = m.sum().clamp_min(1) if num_tokens is None else torch.as_tensor(float(num_tokens))
         return (per_tok * m).sum() / denom
     seq_mean = (per_tok * m).sum(1) / m.sum(1).clamp_min(1)  # [B]; 0 for a row without tokens
-    denom = max(m.shape[0], 1) if num_seqs is None else float(num_seqs)
-    return seq_mean.sum() / denom
+    rows = max(m.shape[0], 1) if num_seqs is None else float(num_seqs)
+    return seq_mean.sum() / rows
 
 
 def dual_clip(per_tok: torch.Tensor, advantages: torch.Tensor, ratio_clip_c: float | None):

@@ -212,7 +212,9 @@ def _base():
         (lambda c: c["loss_fn"].update(ratio_clip_c=0.5), "ratio_clip_c .*must be > 1"),
         (lambda c: c["loss_fn"].update(kl_gradient="k2"), "kl_gradient must be one of"),
         (  # the k3 KL gradient runs Objective.loss, which has no importance-sampling correction
-            lambda c: c["loss_fn"].update(kl_gradient="k3", use_importance_sampling_correction=True),
+            lambda c: c["loss_fn"].update(
+                kl_gradient="k3", use_importance_sampling_correction=True
+            ),
             "loss_fn.use_importance_sampling_correction=True: .* set it to False",
         ),
         (

@@ -132,9 +132,8 @@ def test_policy_loss_config_and_builder_follow_the_registry():
     assert policy_loss_config("dapo")["ratio_clip_max"] == 0.28
     assert policy_loss_config("gspo")["sequence_level_importance_ratios"] is True
     # dual clip where the authors' verl applies it (vanilla PPO loss: grpo, dapo), not gspo / gmpo
-    assert [policy_loss_config(n)["ratio_clip_c"] for n in ("grpo", "dapo", "gspo", "gmpo")] == [
-        3.0, 3.0, None, None
-    ]
+    dual = [policy_loss_config(n)["ratio_clip_c"] for n in ("grpo", "dapo", "gspo", "gmpo")]
+    assert dual == [3.0, 3.0, None, None]
     assert policy_loss_config("gmpo")["token_level_loss"] is False  # verl geo_mean: seq mean
     with pytest.raises(ValueError, match="not one of"):
         policy_loss_config("ppo")
@@ -208,7 +207,9 @@ def _naive_clipped_pg(lp, data, cfg, kl_gradient="kl"):
     clamped = ratios.clamp(1 - cfg["ratio_clip_min"], 1 + cfg["ratio_clip_max"])
     clip_loss = torch.max(-adv * ratios, -adv * clamped)
     if cfg["ratio_clip_c"] is not None:
-        clip_loss = torch.where(adv < 0, torch.min(clip_loss, -adv * cfg["ratio_clip_c"]), clip_loss)
+        clip_loss = torch.where(
+            adv < 0, torch.min(clip_loss, -adv * cfg["ratio_clip_c"]), clip_loss
+        )
     if cfg["token_level_loss"]:
         return mm(clip_loss + kl, mask, norm=mask.sum())
     return mm(mm(clip_loss + kl, tm, dim=-1), sm, norm=sm.sum())
@@ -238,7 +239,7 @@ def test_runner_loss_matches_clipped_pg_formula(objective, kl_gradient):
     loss, grad = runner_loss(objective, lp, data, kl_gradient=kl_gradient)
     assert abs(loss - float(naive)) < 1e-6, (loss, float(naive))
     torch.testing.assert_close(grad, g_naive, rtol=0, atol=1e-6)
-    if kl_gradient == "k3":  # the NeMo-RL driver computes it with ObjectiveLossFn (no NeMo-RL needed)
+    if kl_gradient == "k3":  # the NeMo-RL driver's ObjectiveLossFn (no NeMo-RL needed)
         from clipo_megatron.testing.loss_parity import driver_loss
 
         d_loss, d_grad, cls = driver_loss(objective, lp, data, kl_gradient="k3")
