@@ -3,20 +3,22 @@
 
 Both drivers select an objective by one key, `clipo.objective`, and read
 everything about it here: the single-machine runner calls `Objective.loss`;
-the NeMo-RL driver builds NeMo-RL's `ClippedPGLossFn` from
-`Objective.nemo_rl_loss_config()` where NeMo-RL computes the objective
-(`in_nemo_rl`), and wraps `Objective.loss` in the LossFunction protocol where
-it does not (GMPO). CLIPO on or off is a separate switch (`clipo.enabled`):
+the NeMo-RL driver (`nemo_rl/losses.py`) translates the fields into NeMo-RL's
+`ClippedPGLossFn` settings where NeMo-RL computes the objective (`in_nemo_rl`),
+and wraps `Objective.loss` in the LossFunction protocol where it does not (GMPO,
+or the k3 KL gradient). CLIPO on or off is a separate switch (`clipo.enabled`):
 "GRPO" is `objective=grpo` with CLIPO off.
 
 Adding a fifth objective is one `register_objective(...)` call with a
 per-token kernel in the form of `core/policy_loss.py`'s.
 
-Paper defaults (App. "baseline objectives"):
-  grpo  PPO-clip, eps 0.2 / 0.2, token-mean, KL 0.001 (k3) to the reference;
-  dapo  PPO-clip, eps 0.2 / 0.28 (clip-higher), token-mean, no KL, dynamic sampling;
+Paper defaults (App. "baseline objectives"; dual clip and GMPO's sequence mean as in the
+authors' verl, Qwen-Applications/CLIPO core_algos.py):
+  grpo  PPO-clip, eps 0.2 / 0.2, dual clip 3, token-mean, KL 0.001 (k3) to the reference;
+  dapo  PPO-clip, eps 0.2 / 0.28 (clip-higher), dual clip 3, token-mean, no KL, dynamic sampling;
   gspo  sequence-level ratio, eps 3e-4 / 4e-4, seq-mean-token-mean, no KL;
-  gmpo  geometric mean of log-space-clipped token ratios, eps 0.4 / 0.4, token-mean, no KL.
+  gmpo  geometric mean of log-space-clipped token ratios, eps 0.4 / 0.4, mean over sequences, no KL.
+Every objective's KL term takes the "kl" gradient (NeMo-RL's) unless `kl_gradient="k3"`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch
 
 from clipo_megatron.core.advantages import DynamicSamplingResult, dynamic_sampling_filter
 from clipo_megatron.core.policy_loss import (
-    AGGREGATIONS,
+    check_settings,
     gmpo_terms,
     gspo_terms,
     objective_loss,
@@ -48,6 +50,10 @@ class Objective:
     eps_high: float
     aggregation: str  # "token-mean" | "seq-mean-token-mean"
     kl_coef: float  # k3 KL penalty to the reference policy
+    # Dual clip c (> 1): the policy term is capped at -c * A for A < 0; None: off.
+    ratio_clip_c: float | None = None
+    # The KL term's gradient: "kl" (value k3, gradient logp - ref) | "k3" (k3's own gradient).
+    kl_gradient: str = "kl"
     # DAPO's filter: drop groups whose rewards are all equal (zero advantage, no signal).
     dynamic_sampling: bool = False
     # NeMo-RL's ClippedPGLossFn computes it (else this package's ObjectiveLossFn does).
@@ -57,8 +63,10 @@ class Objective:
     summary: str = ""
 
     def __post_init__(self) -> None:
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"objective {self.name}: aggregation must be one of {AGGREGATIONS}")
+        try:
+            check_settings(self.aggregation, self.kl_gradient, self.ratio_clip_c)
+        except ValueError as e:
+            raise ValueError(f"objective {self.name}: {e}") from None
 
     def loss(
         self,
@@ -72,6 +80,8 @@ class Objective:
         aggregation: str | None = None,
         ref_logprobs: torch.Tensor | None = None,
         kl_coef: float | None = None,
+        kl_gradient: str | None = None,
+        ratio_clip_c: float | None = None,
         num_tokens: float | None = None,
         num_seqs: float | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -79,6 +89,7 @@ class Objective:
 
         logprobs / old_logprobs / mask [B, T], advantages [B]. `kl_coef=None` takes the
         objective's default only when `ref_logprobs` are given (no reference, no KL term).
+        `ratio_clip_c=None` takes the objective's dual clip (off: `dataclasses.replace(obj, ratio_clip_c=None)`).
         """
         if kl_coef is None:
             kl_coef = self.kl_coef if ref_logprobs is not None else 0.0
@@ -93,6 +104,8 @@ class Objective:
             aggregation=self.aggregation if aggregation is None else aggregation,
             ref_logprobs=ref_logprobs,
             kl_coef=kl_coef,
+            kl_gradient=self.kl_gradient if kl_gradient is None else kl_gradient,
+            ratio_clip_c=self.ratio_clip_c if ratio_clip_c is None else ratio_clip_c,
             num_tokens=num_tokens,
             num_seqs=num_seqs,
         )
@@ -102,20 +115,6 @@ class Objective:
     ) -> DynamicSamplingResult | None:
         """The rows the policy update keeps (DAPO's dynamic sampling); None: keep all."""
         return dynamic_sampling_filter(rewards, group_ids) if self.dynamic_sampling else None
-
-    def nemo_rl_loss_config(self) -> dict[str, Any]:
-        """NeMo-RL `loss_fn:` settings (ClippedPGLossConfig keys) for this objective."""
-        return {
-            "reference_policy_kl_type": "k3",
-            "reference_policy_kl_penalty": self.kl_coef,
-            "ratio_clip_min": self.eps_low,
-            "ratio_clip_max": self.eps_high,
-            "ratio_clip_c": None,
-            "use_on_policy_kl_approximation": False,
-            "use_importance_sampling_correction": False,
-            "sequence_level_importance_ratios": self.sequence_level_ratio,
-            "token_level_loss": self.aggregation == "token-mean",
-        }
 
 
 OBJECTIVES: dict[str, Objective] = {}
@@ -160,7 +159,8 @@ register_objective(
         0.2,
         "token-mean",
         kl_coef=0.001,
-        summary="PPO-clip on token ratios, eps 0.2 / 0.2, token-mean, k3 KL 0.001",
+        ratio_clip_c=3.0,
+        summary="PPO-clip on token ratios, eps 0.2 / 0.2, dual clip 3, token-mean, k3 KL 0.001",
     )
 )
 register_objective(
@@ -171,8 +171,9 @@ register_objective(
         0.28,
         "token-mean",
         kl_coef=0.0,
+        ratio_clip_c=3.0,
         dynamic_sampling=True,
-        summary="clip-higher eps 0.2 / 0.28, token-mean, dynamic sampling, no KL",
+        summary="clip-higher eps 0.2 / 0.28, dual clip 3, token-mean, dynamic sampling, no KL",
     )
 )
 register_objective(
@@ -193,9 +194,9 @@ register_objective(
         gmpo_terms,
         0.4,
         0.4,
-        "token-mean",
+        "seq-mean-token-mean",  # one term per sequence: the mean over sequences (verl geo_mean)
         kl_coef=0.0,
         in_nemo_rl=False,
-        summary="geometric mean of token ratios clipped in log space, eps 0.4, token-mean",
+        summary="geometric mean of token ratios clipped in log space, eps 0.4, mean over sequences",
     )
 )

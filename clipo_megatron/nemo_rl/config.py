@@ -26,6 +26,11 @@ from typing import Any
 
 from clipo_megatron.core.config import ClipoBlock
 from clipo_megatron.core.objectives import get_objective
+from clipo_megatron.nemo_rl.losses import (
+    check_objective_loss_switches,
+    objective_settings,
+    uses_clipped_pg,
+)
 
 
 @dataclass
@@ -267,8 +272,13 @@ def _check_objective_settings(cfg: dict[str, Any], name: str) -> None:
             f"-level importance ratio; set loss_fn.sequence_level_importance_ratios="
             f"{str(obj.sequence_level_ratio).lower()} (or pick the objective that uses it)"
         )
+    loss_cfg = dict(cfg.get("loss_fn") or {})
+    objective_settings(name, loss_cfg)  # kl_gradient, ratio_clip_c in their domains
+    if not uses_clipped_pg(name, loss_cfg):
+        check_objective_loss_switches(name, loss_cfg)
     token_level = obj.aggregation == "token-mean"
-    if bool(dotted_get(cfg, "loss_fn.token_level_loss", True)) != token_level:
+    # token-mean / sequence mean is a free choice where Objective.loss computes it (GMPO)
+    if obj.in_nemo_rl and bool(dotted_get(cfg, "loss_fn.token_level_loss", True)) != token_level:
         raise ValueError(
             f"clipo.objective={name!r} aggregates {obj.aggregation} (paper App.); set "
             f"loss_fn.token_level_loss={str(token_level).lower()}"

@@ -8,11 +8,14 @@ shard is its *share* of the global loss (local sum / global count), so the
 shares add up across microbatches and ranks; `metric_normalizations` says
 which global count each metric was divided by.
 
-Every objective comes from the registry (`core/objectives.py`):
-- `in_nemo_rl` objectives (grpo / dapo / gspo) run NeMo-RL's own
-  `ClippedPGLossFn` with `Objective.nemo_rl_loss_config()`;
-- the others (gmpo) run `ObjectiveLossFn`, which wraps `Objective.loss`.
-`build_policy_loss(objective, loss_cfg)` picks between the two.
+Every objective comes from the registry (`core/objectives.py`); this module alone
+spells NeMo-RL's `loss_fn:` keys (ClippedPGLossConfig), translating both ways:
+`policy_loss_config(objective)` (registry -> keys) and `objective_settings(name, loss_cfg)`
+(keys -> the registry objective with the run's values).
+- `in_nemo_rl` objectives (grpo / dapo / gspo) run NeMo-RL's own `ClippedPGLossFn`;
+- the others (gmpo), and any objective with `loss_fn.kl_gradient: k3` and a KL term (k3's
+  own gradient, which ClippedPGLossFn does not offer), run `ObjectiveLossFn`, which wraps
+  `Objective.loss`. `build_policy_loss(objective, loss_cfg)` picks between the two.
 
 The enums come from NeMo-RL when it is installed, else from local mirrors
 with the same values, so this module imports without it.
@@ -21,11 +24,30 @@ with the same values, so this module imports without it.
 from __future__ import annotations
 
 import enum
+from dataclasses import replace
 from typing import Any
 
 import torch
 
-from clipo_megatron.core.objectives import get_objective
+from clipo_megatron.core.objectives import Objective, get_objective
+from clipo_megatron.core.policy_loss import KL_INPUT_CLAMP, KL_OUTPUT_CLAMP
+
+# Our key in NeMo-RL's `loss_fn:` block (ClippedPGLossConfig allows extra keys): "kl" | "k3".
+KL_GRADIENT_KEY = "kl_gradient"
+# ClippedPGLossFn switches `Objective.loss` does not compute, with the value it needs.
+_FIXED = {
+    "reference_policy_kl_type": "k3",
+    "kl_input_clamp_value": KL_INPUT_CLAMP,
+    "kl_output_clamp_value": KL_OUTPUT_CLAMP,
+    "use_on_policy_kl_approximation": False,
+    "use_importance_sampling_correction": False,
+    "disable_ppo_ratio": False,
+    "force_on_policy_ratio": False,
+    "use_cispo": False,
+    "use_kl_in_reward": False,
+    "truncated_importance_sampling_type": None,
+    "positive_example_nll_weight": 0.0,
+}
 
 try:  # NeMo-RL's own enums where it is installed: its dispatch compares by identity
     from nemo_rl.algorithms.loss.interfaces import LossInputType, LossType
@@ -54,38 +76,88 @@ def _slice_next(data: dict, key: str) -> torch.Tensor:
     return data[key][:, 1:]
 
 
-class ObjectiveLossFn:
-    """A registry objective that NeMo-RL does not compute (`in_nemo_rl=False`; today GMPO),
-    wrapping `Objective.loss` in the LossFunction protocol.
+def policy_loss_config(objective: str | Objective) -> dict[str, Any]:
+    """NeMo-RL `loss_fn:` settings (ClippedPGLossConfig keys, + `kl_gradient`) of an objective."""
+    obj = get_objective(objective) if isinstance(objective, str) else objective
+    return {
+        "reference_policy_kl_type": "k3",
+        "kl_input_clamp_value": KL_INPUT_CLAMP,
+        "kl_output_clamp_value": KL_OUTPUT_CLAMP,
+        "use_on_policy_kl_approximation": False,
+        "use_importance_sampling_correction": False,
+        "reference_policy_kl_penalty": obj.kl_coef,
+        "ratio_clip_min": obj.eps_low,
+        "ratio_clip_max": obj.eps_high,
+        "ratio_clip_c": obj.ratio_clip_c,
+        "sequence_level_importance_ratios": obj.sequence_level_ratio,
+        "token_level_loss": obj.aggregation == "token-mean",
+        KL_GRADIENT_KEY: obj.kl_gradient,
+    }
 
-    Takes the `loss_fn:` keys of NeMo-RL's ClippedPGLossConfig that it can honour
-    (`ratio_clip_min/max`, `reference_policy_kl_penalty`, `token_level_loss`);
-    a key left out takes the objective's paper default. token_level_loss: token-mean
-    over the batch, normalised by `global_valid_toks`; else seq-mean-token-mean by
-    `global_valid_seqs`. Same data keys as ClippedPGLossFn (`advantages` [B, S] per
-    token, `prev_logprobs`, `token_mask`, `sample_mask`; position 0 dropped).
+
+def uses_clipped_pg(objective: str, loss_cfg: dict[str, Any]) -> bool:
+    """Whether NeMo-RL's ClippedPGLossFn computes the objective with these settings: an
+    `in_nemo_rl` objective, unless it has a KL term with k3's own gradient."""
+    obj = get_objective(objective)
+    k3_kl = loss_cfg.get(KL_GRADIENT_KEY, obj.kl_gradient) == "k3" and (
+        float(loss_cfg.get("reference_policy_kl_penalty", obj.kl_coef)) > 0
+    )
+    return obj.in_nemo_rl and not k3_kl
+
+
+def check_objective_loss_switches(objective: str, loss_cfg: dict[str, Any]) -> None:
+    """One error naming the key for a ClippedPGLossFn switch `Objective.loss` does not compute."""
+    for key, want in _FIXED.items():
+        got = loss_cfg.get(key, want)
+        if got != want:
+            raise ValueError(
+                f"loss_fn.{key}={got!r}: clipo.objective={objective!r} runs through "
+                f"Objective.loss here, which computes {key}={want!r} only; set it to {want!r}"
+            )
+
+
+def objective_settings(objective: str, loss_cfg: dict[str, Any]) -> Objective:
+    """The registry objective with a run's `loss_fn:` values (a key left out keeps the
+    registry's); one error for a value outside the kernel's domain."""
+    obj = get_objective(objective)
+    token_level = loss_cfg.get("token_level_loss", obj.aggregation == "token-mean")
+    try:
+        return replace(
+            obj,
+            eps_low=float(loss_cfg.get("ratio_clip_min", obj.eps_low)),
+            eps_high=float(loss_cfg.get("ratio_clip_max", obj.eps_high)),
+            kl_coef=float(loss_cfg.get("reference_policy_kl_penalty", obj.kl_coef)),
+            ratio_clip_c=loss_cfg.get("ratio_clip_c", obj.ratio_clip_c),
+            aggregation="token-mean" if token_level else "seq-mean-token-mean",
+            kl_gradient=loss_cfg.get(KL_GRADIENT_KEY, obj.kl_gradient),
+        )
+    except ValueError as e:  # the kernel's domain checks (kl_gradient, ratio_clip_c)
+        raise ValueError(f"loss_fn: {e}") from None
+
+
+class ObjectiveLossFn:
+    """A registry objective computed by `Objective.loss` in the LossFunction protocol: the ones
+    NeMo-RL does not compute (`in_nemo_rl=False`; GMPO) and the k3 KL gradient for any.
+
+    Takes the `loss_fn:` keys (`objective_settings`); a key left out takes the registry's value.
+    token_level_loss: token-mean over the batch, normalised by `global_valid_toks`; else
+    seq-mean-token-mean by `global_valid_seqs`. Same data keys as ClippedPGLossFn
+    (`advantages` [B, S] per token, `prev_logprobs`, `token_mask`, `sample_mask`; position 0 dropped).
     """
 
     input_type = LossInputType.LOGPROB
 
     def __init__(self, objective: str, **loss_cfg: Any):
-        self.objective = get_objective(objective)
-        if self.objective.in_nemo_rl:
-            raise ValueError(
-                f"objective {objective!r} runs in NeMo-RL's ClippedPGLossFn; "
-                "build it with build_policy_loss"
-            )
-        obj = self.objective
-        self.eps_low = float(loss_cfg.get("ratio_clip_min", obj.eps_low))
-        self.eps_high = float(loss_cfg.get("ratio_clip_max", obj.eps_high))
+        check_objective_loss_switches(objective, loss_cfg)
+        self.objective = obj = objective_settings(objective, loss_cfg)
+        self.eps_low, self.eps_high, self.kl_coef = obj.eps_low, obj.eps_high, obj.kl_coef
         if self.eps_low <= 0 or self.eps_high <= 0:
+            paper = get_objective(objective)
             raise ValueError(
-                f"{obj.name} clips log-ratios to [-{self.eps_low}, {self.eps_high}]; set "
-                f"loss_fn.ratio_clip_min/max > 0 (paper: {obj.eps_low} / {obj.eps_high})"
+                f"{obj.name} clips to [-{self.eps_low}, {self.eps_high}]; set "
+                f"loss_fn.ratio_clip_min/max > 0 (paper: {paper.eps_low} / {paper.eps_high})"
             )
-        self.kl_coef = float(loss_cfg.get("reference_policy_kl_penalty", obj.kl_coef))
-        token_level = bool(loss_cfg.get("token_level_loss", obj.aggregation == "token-mean"))
-        self.aggregation = "token-mean" if token_level else "seq-mean-token-mean"
+        token_level = obj.aggregation == "token-mean"
         self.loss_type = LossType.TOKEN_LEVEL if token_level else LossType.SEQUENCE_LEVEL
         norm = MetricNormalizer.TOKENS if token_level else MetricNormalizer.SEQUENCES
         self.metric_normalizations = {
@@ -118,9 +190,6 @@ class ObjectiveLossFn:
             prev,
             adv_seq.float(),
             mask,
-            eps_low=self.eps_low,
-            eps_high=self.eps_high,
-            aggregation=self.aggregation,
             ref_logprobs=None if ref is None else ref.float(),
             kl_coef=self.kl_coef,
             num_tokens=float(global_valid_toks),
@@ -164,19 +233,15 @@ def generation_mismatch_metrics(
         }
 
 
-def policy_loss_config(objective: str) -> dict[str, Any]:
-    """NeMo-RL `loss_fn:` settings (ClippedPGLossConfig keys) of a registry objective."""
-    return get_objective(objective).nemo_rl_loss_config()
-
-
 def build_policy_loss(objective: str, loss_cfg: dict[str, Any]):
-    """NeMo-RL's ClippedPGLossFn (imported lazily) where the objective is `in_nemo_rl`,
-    else `ObjectiveLossFn` over the registry's kernel."""
-    if not get_objective(objective).in_nemo_rl:
+    """NeMo-RL's ClippedPGLossFn (imported lazily) where it computes the objective with these
+    settings, else `ObjectiveLossFn` over the registry's kernel (module docstring)."""
+    if not uses_clipped_pg(objective, loss_cfg):
         return ObjectiveLossFn(objective, **loss_cfg)
     from clipo_megatron.nemo_rl import require_nemo_rl
 
     require_nemo_rl()
     from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossConfig, ClippedPGLossFn
 
-    return ClippedPGLossFn(ClippedPGLossConfig(**loss_cfg))
+    cfg = {k: v for k, v in loss_cfg.items() if k != KL_GRADIENT_KEY}
+    return ClippedPGLossFn(ClippedPGLossConfig(**cfg))

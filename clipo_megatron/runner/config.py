@@ -17,6 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
 from clipo_megatron.core.objectives import Objective, get_objective
+from clipo_megatron.core.policy_loss import KL_GRADIENTS
 from clipo_megatron.generation import BACKENDS
 
 
@@ -58,6 +59,8 @@ class TrainConfig:
     eps_high: float | None = None
     # > 0 keeps a frozen copy of the initial policy as the reference (one extra forward per step).
     kl_coef: float | None = None
+    # The KL term's gradient: "kl" (NeMo-RL's, logp - ref) | "k3" (k3's own, verl's); None: "kl".
+    kl_gradient: str | None = None
     grad_clip: float = 1.0
     micro_batch: int = 16  # rollouts per micro-batch (shared-prefix: whole groups, at least one)
     # Pack each prompt's group as one sequence (the prompt once, block-causal mask): the same
@@ -112,7 +115,10 @@ class RunConfig:
     clipo: ClipoBlock = field(default_factory=lambda: ClipoBlock(method=CLIPOConfig(embed_dim=128)))
 
     def objective(self) -> Objective:
-        return get_objective(self.clipo.objective)
+        """The registry objective, with train.kl_gradient where set."""
+        obj = get_objective(self.clipo.objective)
+        kl_gradient = self.train.kl_gradient
+        return obj if kl_gradient is None else dataclasses.replace(obj, kl_gradient=kl_gradient)
 
     def effective_kl_coef(self) -> float:
         """train.kl_coef, or the objective's default (GRPO: 0.001, k3 to the initial policy)."""
@@ -178,6 +184,10 @@ class RunConfig:
                 v is None or v >= 0,
                 f"train.{key}={v} must be >= 0 (or null: the objective's default)",
             )
+        need(
+            self.train.kl_gradient in (None, *KL_GRADIENTS),
+            f"train.kl_gradient={self.train.kl_gradient!r} must be one of {KL_GRADIENTS} (or null)",
+        )
         if not isinstance(self.clipo, ClipoBlock):  # built by hand from a mapping
             self.clipo = ClipoBlock.from_dict(self.clipo)
 

@@ -76,8 +76,8 @@ class PolicyLoss:
 
     def __call__(self, logprobs: torch.Tensor, mb: UpdateBatch, whole: UpdateBatch):
         """A micro-batch's loss, normalised by the whole batch's response tokens (token-mean)
-        or sequences with >= 1 response token (seq-mean-token-mean), so micro-batches sum to
-        the batch loss."""
+        or rows, empty ones included (seq-mean-token-mean; NeMo-RL's global_valid_seqs), so
+        micro-batches sum to the batch loss."""
         return self.objective.loss(
             logprobs,
             mb.old_logprobs,
@@ -88,7 +88,7 @@ class PolicyLoss:
             ref_logprobs=mb.ref_logprobs if self.kl_coef > 0 else None,
             kl_coef=self.kl_coef,
             num_tokens=float(whole.mask.sum()),
-            num_seqs=float((whole.mask.sum(1) > 0).sum()),
+            num_seqs=float(whole.mask.shape[0]),
         )
 
 

@@ -142,3 +142,35 @@ def test_errors():
         policy_objective_loss(lp, lp, torch.zeros(2), lp, kl_coef=0.1)
     with pytest.raises(ValueError, match="aggregation must be"):
         policy_objective_loss(lp, lp, torch.zeros(2), lp, aggregation="sum")
+
+
+def _verl_geo_mean(old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high):
+    """The authors' verl `compute_policy_loss_geo_mean` (Qwen-Applications/CLIPO 13c5fd6,
+    verl/trainer/ppo/core_algos.py), re-written; its `loss_agg_mode` is ignored: the mean over
+    rows. Its `+ 1e-8` in the per-row means is left out (a row without tokens gives 0 here too)."""
+    neg_kl = log_prob - old_log_prob
+    sgn = torch.sign(advantages)
+    neg_kl_clamp = torch.clamp(neg_kl, -clip_low, clip_high)
+    neg_kl_min = sgn * torch.min(sgn * neg_kl, sgn * neg_kl_clamp)
+    n = response_mask.sum(dim=-1)
+    safe = n.clamp_min(1)
+    ratio = torch.exp((neg_kl_min * response_mask).sum(dim=-1) / safe)
+    advantage = (advantages * response_mask).sum(dim=-1) / safe
+    return torch.mean(-advantage * ratio)
+
+
+def test_gmpo_is_verls_geo_mean():
+    """Issue 17 (3): the runner's GMPO (PolicyLoss over two micro-batches, fp64) = verl's geo_mean
+    to 1e-12, loss and gradient, on a batch with a row without response tokens (it counts)."""
+    from clipo_megatron.testing.loss_parity import parity_batch, runner_loss
+
+    lp, data = parity_batch()
+    mask = data["token_mask"][:, 1:]
+    adv = data["advantages"][:, 1:]  # [B, T], verl's per-token advantages
+    ref = _verl_geo_mean(data["prev_logprobs"][:, 1:], lp, adv, mask, 0.4, 0.4)
+    (g_ref,) = torch.autograd.grad(ref, lp)
+    loss, grad = runner_loss("gmpo", lp, data, kl_coef=0.0)
+    assert abs(loss - float(ref.detach())) < 1e-12, (loss, float(ref.detach()))
+    torch.testing.assert_close(grad, g_ref, rtol=0, atol=1e-12)
+    tok, _ = runner_loss("gmpo", lp, data, kl_coef=0.0, aggregation="token-mean")
+    assert abs(tok - loss) > 1e-3  # the named token-mean option is a different number

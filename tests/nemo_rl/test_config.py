@@ -65,7 +65,13 @@ def test_track_settings_match_the_paper():
     [
         (
             "dapo",
-            {"ratio_clip_min": 0.2, "ratio_clip_max": 0.28, "reference_policy_kl_penalty": 0.0},
+            {
+                "ratio_clip_min": 0.2,
+                "ratio_clip_max": 0.28,
+                "reference_policy_kl_penalty": 0.0,
+                "ratio_clip_c": 3.0,  # the authors' verl dual clip
+                "kl_gradient": "kl",
+            },
         ),
         (
             "gspo",
@@ -74,9 +80,18 @@ def test_track_settings_match_the_paper():
                 "ratio_clip_max": 4e-4,
                 "sequence_level_importance_ratios": True,
                 "token_level_loss": False,
+                "ratio_clip_c": None,
             },
         ),
-        ("gmpo", {"ratio_clip_min": 0.4, "ratio_clip_max": 0.4, "token_level_loss": True}),
+        (
+            "gmpo",
+            {
+                "ratio_clip_min": 0.4,
+                "ratio_clip_max": 0.4,
+                "token_level_loss": False,  # GMPO's mean over sequences (verl geo_mean)
+                "ratio_clip_c": None,
+            },
+        ),
     ],
 )
 def test_objective_variants(objective, expect):
@@ -193,12 +208,21 @@ def _base():
         (lambda c: c["clipo"].update(objectve="dapo"), "unknown clipo"),
         (lambda c: c["clipo"]["method"].update(temperature=0), "temperature"),
         (lambda c: c["clipo"].update(objective="ppo"), "objective"),
+        (lambda c: c["loss_fn"].update(token_level_loss=False), "aggregates token-mean"),
+        (lambda c: c["loss_fn"].update(ratio_clip_c=0.5), "ratio_clip_c .*must be > 1"),
+        (lambda c: c["loss_fn"].update(kl_gradient="k2"), "kl_gradient must be one of"),
+        (  # the k3 KL gradient runs Objective.loss, which has no importance-sampling correction
+            lambda c: c["loss_fn"].update(
+                kl_gradient="k3", use_importance_sampling_correction=True
+            ),
+            "loss_fn.use_importance_sampling_correction=True: .* set it to False",
+        ),
         (
             lambda c: (
                 c["clipo"].update(objective="gmpo"),
-                c["loss_fn"].update(token_level_loss=False),
+                c["loss_fn"].update(use_on_policy_kl_approximation=True),
             ),
-            "aggregates token-mean",
+            "loss_fn.use_on_policy_kl_approximation=True",
         ),
         (lambda c: c["clipo"].update(capture="hook"), "unknown clipo"),
         (  # issue item 6: no prev-logprob pass, nothing captured
@@ -238,6 +262,11 @@ def test_validation_errors(edit, match):
             c["policy"]["megatron_cfg"].update(cuda_graph_impl="local"),
         ),
         lambda c: c["loss_fn"].update(force_on_policy_ratio=False),
+        lambda c: c["loss_fn"].update(kl_gradient="k3"),
+        lambda c: (  # GMPO's token-mean (the paper appendix's wording) stays a named option
+            c["clipo"].update(objective="gmpo"),
+            c["loss_fn"].update(token_level_loss=True, ratio_clip_c=None),
+        ),
     ],
 )
 def test_capture_settings_that_work_are_accepted(edit):

@@ -17,6 +17,7 @@ from clipo_megatron.nemo_rl.losses import (
     MetricNormalizer,
     ObjectiveLossFn,
     build_policy_loss,
+    objective_settings,
     policy_loss_config,
 )
 
@@ -57,7 +58,7 @@ def test_gmpo_protocol_matches_core_and_microbatches_add_up():
     fn = ObjectiveLossFn("gmpo", reference_policy_kl_penalty=0.01)
     _protocol_ok(fn, "next_token_logprobs")
     mask = (data["token_mask"] * data["sample_mask"].unsqueeze(1))[:, 1:]
-    n_tok, n_seq = mask.sum(), (mask.sum(1) > 0).sum()
+    n_tok, n_seq = mask.sum(), data["sample_mask"].sum()  # NeMo-RL's global_valid_toks / _seqs
     full, m = fn(lp[:, 1:], data, n_seq, n_tok)
     ref, _ = policy_objective_loss(
         lp[:, 1:],
@@ -67,6 +68,7 @@ def test_gmpo_protocol_matches_core_and_microbatches_add_up():
         objective="gmpo",
         ref_logprobs=data["reference_policy_logprobs"][:, 1:],
         kl_coef=0.01,
+        num_seqs=float(n_seq),  # the filtered row (sample_mask 0) does not count
     )
     assert (
         abs(float(full) - float(ref)) < 1e-6 and m["num_valid_samples"] == 5
@@ -120,7 +122,8 @@ def test_gmpo_metrics_are_shares_that_add_up_per_sequence():
 def test_policy_loss_config_and_builder_follow_the_registry():
     for name, objective in OBJECTIVES.items():
         cfg = policy_loss_config(name)
-        assert cfg == objective.nemo_rl_loss_config()
+        # the translation both ways: registry -> loss_fn keys -> the same registry objective
+        assert objective_settings(name, cfg) == objective
         assert (cfg["ratio_clip_min"], cfg["ratio_clip_max"]) == (
             objective.eps_low,
             objective.eps_high,
@@ -128,19 +131,30 @@ def test_policy_loss_config_and_builder_follow_the_registry():
     assert policy_loss_config("grpo")["reference_policy_kl_penalty"] == 0.001  # paper App.
     assert policy_loss_config("dapo")["ratio_clip_max"] == 0.28
     assert policy_loss_config("gspo")["sequence_level_importance_ratios"] is True
+    # dual clip where the authors' verl applies it (vanilla PPO loss: grpo, dapo), not gspo / gmpo
+    dual = [policy_loss_config(n)["ratio_clip_c"] for n in ("grpo", "dapo", "gspo", "gmpo")]
+    assert dual == [3.0, 3.0, None, None]
+    assert policy_loss_config("gmpo")["token_level_loss"] is False  # verl geo_mean: seq mean
     with pytest.raises(ValueError, match="not one of"):
         policy_loss_config("ppo")
     built = build_policy_loss("gmpo", policy_loss_config("gmpo"))
     assert isinstance(built, ObjectiveLossFn) and (built.eps_low, built.eps_high) == (0.4, 0.4)
-    assert built.loss_type == LossType.TOKEN_LEVEL and built.kl_coef == 0.0
+    assert built.loss_type == LossType.SEQUENCE_LEVEL and built.kl_coef == 0.0
     # a key left out takes the objective's paper default; a key given wins
     assert ObjectiveLossFn("gmpo").eps_high == get_objective("gmpo").eps_high
-    seq = ObjectiveLossFn("gmpo", ratio_clip_max=0.3, token_level_loss=False)
-    assert seq.eps_high == 0.3 and seq.loss_type == LossType.SEQUENCE_LEVEL
+    tok = ObjectiveLossFn("gmpo", ratio_clip_max=0.3, token_level_loss=True)
+    assert tok.eps_high == 0.3 and tok.loss_type == LossType.TOKEN_LEVEL
     with pytest.raises(ValueError, match="> 0"):
         ObjectiveLossFn("gmpo", ratio_clip_min=0)
-    with pytest.raises(ValueError, match="ClippedPGLossFn"):
-        ObjectiveLossFn("grpo")
+    # k3's own KL gradient: ClippedPGLossFn has no such form, so ObjectiveLossFn computes it
+    k3 = build_policy_loss("grpo", {**policy_loss_config("grpo"), "kl_gradient": "k3"})
+    assert isinstance(k3, ObjectiveLossFn) and k3.objective.kl_gradient == "k3"
+    with pytest.raises(ValueError, match="loss_fn.use_importance_sampling_correction=True"):
+        ObjectiveLossFn("grpo", use_importance_sampling_correction=True)
+    with pytest.raises(ValueError, match="loss_fn: .*kl_gradient must be one of"):
+        ObjectiveLossFn("grpo", kl_gradient="k2")
+    with pytest.raises(ValueError, match="ratio_clip_c .* must be > 1"):
+        ObjectiveLossFn("dapo", ratio_clip_c=0.5)
     if not nemo_rl_available():
         from clipo_megatron.nemo_rl import NemoRLMissingError
 
@@ -166,3 +180,83 @@ def test_warmup_train_result_has_what_grpo_train_reads():
     )
     assert {"gen_kl_error", "probs_ratio_clamped_frac", "clipo_warmup"} <= set(m)
     assert m["loss"] == [0.0] and float(out["loss"]) == 0.0 and float(out["grad_norm"]) == 0.0
+
+
+def _naive_clipped_pg(lp, data, cfg, kl_gradient="kl"):
+    """NeMo-RL ClippedPGLossFn's loss (loss_functions.py / utils.calculate_kl @ 7ea279a, same in
+    v0.7.0) re-written here for the settings the recipes use: k3 KL with the input clamp
+    (+-20, importance weight frozen where it bites) and output clamp (10), PPO clip, dual clip,
+    token- or sequence-level ratio and loss, masked means over (count + 1e-8)."""
+    tm, sm = data["token_mask"][:, 1:], data["sample_mask"]
+    adv, prev = data["advantages"][:, 1:], data["prev_logprobs"][:, 1:]
+    mask = tm * sm.unsqueeze(-1)  # [B, T]
+
+    def mm(v, m, dim=None, norm=None):
+        return (v * m).sum(dim) / ((m.sum(dim) if norm is None else norm) + 1e-8)
+
+    logr = data["reference_policy_logprobs"][:, 1:] - lp
+    logr_c = logr.clamp(-20.0, 20.0)
+    w = torch.exp(lp - lp.detach()) if kl_gradient == "kl" else torch.ones_like(lp)
+    w = torch.where(logr == logr_c, w, w.detach())
+    kl = cfg["reference_policy_kl_penalty"] * (w * (torch.exp(logr_c) - 1 - logr_c)).clamp(-10, 10)
+    log_ratio = lp - prev
+    if cfg["sequence_level_importance_ratios"]:
+        ratios = mm(log_ratio, tm, dim=-1).exp().unsqueeze(-1).expand_as(lp)
+    else:
+        ratios = log_ratio.exp()
+    clamped = ratios.clamp(1 - cfg["ratio_clip_min"], 1 + cfg["ratio_clip_max"])
+    clip_loss = torch.max(-adv * ratios, -adv * clamped)
+    if cfg["ratio_clip_c"] is not None:
+        clip_loss = torch.where(
+            adv < 0, torch.min(clip_loss, -adv * cfg["ratio_clip_c"]), clip_loss
+        )
+    if cfg["token_level_loss"]:
+        return mm(clip_loss + kl, mask, norm=mask.sum())
+    return mm(mm(clip_loss + kl, tm, dim=-1), sm, norm=sm.sum())
+
+
+PARITY_CASES = [  # (objective, kl_gradient): every objective, and k3's own KL gradient
+    ("grpo", "kl"),
+    ("dapo", "kl"),
+    ("gspo", "kl"),
+    ("grpo", "k3"),
+    ("gspo", "k3"),
+]
+
+
+@pytest.mark.parametrize("objective,kl_gradient", PARITY_CASES)
+def test_runner_loss_matches_clipped_pg_formula(objective, kl_gradient):
+    """Issue 17 (2, 4, 6): the runner's PolicyLoss = ClippedPGLossFn's formula (naive, above),
+    loss and gradient, on a batch that fires the clips, the dual clip, both KL clamps and has a
+    row without response tokens; with k3's gradient, the same against the formula with w = 1.
+    The NeMo-RL driver's own loss (ClippedPGLossFn) is checked in test_against_nemo_rl.py."""
+    from clipo_megatron.testing.loss_parity import KL_COEF, parity_batch, runner_loss
+
+    lp, data = parity_batch()
+    cfg = {**policy_loss_config(objective), "reference_policy_kl_penalty": KL_COEF}
+    naive = _naive_clipped_pg(lp, data, cfg, kl_gradient)
+    (g_naive,) = torch.autograd.grad(naive, lp)
+    loss, grad = runner_loss(objective, lp, data, kl_gradient=kl_gradient)
+    assert abs(loss - float(naive)) < 1e-6, (loss, float(naive))
+    torch.testing.assert_close(grad, g_naive, rtol=0, atol=1e-6)
+    if kl_gradient == "k3":  # the NeMo-RL driver's ObjectiveLossFn (no NeMo-RL needed)
+        from clipo_megatron.testing.loss_parity import driver_loss
+
+        d_loss, d_grad, cls = driver_loss(objective, lp, data, kl_gradient="k3")
+        assert cls == "ObjectiveLossFn" and abs(d_loss - loss) < 1e-6
+        torch.testing.assert_close(d_grad, grad, rtol=0, atol=1e-6)
+
+
+def test_the_parity_batch_tells_the_settings_apart():
+    """The batch above fires what the parity tests compare: dropping the dual clip, switching the
+    KL gradient form or dropping the empty row from the sequence count moves loss or gradient
+    by far more than their 1e-6 tolerance."""
+    from clipo_megatron.testing.loss_parity import KL_COEF, parity_batch, runner_loss
+
+    lp, data = parity_batch()
+    loss, grad = runner_loss("grpo", lp, data)
+    assert abs(runner_loss("grpo", lp, data, ratio_clip_c=None)[0] - loss) > 1e-3
+    assert (runner_loss("grpo", lp, data, kl_gradient="k3")[1] - grad).abs().max() > 1e-4
+    cfg = {**policy_loss_config("gspo"), "reference_policy_kl_penalty": KL_COEF}
+    naive = float(_naive_clipped_pg(lp, data, cfg))
+    assert abs(naive * 6 / 5 - runner_loss("gspo", lp, data)[0]) > 1e-3  # 5 non-empty rows of 6

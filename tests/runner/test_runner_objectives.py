@@ -54,6 +54,7 @@ def _naive_loss(objective, lp, old, adv, mask, ref):
         lr = [float(lp[i, j] - old[i, j]) for j in t]
         if objective in ("grpo", "dapo"):
             terms = [-min(math.exp(x) * a, min(max(math.exp(x), 1 - lo), 1 + hi) * a) for x in lr]
+            terms = [min(x, -3.0 * a) if a < 0 else x for x in terms]  # dual clip 3 (verl)
         elif objective == "gspo":
             s = math.exp(sum(lr) / len(t))
             terms = [-min(s * a, min(max(s, 1 - lo), 1 + hi) * a)] * len(t)
@@ -66,7 +67,7 @@ def _naive_loss(objective, lp, old, adv, mask, ref):
             terms = [x + KL[objective] * (math.exp(y) - y - 1) for x, y in zip(terms, d)]
         per_seq.append(sum(terms))
         lens.append(len(t))
-    if objective == "gspo":  # seq-mean-token-mean
+    if objective in ("gspo", "gmpo"):  # seq-mean-token-mean (gmpo: verl geo_mean's row mean)
         return sum(s / n for s, n in zip(per_seq, lens)) / len(lens)
     return sum(per_seq) / sum(lens)  # token-mean
 

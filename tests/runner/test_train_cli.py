@@ -51,11 +51,21 @@ def test_unparsable_eval_file_is_named(tmp_path, capsys):
         (["rollout.n"], "key=value"),
         (["--config", "/nope.yaml"], "/nope.yaml"),
         (["train.eps_high=-0.1"], "train.eps_high"),
+        (["train.kl_gradient=k2"], "train.kl_gradient='k2' must be one of"),
         (["parallel.tp=2"], "torchrun --nproc-per-node 2"),
     ],
 )
 def test_user_errors_are_one_line_naming_the_key(tmp_path, capsys, argv, named):
     assert named in _error(capsys, argv + [f"output.dir={tmp_path / 'o'}"])
+
+
+def test_kl_gradient_reaches_the_objective():
+    """train.kl_gradient picks the KL term's gradient form of the registry objective the
+    runner's PolicyLoss is built from (null: the registry's "kl", NeMo-RL's)."""
+    from clipo_megatron.runner.config import load_config
+
+    assert load_config(None, []).objective().kl_gradient == "kl"
+    assert load_config(None, ["train.kl_gradient=k3"]).objective().kl_gradient == "k3"
 
 
 def test_output_dir_under_a_file_is_refused(tmp_path, capsys):
