@@ -310,3 +310,23 @@ def test_cli_validate_only_prints_config():
     )
     assert out.returncode == 0, out.stderr
     assert '"objective": "gmpo"' in out.stdout and '"max_num_steps": 100' in out.stdout
+
+
+def test_both_drivers_check_through_the_one_rule(monkeypatch):
+    """The runner's `RunConfig.validate` and `validate_master_config` both call
+    `ClipoBlock.check_run`: patch it and both change, each passing its own keys."""
+    from clipo_megatron.core.config import ClipoBlock
+    from clipo_megatron.runner.config import load_config
+
+    seen = []
+
+    def refuse(self, *, n, steps, leave_one_out, keys):
+        seen.append((n, steps, leave_one_out, keys["n"]))
+        raise ValueError("patched rule")
+
+    monkeypatch.setattr(ClipoBlock, "check_run", refuse)
+    with pytest.raises(ValueError, match="patched rule"):
+        load_config(None, ["rollout.n=5", "train.steps=7"])
+    with pytest.raises(ValueError, match="patched rule"):
+        validate_master_config(_base())
+    assert seen == [(5, 7, False, "rollout.n"), (16, 1000000, False, "grpo.num_generations_per_prompt")]
