@@ -329,4 +329,7 @@ def test_both_drivers_check_through_the_one_rule(monkeypatch):
         load_config(None, ["rollout.n=5", "train.steps=7"])
     with pytest.raises(ValueError, match="patched rule"):
         validate_master_config(_base())
-    assert seen == [(5, 7, False, "rollout.n"), (16, 1000000, False, "grpo.num_generations_per_prompt")]
+    assert seen == [
+        (5, 7, False, "rollout.n"),
+        (16, 1000000, False, "grpo.num_generations_per_prompt"),
+    ]
