@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 if TYPE_CHECKING:
+    import torch
+
     from clipo_megatron.core.contrastive import ContrastiveLoss
 
 # A name in the contrastive-loss registry (core/contrastive.py): infonce | supcon | softnn.
@@ -172,11 +174,6 @@ class CLIPOConfig:
                 "must be None or an int >= 2",
             )
 
-    def policy_updates_at(self, step: int) -> bool:
-        """The warm-up rule, its one home: at 0-based RL step `step` the policy is updated
-        only after the head has trained alone for `warmup_steps` steps (paper: one epoch)."""
-        return step >= self.warmup_steps
-
     @property
     def lam(self) -> float:
         """Reward weight lambda: `reward_lambda` if set, else the paper's value for the loss."""
@@ -205,16 +202,21 @@ class CLIPOConfig:
 
 @dataclass
 class ClipoBlock:
-    """The `clipo:` block both drivers read: the one switch, the objective, the method.
+    """The `clipo:` block both drivers read, and the switch's rules: their one home.
 
-    `enabled: false` runs the same job with the plain objective (the paper's
-    baselines: GRPO is `objective: grpo` with CLIPO off). The NeMo-RL driver
-    extends this block with its integration knobs (`nemo_rl/config.py`).
+    `enabled: false` is the plain baseline (the paper's GRPO is `objective: grpo` with CLIPO
+    off): no head is built, trained or checkpointed, r_CL = 0, no warm-up. Both drivers ask
+    this block `head_runs`, `policy_updates_at(step)`, `is_correct(rewards)` and
+    `check_run(...)` instead of reading `enabled` themselves. The NeMo-RL driver extends the
+    block with its integration knobs (`nemo_rl/config.py`).
     """
 
     enabled: bool = True
     # A name in the objective registry (core/objectives.py): grpo | dapo | gspo | gmpo.
     objective: str = "grpo"
+    # A rollout is "correct" (a CLIPO positive) when its verifiable reward >= this
+    # (authors: reward > 0 on 0 / 1 rewards).
+    correct_reward_threshold: float = 0.5
     method: CLIPOConfig = field(default_factory=CLIPOConfig)
 
     def __post_init__(self) -> None:
@@ -222,7 +224,58 @@ class ClipoBlock:
 
         if not isinstance(self.enabled, bool):
             raise ValueError(f"clipo.enabled={self.enabled!r} must be true or false")
+        t = self.correct_reward_threshold
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+            raise ValueError(f"clipo.correct_reward_threshold={t!r} must be a finite number")
         get_objective(self.objective)  # one error naming the registered objectives
+
+    @property
+    def head_runs(self) -> bool:
+        """Whether the contrastive head is built, trained and checkpointed (off: the baseline)."""
+        return self.enabled
+
+    def policy_updates_at(self, step: int) -> bool:
+        """The warm-up rule: at 0-based RL step `step` the policy is updated only after the head
+        has trained alone for `method.warmup_steps` steps (paper: one epoch); always when off."""
+        return not self.enabled or step >= self.method.warmup_steps
+
+    def is_correct(self, rewards: torch.Tensor) -> torch.Tensor:
+        """[B] verifiable rewards -> [B] bool CLIPO positives (reward >= the threshold), host."""
+        if rewards.dim() != 1:
+            raise ValueError(f"rewards must be [B], got {tuple(rewards.shape)}")
+        return rewards.detach().cpu().float() >= self.correct_reward_threshold
+
+    def check_run(
+        self, *, n: int, steps: int | None, leave_one_out: bool, keys: dict[str, str]
+    ) -> None:
+        """The cross-field rules with the driver's blocks; one line naming the key and the fix.
+
+        n: rollouts per prompt; steps: total RL steps (None: unbounded); leave_one_out: the
+        advantage baseline. keys: the driver's names for "n", "steps", "leave_one_out".
+        """
+        m = self.method
+        if m.max_group_size is not None and m.max_group_size < n:
+            raise ValueError(
+                f"clipo.method.max_group_size={m.max_group_size} < {keys['n']}={n}; "
+                "raise it or leave it null"
+            )
+        if not self.enabled:
+            return
+        if n < 3:
+            raise ValueError(
+                f"{keys['n']}={n}: a CLIPO group needs >= 2 correct and >= 1 incorrect rollouts, "
+                f"so set {keys['n']} >= 3 (paper: 16) or clipo.enabled=false"
+            )
+        if steps is not None and m.warmup_steps >= steps:
+            raise ValueError(
+                f"clipo.method.warmup_steps={m.warmup_steps} >= {keys['steps']}={steps}: the "
+                f"policy would never be updated; lower the warm-up or raise {keys['steps']}"
+            )
+        if leave_one_out:
+            raise ValueError(
+                f"{keys['leave_one_out']}=true with CLIPO: r' is continuous and the leave-one-out "
+                "std of near-equal peers gives |A| up to 1e6 (docs/method.md); set it to false"
+            )
 
     @classmethod
     def from_dict(cls, cfg: dict[str, Any] | None) -> Self:

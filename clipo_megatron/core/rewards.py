@@ -1,14 +1,15 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Contrastive reward r_CL and the shaped reward r' = r + r_CL (paper Sec. 3.2).
 
-    r_CL_i = max(c - lambda * L_i, clip_min)   for rewarded anchors
-           = c                                 other rollouts of a valid group
-           = 0                                 rollouts of an invalid group
+    r_CL_i = max(c - lambda * L_i * [i is a rewarded anchor], clip_min)   every row
+
+as the authors' code (`contant_reward - lambda * (loss * correct)`, then clamp): a row that
+is no rewarded anchor, in a valid group or not, gets max(c, clip_min) (c = 0 by default).
 
 Rewarded anchors are the correct ones (`ContrastiveResult.reward_mask`): with
 `anchors: all` or `incorrect` the incorrect anchors shape the head's loss but,
 as in the authors' reward, get no contrastive reward, so a failed rollout keeps
-r_i. `reward_incorrect_anchors: true` rewards every counted anchor instead.
+r_i (+ c). `reward_incorrect_anchors: true` rewards every counted anchor instead.
 
 c is the authors' `contant_reward` (0 by default), lambda 0.2 (InfoNCE,
 SupCon) or 1.0 (SoftNN), clip_min -0.5. The reward is detached: the policy
@@ -27,11 +28,8 @@ from clipo_megatron.core.losses import ContrastiveResult
 def contrastive_rewards(result: ContrastiveResult, cfg: CLIPOConfig) -> torch.Tensor:
     """[B] detached contrastive rewards from a `ContrastiveResult`."""
     loss = result.per_sample_loss.detach()  # [B]
-    c = torch.full_like(loss, cfg.reward_constant)
-    anchor_r = torch.clamp(c - cfg.lam * loss, min=cfg.reward_clip_min)
-    rewarded = result.reward_mask  # [B]
-    r = torch.where(rewarded, anchor_r, c)
-    return torch.where(result.valid_group | rewarded, r, torch.zeros_like(r))
+    counted = torch.where(result.reward_mask, loss, torch.zeros_like(loss))  # [B] L_i * [anchor_i]
+    return torch.clamp(cfg.reward_constant - cfg.lam * counted, min=cfg.reward_clip_min)  # [B]
 
 
 def shaped_rewards(rewards: torch.Tensor, r_cl: torch.Tensor) -> torch.Tensor:

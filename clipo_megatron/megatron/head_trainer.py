@@ -10,8 +10,8 @@ decay the weights by 1 - lr * wd and advance the moments, moving the head on
 no signal. A skipped step leaves head and optimizer state bit-identical;
 `steps_done` still advances and `clipo/head_updated` is 0.
 The anchor count is that of the gathered batch, so every DP rank skips alike.
-Warm-up: for the first `warmup_steps` RL steps only the head learns;
-`policy_should_update(step)` tells the trainer (`CLIPOConfig.policy_updates_at`).
+Warm-up (the first `warmup_steps` RL steps train the head alone) is the drivers' to apply,
+through `ClipoBlock.policy_updates_at(step)`.
 
 `state_dict()` holds head, optimizer and step count, so a resumed run continues
 bit-for-bit (the authors' code re-initialises the optimizer). It holds no RNG
@@ -45,7 +45,7 @@ class ClipoStepOutput:
 
 
 class HeadTrainer:
-    """AdamW over the head, warm-up bookkeeping, and the CLIPO step."""
+    """AdamW over the head and the CLIPO step."""
 
     def __init__(self, head: torch.nn.Module, cfg: CLIPOConfig, *, dp_group=None):
         self.head = head
@@ -55,10 +55,6 @@ class HeadTrainer:
             head.parameters(), lr=cfg.head_lr, weight_decay=cfg.head_weight_decay
         )
         self.steps_done = 0  # head steps due (not fixed head), skipped no-anchor steps included
-
-    def policy_should_update(self, step: int) -> bool:
-        """False during warm-up: rollouts, logprobs and head updates run, the policy does not."""
-        return self.cfg.policy_updates_at(step)
 
     def step(
         self,

@@ -35,11 +35,9 @@ from clipo_megatron.nemo_rl.losses import (
 
 @dataclass
 class ClipoNemoRLConfig(ClipoBlock):
-    """The core `clipo:` block (`enabled`, `objective`, `method`, `from_dict`) plus the knobs
-    only the NeMo-RL integration has."""
+    """The core `clipo:` block (`enabled`, `objective`, `correct_reward_threshold`, `method`,
+    the switch's rules) plus the knobs only the NeMo-RL integration has."""
 
-    # A rollout is "correct" (a CLIPO positive) when its verifiable reward >= this.
-    correct_reward_threshold: float = 0.5
     # Shard the head's output dim over TP (column parallel); else replicate it.
     head_tensor_parallel: bool = False
     # Sub-directory of a NeMo-RL checkpoint (step_N/) holding the head state.
@@ -208,39 +206,45 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
         )
     n_gen = int(dotted_get(cfg, "grpo.num_generations_per_prompt", 0))
     n_prompts = int(dotted_get(cfg, "grpo.num_prompts_per_step", 0))
-    if clipo.enabled and n_gen < 3:
-        raise ValueError(
-            f"grpo.num_generations_per_prompt={n_gen}: a CLIPO group needs >= 2 correct and >= 1 "
-            "incorrect rollouts, so use >= 3 generations per prompt (paper: 16)"
-        )
-    if m.max_group_size is not None and m.max_group_size < n_gen:
-        raise ValueError(
-            f"clipo.method.max_group_size={m.max_group_size} < grpo.num_generations_per_prompt={n_gen}; "
-            "raise it or leave it null"
-        )
+    max_steps = dotted_get(cfg, "grpo.max_num_steps")
+    loo_key = leave_one_out_key(cfg)
+    clipo.check_run(  # the rules shared with the runner (core/config.py ClipoBlock)
+        n=n_gen,
+        steps=None if max_steps is None else int(max_steps),
+        leave_one_out=loo_key is not None,
+        keys={
+            "n": "grpo.num_generations_per_prompt",
+            "steps": "grpo.max_num_steps",
+            "leave_one_out": loo_key or "grpo.use_leave_one_out_baseline",
+        },
+    )
     gbs = dotted_get(cfg, "policy.train_global_batch_size")
     if gbs is not None and n_prompts and (n_prompts * n_gen) % int(gbs):
         raise ValueError(
             f"grpo.num_prompts_per_step * num_generations_per_prompt = {n_prompts * n_gen} is not a "
             f"multiple of policy.train_global_batch_size={gbs}"
         )
-    max_steps = dotted_get(cfg, "grpo.max_num_steps")
-    if clipo.enabled and max_steps is not None and m.warmup_steps >= int(max_steps):
-        raise ValueError(
-            f"clipo.method.warmup_steps={m.warmup_steps} >= grpo.max_num_steps={max_steps}: the policy "
-            "would never be updated; lower the warm-up or raise max_num_steps"
-        )
     est = dotted_get(cfg, "grpo.adv_estimator.name", "grpo")
-    if clipo.enabled and est != "grpo":
+    if clipo.head_runs and est != "grpo":
         raise ValueError(
             f"grpo.adv_estimator.name={est!r}: CLIPO adds its reward before GRPO's group "
             "normalisation and wraps the 'grpo' estimator only; set grpo.adv_estimator.name=grpo"
         )
 
-    if clipo.enabled:
+    if clipo.head_runs:
         _check_capture_runs(cfg)
     _check_objective_settings(cfg, clipo.objective)
     return clipo
+
+
+def leave_one_out_key(cfg: dict[str, Any]) -> str | None:
+    """The key that turns NeMo-RL's leave-one-out baseline on, None when it is off. Both are
+    read (the estimator's and the dynamic-sampling std's); NeMo-RL's default for each is on."""
+    est = dotted_get(cfg, "grpo.adv_estimator.use_leave_one_out_baseline")
+    if est:
+        return "grpo.adv_estimator.use_leave_one_out_baseline"
+    top = dotted_get(cfg, "grpo.use_leave_one_out_baseline", True, none_is_default=True)
+    return "grpo.use_leave_one_out_baseline" if top else None
 
 
 def _check_capture_runs(cfg: dict[str, Any]) -> None:

@@ -66,7 +66,7 @@ def grpo_train_with_clipo(grpo_module, clipo, state, policy, *grpo_train_args) -
         logger.log_metrics(metrics, step, prefix="train")
 
     with clipo_advantage_estimator_installed(
-        grpo_module, policy, clipo, state, sink if clipo.enabled else None
+        grpo_module, policy, clipo, state, sink if clipo.head_runs else None
     ):
         grpo_module.grpo_train(policy, *grpo_train_args)
 

@@ -114,7 +114,7 @@ def make_clipo_policy_class(
             super().__init__(*args, **kwargs)
             self.clipo_cfg = cfg
             self.clipo_state = state
-            if not cfg.enabled:
+            if not cfg.head_runs:  # the baseline: no head built, loaded or saved
                 return
             # NeMo-RL's worker group takes keyword arguments only (worker_groups.py, "Please use
             # kwargs instead"): every worker call below names its arguments.
@@ -129,7 +129,7 @@ def make_clipo_policy_class(
                     state.load_state_dict(saved)
 
         def get_logprobs(self, data, timer=None):
-            if not cfg.enabled:
+            if not cfg.head_runs:
                 return super().get_logprobs(data, timer=timer)
             tagged = BatchedDataDict(dict(data))
             tagged[SAMPLE_IDX_KEY] = torch.arange(data.size)
@@ -153,13 +153,13 @@ def make_clipo_policy_class(
             if state.trace is not None:  # test hook: the advantages NeMo-RL trains on
                 mask = data["token_mask"] * data["sample_mask"].unsqueeze(-1)  # [B, S]
                 state.record(advantages=data["advantages"].cpu().clone(), advantage_mask=mask)
-            if cfg.enabled and not cfg.method.policy_updates_at(state.trained_step):
+            if not cfg.policy_updates_at(state.trained_step):
                 return warmup_train_result(data, loss_fn)
             return super().train(data, loss_fn, *args, **kwargs)
 
         def save_checkpoint(self, weights_path: str, *args: Any, **kwargs: Any) -> None:
             super().save_checkpoint(weights_path, *args, **kwargs)
-            if cfg.enabled:
+            if cfg.head_runs:
                 self.run_all_workers_single_data(
                     "clipo_save_head", step_dir=step_dir_of(weights_path), extra=state.state_dict()
                 )

@@ -7,7 +7,7 @@ after the logprob passes. `ClipoAdvantageEstimator` wraps the configured
 GRPO estimator there:
 
     group_ids = unique rows of prompt_ids            (group identity from the prompt)
-    correct   = verifiable reward >= threshold       (CLIPO positives)
+    correct   = clipo.is_correct(verifiable reward)  (CLIPO positives: reward >= threshold)
     r_CL      = head_step(correct, group_ids, step)  (workers: head on pooled states, update)
     r'        = r + r_CL                             (paper Sec. 3, before normalisation)
     A         = base.compute_advantage(prompt_ids, r', mask)
@@ -44,13 +44,6 @@ def group_ids_from_prompts(prompt_ids: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"prompt_ids must be [B, S] or [B], got {tuple(prompt_ids.shape)}")
     _, inverse = torch.unique(prompt_ids.cpu(), dim=0, return_inverse=True)
     return inverse.long()
-
-
-def correct_from_rewards(rewards: torch.Tensor, threshold: float) -> torch.Tensor:
-    """[B] bool positives: verifiable reward >= threshold."""
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must be [B], got {tuple(rewards.shape)}")
-    return rewards.detach().cpu().float() >= threshold
 
 
 def assemble_rows(
@@ -127,7 +120,8 @@ class ClipoRunState:
 
     `step` counts advantage computations, one per grpo_train step, so before a step's
     advantages it equals grpo_train's 0-based `total_steps` (restored from the head
-    checkpoint on resume). The warm-up rule is `CLIPOConfig.policy_updates_at(step)`.
+    checkpoint on resume; it counts in the baseline too, where nothing restores it and
+    nothing needs it). The warm-up rule is `ClipoBlock.policy_updates_at(step)`.
     """
 
     step: int = 0  # CLIPO steps completed (advantage computations)
@@ -176,7 +170,8 @@ class ClipoAdvantageEstimator:
         self.metrics_sink = metrics_sink
 
     def compute_advantage(self, prompt_ids, rewards, mask, **kwargs: Any) -> torch.Tensor:
-        if not self.cfg.enabled:
+        if not self.cfg.head_runs:  # the baseline: no head, r' = r
+            self.state.step += 1
             return self.base.compute_advantage(
                 prompt_ids=prompt_ids, rewards=rewards, mask=mask, **kwargs
             )
@@ -191,7 +186,7 @@ class ClipoAdvantageEstimator:
                 rb["unshaped_total_reward"]
             )  # positives from the raw task reward
         group_ids = group_ids_from_prompts(prompt_ids)  # [B]
-        correct = correct_from_rewards(verifiable, self.cfg.correct_reward_threshold)  # [B]
+        correct = self.cfg.is_correct(verifiable)  # [B]
         out = self.head_step(correct, group_ids, self.state.step)
         r_cl = out.rewards.to(rewards.device)  # [B]
         shaped = shaped_rewards(rewards, r_cl).to(rewards.dtype)  # [B] r' = r + r_CL
@@ -208,7 +203,7 @@ class ClipoAdvantageEstimator:
         )
         metrics["clipo/reward_verifiable_mean"] = float(verifiable.float().mean())
         metrics["clipo/reward_shaped_mean"] = float(shaped.float().mean())
-        metrics["clipo/policy_updated"] = float(self.cfg.method.policy_updates_at(self.state.step))
+        metrics["clipo/policy_updated"] = float(self.cfg.policy_updates_at(self.state.step))
         self.state.last_metrics = metrics
         if self.metrics_sink is not None:
             self.metrics_sink(metrics, self.state.step + 1)

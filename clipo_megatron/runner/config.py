@@ -190,6 +190,14 @@ class RunConfig:
         )
         if not isinstance(self.clipo, ClipoBlock):  # built by hand from a mapping
             self.clipo = ClipoBlock.from_dict(self.clipo)
+        # The rules shared with the NeMo-RL driver; the runner's advantages are group-mean ones.
+        self.clipo.check_run(
+            n=self.rollout.n, steps=self.train.steps, leave_one_out=False, keys=RUN_KEYS
+        )
+
+
+# The runner's names for the keys `ClipoBlock.check_run` names in its errors.
+RUN_KEYS = {"n": "rollout.n", "steps": "train.steps", "leave_one_out": "leave_one_out"}
 
 
 _METHOD_KEYS = {f.name for f in dataclasses.fields(CLIPOConfig)}

@@ -2,12 +2,14 @@
 """`Run`: everything one training run holds, and one RL step.
 
 One RL step:
-  generate (current weights) -> verify (math-verify) -> fused logprob pass on the
-  Megatron policy, which also pools the response hidden states (and, with a KL term,
-  the frozen reference policy's logprobs) -> head step (CLIPO loss, rewards from the
-  pre-update loss) -> r' = r + r_CL (r_CL = 0 with clipo.enabled=false) -> group
-  advantages -> the objective's filter (DAPO: drop zero-variance groups) -> policy
-  update on the registry objective (`clipo.objective`) -> weight sync to the generator.
+  generate (current weights) -> verify (math-verify) -> the objective's filter on the
+  verifiable rewards (DAPO: drop zero-variance groups; NeMo-RL's placement, before the
+  logprob pass) -> fused logprob pass on the Megatron policy, which also pools the
+  response hidden states (and, with a KL term, the frozen reference policy's logprobs)
+  -> head step (CLIPO loss, rewards from the pre-update loss) -> r' = r + r_CL -> group
+  advantages -> policy update on the registry objective (`clipo.objective`) -> weight
+  sync to the generator. CLIPO off (`clipo.head_runs` false) is the plain baseline: no
+  head is built, trained or checkpointed and r' = r.
 """
 
 from __future__ import annotations
@@ -94,18 +96,20 @@ class Run:
             self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
         )
         torch.manual_seed(cfg.seed + 1)
-        head = build_contrastive_head(
-            transformer_config(self.arch),
-            input_size=self.arch.hidden_size,
-            embed_dim=self.clipo.method.embed_dim,
-            head_type=self.clipo.method.head_type,
-        )
         # The head and its trainer live on the last pipeline stage only (built on every rank so
         # every rank draws the same random numbers); `clipo_step` broadcasts r_CL to the others.
+        # The baseline (CLIPO off) builds none.
         self.head: HeadTrainer | None = None
-        if getattr(self.model, "post_process", True):
-            attach_head(self.model, head)
-            self.head = HeadTrainer(head, self.clipo.method)
+        if self.clipo.head_runs:
+            head = build_contrastive_head(
+                transformer_config(self.arch),
+                input_size=self.arch.hidden_size,
+                embed_dim=self.clipo.method.embed_dim,
+                head_type=self.clipo.method.head_type,
+            )
+            if self.layout.is_last_stage:
+                attach_head(self.model, head)
+                self.head = HeadTrainer(head, self.clipo.method)
         self.problems = load_problems(cfg.data, cfg.data.train_size, path=cfg.data.path)
         self.step_idx = 0
         self.history: list[dict] = []
@@ -142,17 +146,20 @@ class Run:
         t["verify"] = time.perf_counter() - t0
         return batch, ro, rewards
 
-    def _update(self, batch: UpdateBatch, shaped: torch.Tensor, group_ids) -> dict:
-        """The objective's filter, then one policy update (none when every group is filtered)."""
-        kept = self.loss_fn.objective.filter_groups(shaped, group_ids)
-        metrics: dict[str, float] = {}
-        if kept is not None:
-            batch = batch.rows(kept.keep)
-            metrics["train/kept_rows"] = float(kept.keep.sum())
-            metrics["train/dropped_groups"] = float(kept.num_dropped_groups)
-        if batch.ids.shape[0] == 0:
-            return {**metrics, "train/skipped_update": 1.0}
-        metrics.update(
+    def _kept_rows(self, rewards: torch.Tensor, group_ids: torch.Tensor):
+        """The objective's filter on the verifiable rewards, before the logprob pass, as NeMo-RL's
+        grpo_train places DAPO's dynamic sampling: ([B] bool rows kept or None, metrics)."""
+        kept = self.loss_fn.objective.filter_groups(rewards, group_ids)
+        if kept is None:
+            return None, {}
+        return kept.keep, {
+            "train/kept_rows": float(kept.keep.sum()),
+            "train/dropped_groups": float(kept.num_dropped_groups),
+        }
+
+    def _update(self, batch: UpdateBatch) -> dict:
+        """One policy update on the kept rows."""
+        metrics = dict(
             policy_update(
                 self.model,
                 self.optimizer,
@@ -166,16 +173,58 @@ class Run:
         )
         return {**metrics, "train/skipped_update": 0.0}
 
-    def policy_updates_now(self) -> bool:
-        """CLIPO's warm-up (the head trains alone first) applies only with CLIPO on."""
-        return not self.clipo.enabled or self.clipo.method.policy_updates_at(self.step_idx)
-
     def step(self) -> dict:
-        cfg, t = self.cfg, dict[str, float]()
-        batch, ro, rewards = self._rollouts(t)
+        t = dict.fromkeys(STAGES, 0.0)
+        batch, ro, rewards_all = self._rollouts(t)
+        ids, mask = pack(ro.prompt_ids, ro.response_ids, self.tok.pad_token_id)
+        group_ids = torch.tensor([batch[i].index for i in ro.prompt_index])
+        sample_ids = torch.arange(len(ro.texts)) + self.step_idx * len(ro.texts)
+        keep, metrics = self._kept_rows(rewards_all, group_ids)
+        rows = slice(None) if keep is None else keep  # [B] the rows past the filter
+        r_cl_all = torch.zeros_like(rewards_all, dtype=torch.float32)  # [B] 0 on dropped rows
+        out = None
+        if keep is None or bool(keep.any()):
+            kept = (x[rows] for x in (ids, mask, rewards_all, group_ids, sample_ids))
+            out = self._train_on(*kept, t, metrics)
+            if out is not None:
+                r_cl_all[rows] = out.rewards.cpu()
+        else:
+            metrics["train/skipped_update"] = 1.0  # every group filtered: no pass, no update
 
         t0 = time.perf_counter()
-        ids, mask = pack(ro.prompt_ids, ro.response_ids, self.tok.pad_token_id)
+        self._sync_generator()
+        t["sync"] = time.perf_counter() - t0
+
+        shaped = shaped_rewards(rewards_all, r_cl_all)  # [B] r' = r + r_CL (0 where filtered)
+        metrics.update(out.metrics if out is not None else {})
+        metrics.update(
+            {
+                "step": self.step_idx,
+                "reward/mean": float(rewards_all.mean()),
+                "reward/clipo_mean": float(r_cl_all.mean()),
+                "reward/shaped_mean": float(shaped.mean()),
+                "response/mean_tokens": float(mask.sum(1).float().mean()),
+                **{f"time/{k}": v for k, v in t.items()},
+            }
+        )
+        if out is not None:  # the head's embeddings (the baseline has none)
+            emb = {
+                "emb": out.embeddings,
+                "correct": self.clipo.is_correct(rewards_all[rows]).float(),
+                "group": group_ids[rows],
+                "step": self.step_idx,
+            }
+            self.embeddings.setdefault("start", emb)
+            self.embeddings["end"] = emb
+        self.history.append(metrics)
+        self.step_idx += 1
+        return metrics
+
+    def _train_on(self, ids, mask, rewards, group_ids, sample_ids, t: dict, metrics: dict):
+        """Logprob pass, head step (CLIPO on), advantages and the policy update (after warm-up)
+        on the kept rows [b]; returns the head step's result, None in the baseline."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
         old_lp, pooled, ref_lp = logprob_and_pool(
             self.model,
             ids,
@@ -187,56 +236,28 @@ class Run:
         )
         t["logprob_embed"] = time.perf_counter() - t0
 
-        group_ids = torch.tensor([batch[i].index for i in ro.prompt_index])
-        sample_ids = torch.arange(len(ro.texts)) + self.step_idx * len(ro.texts)
+        out, r_cl = None, torch.zeros_like(rewards, dtype=torch.float32)  # [b]
         t0 = time.perf_counter()
-        out = clipo_step(
-            self.head,
-            pooled if self.head is not None else None,
-            rewards,
-            group_ids,
-            sample_ids,
-            step=self.step_idx,
-            pp_group=self.layout.groups.pp,
-            device=pooled.device,
-        )
-        r_cl = out.rewards if self.clipo.enabled else torch.zeros_like(rewards)
+        if self.clipo.head_runs:
+            out = clipo_step(
+                self.head,
+                pooled if self.head is not None else None,
+                self.clipo.is_correct(rewards),
+                group_ids,
+                sample_ids,
+                step=self.step_idx,
+                pp_group=self.layout.groups.pp,
+                device=pooled.device,
+            )
+            r_cl = out.rewards.cpu()
         t["head"] = time.perf_counter() - t0
 
-        shaped = shaped_rewards(rewards, r_cl)  # [B] r' = r + r_CL
-        adv = group_advantages(shaped, group_ids)
+        adv = group_advantages(shaped_rewards(rewards, r_cl), group_ids)  # [b] on r' = r + r_CL
         t0 = time.perf_counter()
-        metrics = {}
-        if self.policy_updates_now():
-            metrics = self._update(UpdateBatch(ids, mask, old_lp, adv, ref_lp), shaped, group_ids)
+        if self.clipo.policy_updates_at(self.step_idx):
+            metrics.update(self._update(UpdateBatch(ids, mask, old_lp, adv, ref_lp)))
         t["train"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        self._sync_generator()
-        t["sync"] = time.perf_counter() - t0
-
-        metrics.update(out.metrics)
-        metrics.update(
-            {
-                "step": self.step_idx,
-                "reward/mean": float(rewards.mean()),
-                "reward/clipo_mean": float(r_cl.mean()),
-                "reward/shaped_mean": float(shaped.mean()),
-                "response/mean_tokens": float(mask.sum(1).float().mean()),
-                **{f"time/{k}": v for k, v in t.items()},
-            }
-        )
-        emb = {
-            "emb": out.embeddings,
-            "correct": rewards.clone(),
-            "group": group_ids,
-            "step": self.step_idx,
-        }
-        self.embeddings.setdefault("start", emb)
-        self.embeddings["end"] = emb
-        self.history.append(metrics)
-        self.step_idx += 1
-        return metrics
+        return out
 
     # ---- the policy's state in the TP = PP = 1 layout -----------------
     def full_policy_state(self) -> dict:
@@ -264,8 +285,11 @@ class Run:
             "config": to_dict(self.cfg),
         }
 
-    def _head_state(self) -> dict:
-        """The last stage's head trainer state, on every rank (collective with PP)."""
+    def _head_state(self) -> dict | None:
+        """The last stage's head trainer state, on every rank (collective with PP); None in the
+        baseline, which has no head."""
+        if not self.clipo.head_runs:
+            return None
         state = self.layout.broadcast(self.head.state_dict() if self.head is not None else None)
         assert state is not None, "the last pipeline stage holds the head"
         return state
@@ -282,7 +306,12 @@ class Run:
                 self.optimizer, self.model, self.arch, self.layout, state["optimizer"]
             )
         )
-        if self.head is not None:
+        if self.head is not None:  # a baseline run ignores a saved head (older checkpoints)
+            if state.get("head") is None:
+                raise ValueError(
+                    "the checkpoint has no CLIPO head (saved with clipo.enabled=false): resume it "
+                    "with clipo.enabled=false, or start CLIPO in a new output.dir"
+                )
             self.head.load_state_dict(state["head"])
         self.step_idx, self.history, self.embeddings = (
             state["step"],

@@ -216,7 +216,10 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
         from clipo_megatron.runner.plots import plot_curves, plot_tsne
 
         plot_curves(run.history, out / "curves.png", title=run_label(cfg))
-        plot_tsne(run.embeddings, out / "tsne.png")
+        if run.embeddings:
+            plot_tsne(run.embeddings, out / "tsne.png")
+        else:  # the baseline arm (CLIPO off) builds no head
+            print("[clipo-megatron] no tsne.png: this run has no head embeddings (CLIPO off)")
     write_results(out, cfg, run.history, results, final)  # results.json last: the run is done
     print((out / "results.md").read_text())
     return 0

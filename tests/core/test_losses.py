@@ -76,15 +76,14 @@ def naive_losses(emb, correct, gids, cfg, step=0, sample_ids=None):
 
 
 def naive_rewards(per, mask, valid_group, cfg, correct):
-    """Authors' reward: only correct anchors (every anchor with reward_incorrect_anchors)."""
+    """Authors' reward, `clamp(c - lambda * loss * correct, -0.5)` on every row (invalid
+    groups included): only correct anchors count their loss (every anchor with
+    reward_incorrect_anchors). `valid_group` is unused: validity does not change the reward."""
     out = []
     for i in range(per.shape[0]):
-        if mask[i] and (bool(correct[i]) or cfg.reward_incorrect_anchors):
-            out.append(max(cfg.reward_constant - cfg.lam * float(per[i]), cfg.reward_clip_min))
-        elif valid_group[i]:
-            out.append(cfg.reward_constant)
-        else:
-            out.append(0.0)
+        rewarded = bool(mask[i]) and (bool(correct[i]) or cfg.reward_incorrect_anchors)
+        loss = float(per[i]) if rewarded else 0.0
+        out.append(max(cfg.reward_constant - cfg.lam * loss, cfg.reward_clip_min))
     return torch.tensor(out, dtype=torch.float64)
 
 
@@ -119,6 +118,8 @@ CONFIGS = [
     dict(loss_type="infonce", anchors="all", reward_incorrect_anchors=True),
     dict(loss_type="infonce", similarity="dot", temperature=0.5),
     dict(loss_type="softnn", temperature=0.02, reward_constant=0.1),
+    dict(loss_type="infonce", reward_constant=0.3),  # c in invalid groups too
+    dict(loss_type="supcon", reward_constant=-0.7),  # c below clip_min: clamped on every row
 ]
 
 
@@ -260,7 +261,20 @@ def test_rewards_clamp_and_constant():
             max(0.3 - float(res.per_sample_loss[i]), -0.5), abs=1e-7
         )
     assert float(r[2]) == pytest.approx(0.3)  # wrong rollout of a valid group: c
-    assert r[3:].tolist() == [0.0, 0.0, 0.0]  # invalid group (all correct): 0
+    assert r[3:].tolist() == pytest.approx([0.3] * 3)  # invalid group (all correct): c too
+
+
+def test_reward_constant_below_clip_min_is_clamped_on_every_row():
+    """Authors: clamp(c - lambda * L * [anchor], clip_min) everywhere, so c = -0.7 with
+    clip_min = -0.5 gives -0.5 to non-anchors of valid and invalid groups alike."""
+    cfg = CLIPOConfig(reward_constant=-0.7, reward_clip_min=-0.5)
+    res = group_contrastive_loss(
+        torch.randn(6, 4, generator=torch.Generator().manual_seed(1)),
+        torch.tensor([1, 1, 0, 1, 1, 1]),
+        torch.tensor([0, 0, 0, 1, 1, 1]),
+        cfg,
+    )
+    assert contrastive_rewards(res, cfg).tolist() == pytest.approx([-0.5] * 6)
 
 
 def test_metrics_values():

@@ -207,7 +207,7 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str, use_gpus: bool = False)
             save_state,
             master,
         )
-        head = policy.run_all_workers_single_data("clipo_head_state") if clipo.enabled else None
+        head = policy.run_all_workers_single_data("clipo_head_state") if clipo.head_runs else None
         packed_streams = (  # the CPU worker counts the packed streams it ran
             None if use_gpus else sum(policy.run_all_workers_single_data("packed_stream_count"))
         )

@@ -183,7 +183,26 @@ def _base():
             ),
             "not divisible by tensor_model_parallel_size=3",
         ),
-        (lambda c: c["grpo"].update(num_generations_per_prompt=2), ">= 3 generations"),
+        (
+            lambda c: c["grpo"].update(num_generations_per_prompt=2),
+            r"^grpo.num_generations_per_prompt=2: .* set grpo.num_generations_per_prompt >= 3",
+        ),
+        (  # issue 17 item 5: |A| explodes on continuous r' (tests/core/test_switch.py)
+            lambda c: c["grpo"].update(use_leave_one_out_baseline=True),
+            r"^grpo.use_leave_one_out_baseline=true with CLIPO: .* set it to false",
+        ),
+        (  # the estimator's own key
+            lambda c: c["grpo"]["adv_estimator"].update(use_leave_one_out_baseline=True),
+            "^grpo.adv_estimator.use_leave_one_out_baseline=true with CLIPO",
+        ),
+        (  # absent: NeMo-RL's default, on
+            lambda c: c["grpo"].pop("use_leave_one_out_baseline"),
+            "^grpo.use_leave_one_out_baseline=true with CLIPO",
+        ),
+        (
+            lambda c: c["clipo"]["method"].update(max_group_size=4),
+            r"max_group_size=4 < grpo.num_generations_per_prompt=16",
+        ),
         (
             lambda c: c["policy"].update(train_global_batch_size=3000),
             "multiple of policy.train_global_batch_size",
@@ -255,6 +274,10 @@ def test_validation_errors(edit, match):
             c["grpo"].update(seq_logprob_error_threshold=2.0),
         ),
         lambda c: c["policy"]["megatron_cfg"].update(cuda_graph_impl="none"),
+        lambda c: (  # the baseline: leave-one-out and two rollouts are NeMo-RL's business
+            c["clipo"].update(enabled=False),
+            c["grpo"].update(use_leave_one_out_baseline=True, max_num_steps=10),
+        ),
         lambda c: c["policy"]["megatron_cfg"].update(cuda_graph_impl=None),
         lambda c: (  # without CLIPO nothing is captured, so nothing is refused
             c["clipo"].update(enabled=False),
@@ -316,3 +339,26 @@ def test_cli_validate_only_prints_config():
     )
     assert out.returncode == 0, out.stderr
     assert '"objective": "gmpo"' in out.stdout and '"max_num_steps": 100' in out.stdout
+
+
+def test_both_drivers_check_through_the_one_rule(monkeypatch):
+    """The runner's `RunConfig.validate` and `validate_master_config` both call
+    `ClipoBlock.check_run`: patch it and both change, each passing its own keys."""
+    from clipo_megatron.core.config import ClipoBlock
+    from clipo_megatron.runner.config import load_config
+
+    seen = []
+
+    def refuse(self, *, n, steps, leave_one_out, keys):
+        seen.append((n, steps, leave_one_out, keys["n"]))
+        raise ValueError("patched rule")
+
+    monkeypatch.setattr(ClipoBlock, "check_run", refuse)
+    with pytest.raises(ValueError, match="patched rule"):
+        load_config(None, ["rollout.n=5", "train.steps=7"])
+    with pytest.raises(ValueError, match="patched rule"):
+        validate_master_config(_base())
+    assert seen == [
+        (5, 7, False, "rollout.n"),
+        (16, 1000000, False, "grpo.num_generations_per_prompt"),
+    ]

@@ -196,7 +196,7 @@ def test_one_clipo_grpo_step(mcore_single_process, tmp_path):
     )
     torch.testing.assert_close(adv, ref_adv, rtol=0, atol=1e-5)
     assert not torch.equal(worker._clipo.head.proj.weight, head_before)  # head updated once
-    assert state.step == 1 and cfg.method.policy_updates_at(state.trained_step)
+    assert state.step == 1 and cfg.policy_updates_at(state.trained_step)
     assert (
         set(model.state_dict()) == model_keys
     )  # the head never enters the model (HF export / refit)

@@ -16,7 +16,6 @@ from clipo_megatron.nemo_rl.rewards import (
     ClipoRunState,
     HeadStepResult,
     assemble_rows,
-    correct_from_rewards,
     group_ids_from_prompts,
 )
 from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
@@ -87,9 +86,10 @@ def test_leave_one_out_variant_and_disabled():
     assert adv[[1, 5]].tolist() == [-1.0, 1.0]
     # group A row 4 (r' = 0): baseline (0.7 + 0.9 + 0.5)/3 = 0.7, others' std = std([0.7, 0.9, 0.5]) = 0.2
     assert abs(float(adv[4]) - (-0.7 / (0.2 + 1e-6))) < 1e-5
-    off, calls, state, _ = _estimator(enabled=False)
+    off, calls, state, _ = _estimator(enabled=False, warmup=3)
     plain = off.compute_advantage(prompt_ids=PROMPTS, rewards=REWARDS, mask=torch.ones(7, 1))
-    assert not calls and state.step == 0
+    # no head step; the step still counts, and the baseline has no warm-up
+    assert not calls and state.step == 1 and off.cfg.policy_updates_at(state.trained_step)
     ref = GroupNormalizedEstimator(use_leave_one_out_baseline=False).compute_advantage(
         PROMPTS, REWARDS, torch.ones(7, 1)
     )
@@ -127,7 +127,7 @@ def test_unshaped_reward_picks_positives():
         repeated_batch={"unshaped_total_reward": REWARDS},
     )
     assert calls[0][0].tolist() == (REWARDS >= 0.5).tolist()
-    assert correct_from_rewards(torch.tensor([0.49, 0.5, 1.0]), 0.5).tolist() == [False, True, True]
+    assert est.cfg.is_correct(torch.tensor([0.49, 0.5, 1.0])).tolist() == [False, True, True]
 
 
 def test_assemble_rows_dp_sharding_order_and_replicas():
@@ -156,9 +156,7 @@ def test_head_only_steps_equal_warmup_steps(warmup):
     for total_steps in range(warmup + 3):  # grpo_train's 0-based step counter
         assert state.step == total_steps
         est.compute_advantage(prompt_ids=PROMPTS, rewards=REWARDS, mask=torch.ones(7, 1))
-        held.append(
-            not cfg.method.policy_updates_at(state.trained_step)
-        )  # what ClipoPolicy.train asks
+        held.append(not cfg.policy_updates_at(state.trained_step))  # what ClipoPolicy.train asks
     assert sum(held) == warmup and held == [True] * warmup + [False] * 3
     assert [m["clipo/policy_updated"] for _, m in logged] == [float(not h) for h in held]
     assert [s for s, _ in logged] == list(range(1, warmup + 4))  # grpo_train logs total_steps + 1

@@ -1,7 +1,8 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Every objective x CLIPO on / off through the runner's real update (tiny model, 2 steps):
 the logged policy loss equals a naive per-sequence loop over the same logprobs and advantages;
-CLIPO off gives zero contrastive reward; DAPO's filter drops exactly the zero-variance groups."""
+CLIPO off is the plain baseline (no head); DAPO's filter drops exactly the zero-variance groups
+of verifiable rewards, before the head; the head's positives come from the reward threshold."""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ def _train(objective: str, enabled: bool, out_dir, monkeypatch) -> dict:
 
     run.gen.generate = uneven_lengths
     history = [run.step() for _ in PSEUDO_REWARDS]
-    run.close()
+    run.gen.generate = real_generate
     return {"run": run, "history": history, "updates": updates}
 
 
@@ -133,7 +134,10 @@ def trained(tmp_path_factory, mcore_single_process):
                 _CACHE[key] = _train(objective, enabled, d, mp)
         return _CACHE[key]
 
-    return get
+    yield get
+    for r in _CACHE.values():  # open until here: some tests take one more step
+        r["run"].close()
+    _CACHE.clear()
 
 
 @pytest.mark.parametrize("enabled", [True, False], ids=["clipo", "no_clipo"])
@@ -152,12 +156,26 @@ def test_logged_policy_loss_is_the_objective(trained, objective, enabled):
 
 
 @pytest.mark.parametrize("objective", ["grpo", "dapo"])
-def test_clipo_off_gives_zero_contrastive_reward(trained, objective):
-    off, on = trained(objective, False)["history"], trained(objective, True)["history"]
+def test_clipo_off_is_the_plain_baseline(trained, objective):
+    """Off = the paper's baseline: no head built, trained or checkpointed, r_CL = 0 (as the
+    NeMo-RL driver, which builds no head either)."""
+    r_off, r_on = trained(objective, False), trained(objective, True)
+    off, on = r_off["history"], r_on["history"]
     assert all(m["reward/clipo_mean"] == 0.0 for m in off)
     assert all(m["reward/shaped_mean"] == m["reward/mean"] for m in off)
     assert on[0]["reward/clipo_mean"] != 0.0  # the same step with CLIPO on shapes the rewards
-    assert off[0]["clipo/loss"] == on[0]["clipo/loss"]  # the head trains either way
+    assert not any(k.startswith("clipo/") for m in off for k in m)  # no head step ran
+    assert "clipo/loss" in on[0]
+    run = r_off["run"]
+    assert run.head is None and not hasattr(run.model, "clipo_head") and run.embeddings == {}
+    state = run.state_dict()
+    assert state["head"] is None
+    # an older baseline checkpoint (it trained a head) still resumes: the head is ignored
+    old = {**state, "head": r_on["run"].state_dict()["head"]}
+    run.load_state_dict(old)
+    assert run.head is None and run.step_idx == state["step"]
+    with pytest.raises(ValueError, match="no CLIPO head .* clipo.enabled=false"):
+        r_on["run"].load_state_dict(state)  # CLIPO cannot resume a baseline checkpoint
 
 
 def test_dapo_filter_drops_exactly_the_zero_variance_groups(trained):
@@ -175,15 +193,48 @@ def test_dapo_filter_drops_exactly_the_zero_variance_groups(trained):
     assert "train/kept_rows" not in trained("grpo", False)["history"][0]  # no filter elsewhere
 
 
-def test_dapo_skips_the_update_when_every_group_is_filtered(trained):
-    from clipo_megatron.runner.passes import UpdateBatch
+def test_dapo_filters_verifiable_rewards_before_the_head(trained):
+    """NeMo-RL's placement: the filter reads the raw rewards before the logprob pass, so the
+    head sees only the kept rows and an all-correct group is dropped although its r' differ."""
+    r = trained("dapo", True)
+    assert r["history"][0]["train/kept_rows"] == 4.0  # filtering r' would keep group 0 (r_CL)
+    assert r["run"].embeddings["start"]["emb"].shape[0] == 4  # the head step saw 4 rows
+    assert r["updates"][0]["batch"].ids.shape[0] == 4
+    assert r["run"].embeddings["start"]["correct"].tolist() == PSEUDO_REWARDS[0][N : 2 * N]
 
-    run = trained("dapo", False)["run"]
-    b = trained("dapo", False)["updates"][1]["batch"]
+
+def test_dapo_skips_the_step_when_every_group_is_filtered(trained, monkeypatch):
+    import clipo_megatron.verify.boxed as boxed
+
+    run = trained("dapo", True)["run"]
+    monkeypatch.setattr(boxed, "verify_batch", lambda texts, answers: [1.0] * len(texts))
     before = {k: v.clone() for k, v in run.model.state_dict().items() if torch.is_tensor(v)}
-    group_ids = torch.arange(P).repeat_interleave(N)
-    same = UpdateBatch(b.ids, b.mask, b.old_logprobs, torch.zeros(P * N))
-    m = run._update(same, torch.ones(P * N), group_ids)
-    assert m == {"train/kept_rows": 0.0, "train/dropped_groups": 3.0, "train/skipped_update": 1.0}
+    head = {k: v.clone() for k, v in run.head.head.state_dict().items()}
+    m = run.step()
+    assert (m["train/kept_rows"], m["train/dropped_groups"], m["train/skipped_update"]) == (
+        0.0, 3.0, 1.0,
+    )  # fmt: skip
+    assert m["time/logprob_embed"] == 0.0 and m["reward/clipo_mean"] == 0.0
     after = run.model.state_dict()
     assert all(torch.equal(v, after[k]) for k, v in before.items())
+    assert all(torch.equal(v, run.head.head.state_dict()[k]) for k, v in head.items())
+
+
+def test_runner_correct_is_the_threshold(trained, monkeypatch):
+    """The head's positives are `clipo.is_correct(rewards)` (the NeMo-RL driver's rule), not
+    the raw verifier output: rewards 0.3 / 0.7 with thresholds 0.5 and 0.2."""
+    import clipo_megatron.runner.run as run_mod
+    import clipo_megatron.verify.boxed as boxed
+
+    run = trained("grpo", True)["run"]
+    frac = [0.3, 0.7, 0.7, 0.3] * P
+    monkeypatch.setattr(boxed, "verify_batch", lambda texts, answers: frac[: len(texts)])
+    seen, real = [], run_mod.clipo_step
+    monkeypatch.setattr(
+        run_mod, "clipo_step", lambda *a, **kw: seen.append(a[2].clone()) or real(*a, **kw)
+    )
+    for threshold in (0.5, 0.2):
+        monkeypatch.setattr(run.clipo, "correct_reward_threshold", threshold)
+        run.step()
+    assert seen[0].tolist() == [x >= 0.5 for x in frac]
+    assert seen[1].tolist() == [True] * (P * N)

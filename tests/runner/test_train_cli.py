@@ -49,6 +49,11 @@ def test_unparsable_eval_file_is_named(tmp_path, capsys):
         (["train.foo=1"], "train.foo"),
         (["rollout.n=1"], "rollout.n=1 must be >= 2"),
         (["rollout.n"], "key=value"),
+        # ClipoBlock.check_run, the rules the NeMo-RL driver applies too
+        (["rollout.n=2"], "rollout.n=2: a CLIPO group needs >= 2 correct and >= 1 incorrect"),
+        (["clipo.method.warmup_steps=12"], "clipo.method.warmup_steps=12 >= train.steps=12"),
+        (["clipo.method.max_group_size=4"], "clipo.method.max_group_size=4 < rollout.n=8"),
+        (["clipo.correct_reward_threshold=nan"], "clipo.correct_reward_threshold=nan"),
         (["--config", "/nope.yaml"], "/nope.yaml"),
         (["train.eps_high=-0.1"], "train.eps_high"),
         (["train.kl_gradient=k2"], "train.kl_gradient='k2' must be one of"),
@@ -66,6 +71,13 @@ def test_kl_gradient_reaches_the_objective():
 
     assert load_config(None, []).objective().kl_gradient == "kl"
     assert load_config(None, ["train.kl_gradient=k3"]).objective().kl_gradient == "k3"
+
+
+def test_the_baseline_takes_two_rollouts_and_any_warmup():
+    from clipo_megatron.runner.config import load_config
+
+    cfg = load_config(None, ["clipo.enabled=false", "rollout.n=2", "clipo.method.warmup_steps=99"])
+    assert cfg.rollout.n == 2 and cfg.clipo.policy_updates_at(0)
 
 
 def test_output_dir_under_a_file_is_refused(tmp_path, capsys):
