@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -33,6 +32,7 @@ from clipo_megatron.runner.passes import (
     pack,
     policy_update,
 )
+from clipo_megatron.runner.rollouts import sample_rollouts
 
 STAGES = ("generate", "verify", "logprob_embed", "head", "train", "sync")
 
@@ -116,36 +116,6 @@ class Run:
         self.embeddings: dict[str, dict] = {}
 
     # ---- one RL step -------------------------------------------------
-    def _rollouts(self, t: dict):
-        """Rank 0 generates and verifies; every rank gets (prompts, rollouts, rewards [B])."""
-        from clipo_megatron.verify.boxed import verify_batch
-
-        cfg = self.cfg
-        p = cfg.rollout.prompts_per_step
-        start = (self.step_idx * p) % len(self.problems)
-        batch = [self.problems[(start + i) % len(self.problems)] for i in range(p)]
-        t0 = time.perf_counter()
-        ro: Any = None
-        rewards: torch.Tensor | None = None
-        if self.gen is not None:
-            ro = self.gen.generate(
-                [b.messages for b in batch],
-                cfg.rollout.n,
-                temperature=cfg.rollout.temperature,
-                top_p=cfg.rollout.top_p,
-                max_tokens=cfg.rollout.max_tokens,
-                seed=cfg.seed * 1_000_003 + self.step_idx,
-            )
-        t["generate"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        if self.gen is not None:
-            rewards = torch.tensor(
-                verify_batch(ro.texts, [batch[i].ground_truth for i in ro.prompt_index])
-            )
-        ro, rewards = parallel.broadcast_from_rank0((ro, rewards))  # all ranks train on rank 0's
-        t["verify"] = time.perf_counter() - t0
-        return batch, ro, rewards
-
     def _kept_rows(self, rewards: torch.Tensor, group_ids: torch.Tensor):
         """The objective's filter on the verifiable rewards, before the logprob pass, as NeMo-RL's
         grpo_train places DAPO's dynamic sampling: ([B] bool rows kept or None, metrics)."""
@@ -175,7 +145,9 @@ class Run:
 
     def step(self) -> dict:
         t = dict.fromkeys(STAGES, 0.0)
-        batch, ro, rewards_all = self._rollouts(t)
+        batch, ro, rewards_all = sample_rollouts(
+            self.gen, self.problems, self.cfg.rollout, self.cfg.seed, self.step_idx, t
+        )
         ids, mask = pack(ro.prompt_ids, ro.response_ids, self.tok.pad_token_id)
         group_ids = torch.tensor([batch[i].index for i in ro.prompt_index])
         sample_ids = torch.arange(len(ro.texts)) + self.step_idx * len(ro.texts)
@@ -184,8 +156,8 @@ class Run:
         r_cl_all = torch.zeros_like(rewards_all, dtype=torch.float32)  # [B] 0 on dropped rows
         out = None
         if keep is None or bool(keep.any()):
-            kept = (x[rows] for x in (ids, mask, rewards_all, group_ids, sample_ids))
-            out = self._train_on(*kept, t, metrics)
+            kept = [x[rows] for x in (ids, mask, rewards_all, group_ids, sample_ids)]
+            out = self._train_on(*kept, t=t, metrics=metrics)
             if out is not None:
                 r_cl_all[rows] = out.rewards.cpu()
         else:
@@ -220,7 +192,7 @@ class Run:
         self.step_idx += 1
         return metrics
 
-    def _train_on(self, ids, mask, rewards, group_ids, sample_ids, t: dict, metrics: dict):
+    def _train_on(self, ids, mask, rewards, group_ids, sample_ids, *, t: dict, metrics: dict):
         """Logprob pass, head step (CLIPO on), advantages and the policy update (after warm-up)
         on the kept rows [b]; returns the head step's result, None in the baseline."""
         cfg = self.cfg
