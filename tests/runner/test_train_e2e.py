@@ -90,7 +90,7 @@ def test_smollm2_step_has_real_rewards_and_contrastive_loss(tmp_path, mcore_sing
     assert m["reward/clipo_mean"] < 0.0  # contrastive penalties on anchors
 
 
-def test_eval_command_on_a_checkpoint(tmp_path, mcore_single_process):
+def test_eval_command_on_a_checkpoint(tmp_path, capsys, mcore_single_process):
     _need_smollm2()
     from clipo_megatron.cli import main as cli_main
     from clipo_megatron.runner.heldout import main as heldout_main
@@ -102,8 +102,10 @@ def test_eval_command_on_a_checkpoint(tmp_path, mcore_single_process):
     res = json.loads((d / "eval.json").read_text())
     assert res["step"] == 1 and res["n"] == 3 and res["problems"] == 2
     assert (d / "eval.md").read_text().count("|") > 10
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(SystemExit) as e:  # a user error: one line, exit 2 (no traceback)
         heldout_main(["--run", str(tmp_path / "nope")])
+    assert e.value.code == 2
+    assert "nope has no config.json" in capsys.readouterr().err
 
 
 @pytest.mark.vllm
