@@ -51,7 +51,9 @@ def test_spread_share_ranked_by_hand():
     num = sum(abs(x / s1 - y / s0) for x, y in zip(dev, [0.25, 0.25, 0.25, -0.75]))
     assert num == pytest.approx(0.608783, abs=1e-6)  # the hand value above
     assert d["clipo/r_cl_spread"] == pytest.approx(0.1, abs=1e-12)
-    assert d["clipo/adv_share"] == pytest.approx(num / (2 * 1.5 / s0), abs=1e-12)  # sum |A(r)| = 3 + 3
+    assert d["clipo/adv_share"] == pytest.approx(
+        num / (2 * 1.5 / s0), abs=1e-12
+    )  # sum |A(r)| = 3 + 3
     assert d["clipo/adv_share"] == pytest.approx(0.101464, abs=1e-6)
     assert d["clipo/ranked_frac"] == 1.0
 

@@ -117,6 +117,8 @@ def _print_table(objective, clipo_on, flavour, full, resumed):
         "clipo/valid_group_frac",
         "clipo/reward_mean",
         "clipo/r_cl_spread",
+        "clipo/adv_share",
+        "clipo/ranked_frac",
     )
     print(
         f"\n[contract] NeMo-RL {flavour.name} ({flavour.version}) {objective} clipo={clipo_on}, "
