@@ -215,6 +215,8 @@ def test_tiny_grid_runs_then_a_rerun_skips_every_finished_run(
     md = (tmp_path / "compare.md").read_text()
     assert "## GRPO + CLIPO beside GRPO" in md and "## DAPO + CLIPO beside DAPO" in md
     assert md.count("| perturbed pass@1 after |") == 2
+    # step 0 samples the same base policy with the same seed in both arms: the same tokens
+    assert md.count("seed 0: never within 1 steps; seed 1: never within 1 steps.") == 2
     rep = json.loads((tmp_path / "compare.json").read_text())
     assert rep["by_objective"]["dapo"]["cells"]["clipo"]["pass@1_after"]["n"] == 2
     for name in ("curves_clipo_vs_grpo.png", "curves_clipo_vs_dapo.png", "paired_differences.png"):
