@@ -65,6 +65,14 @@ def check_binary(correct: torch.Tensor, name: str = "rewards") -> torch.Tensor:
     return correct.bool()
 
 
+def valid_groups(labels: torch.Tensor, slot_valid: torch.Tensor) -> torch.Tensor:
+    """[N, G] correctness, [N, G] real slots -> [N] bool: the group has >= 2 correct and >= 1
+    incorrect rollouts (the paper's 1 < |P| < G). The one home of CLIPO's validity rule."""
+    n_correct = (labels & slot_valid).sum(-1)  # [N]
+    n_wrong = (~labels & slot_valid).sum(-1)  # [N]
+    return (n_correct >= 2) & (n_wrong >= 1)
+
+
 def l2_normalize(
     x: torch.Tensor, *, reduce: SumReduce | None = None, eps: float = 1e-12
 ) -> torch.Tensor:
@@ -160,9 +168,7 @@ def group_contrastive_loss(
     else:  # authors' code: the diagonal is removed
         pair_den, neg_den = pair, neg
 
-    n_correct = (lab & valid).sum(-1)  # [N]
-    n_wrong = (~lab & valid).sum(-1)  # [N]
-    group_ok = (n_correct >= 2) & (n_wrong >= 1)  # [N] paper: 1 < |P| < G
+    group_ok = valid_groups(lab, valid)  # [N]
     if cfg.anchors == "correct":
         kind = lab
     elif cfg.anchors == "incorrect":

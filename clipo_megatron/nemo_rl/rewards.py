@@ -11,6 +11,7 @@ GRPO estimator there:
     r_CL      = head_step(correct, group_ids, step)  (workers: head on pooled states, update)
     r'        = r + r_CL                             (paper Sec. 3, before normalisation)
     A         = base.compute_advantage(prompt_ids, r', mask)
+    diagnostics from A(r) = base.compute_advantage(prompt_ids, r, mask) beside A (core/diagnostics.py)
 
 Rows are in `train_data` order. With dynamic sampling (DAPO) NeMo-RL filters
 the batch *before* the logprob pass, so the rows here are already the kept
@@ -27,6 +28,7 @@ from typing import Any
 
 import torch
 
+from clipo_megatron.core.diagnostics import update_diagnostics
 from clipo_megatron.core.rewards import shaped_rewards
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 
@@ -87,20 +89,14 @@ def assemble_rows(
     return out.float()
 
 
-def within_group_spread(
-    r_cl: torch.Tensor, group_ids: torch.Tensor, correct: torch.Tensor
-) -> float:
-    """Mean over groups with >= 2 correct rollouts of (max - min) r_CL among them.
-
-    Why log it: if the correct rollouts of a group all get the same r_CL, then r' = r + r_CL
-    is still two-valued per group and GRPO's std normalisation removes CLIPO exactly.
-    """
-    spreads = []
-    for g in group_ids.unique():
-        vals = r_cl[(group_ids == g) & correct]
-        if vals.numel() >= 2:
-            spreads.append(float(vals.max() - vals.min()))
-    return sum(spreads) / len(spreads) if spreads else 0.0
+def per_row(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B] or [B, S] advantages -> [B]: the mean over each row's mask tokens (GRPO's estimator
+    expands one value per row, so that value; a row with no mask token: its first column)."""
+    if adv.dim() == 1:
+        return adv
+    m = mask.to(adv.dtype).expand_as(adv)  # [B, S]
+    n = m.sum(1)  # [B]
+    return torch.where(n > 0, (adv * m).sum(1) / n.clamp_min(1), adv[:, 0])
 
 
 @dataclass
@@ -197,9 +193,21 @@ class ClipoAdvantageEstimator:
             group_ids=group_ids.clone(),
             r_cl=r_cl.detach().cpu().clone(),
         )
+        a_shaped = self.base.compute_advantage(
+            prompt_ids=prompt_ids, rewards=shaped, mask=mask, **kwargs
+        )  # A(r'), [B, S]
+        a_plain = self.base.compute_advantage(
+            prompt_ids=prompt_ids, rewards=rewards, mask=mask, **kwargs
+        )  # A(r) by the same estimator: what GRPO alone would train on
         metrics = dict(out.metrics)
-        metrics["clipo/r_cl_within_group_spread"] = within_group_spread(
-            r_cl.detach().cpu(), group_ids, correct
+        metrics.update(
+            update_diagnostics(
+                per_row(a_plain, mask).detach().cpu(),
+                per_row(a_shaped, mask).detach().cpu(),
+                r_cl.detach().cpu(),
+                correct.cpu(),
+                group_ids,
+            )
         )
         metrics["clipo/reward_verifiable_mean"] = float(verifiable.float().mean())
         metrics["clipo/reward_shaped_mean"] = float(shaped.float().mean())
@@ -208,6 +216,4 @@ class ClipoAdvantageEstimator:
         if self.metrics_sink is not None:
             self.metrics_sink(metrics, self.state.step + 1)
         self.state.step += 1
-        return self.base.compute_advantage(
-            prompt_ids=prompt_ids, rewards=shaped, mask=mask, **kwargs
-        )
+        return a_shaped

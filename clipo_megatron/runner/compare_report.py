@@ -5,7 +5,8 @@ reports exactly what a fresh one would).
 
 Per objective: every metric for CLIPO and the baseline side by side (mean over seeds and its
 95 % t-interval) and the paired difference; a plain-words verdict for the metrics that decide
-(held-out pass@1 after, perturbed pass@1 after, the final train reward).
+(held-out pass@1 after, perturbed pass@1 after, the final train reward); per seed the divergence
+step, the first step at which the arms' sampled tokens differ (`rollout/token_hash`).
 """
 
 from __future__ import annotations
@@ -65,6 +66,25 @@ def _read_runs(out: Path, objective: str, arm: str, seeds: list[int]):
     return metrics, histories
 
 
+def divergence_step(clipo: list[dict], baseline: list[dict]) -> dict:
+    """The first step at which the two arms sampled different tokens (`rollout/token_hash`):
+    {"step": k or None (never), "steps": steps compared}; before it CLIPO had changed nothing
+    the policy samples. Steps without a hash (runs older than the hash) are not compared."""
+    hashes = [
+        {h["step"]: h["rollout/token_hash"] for h in x if "rollout/token_hash" in h}
+        for x in (clipo, baseline)
+    ]
+    common = sorted(set(hashes[0]) & set(hashes[1]))
+    first = next((k for k in common if hashes[0][k] != hashes[1][k]), None)
+    return {"step": first, "steps": len(common)}
+
+
+def fmt_divergence(d: dict) -> str:
+    if d["steps"] == 0:
+        return "not recorded (runs without rollout/token_hash)"
+    return f"step {d['step']}" if d["step"] is not None else f"never within {d['steps']} steps"
+
+
 def summarize(out: Path, objectives: list[str], seeds: list[int]) -> dict:
     """compare.json's content: per objective, per arm and metric an interval over seeds, and
     per metric the paired difference with its verdict."""
@@ -75,7 +95,10 @@ def summarize(out: Path, objectives: list[str], seeds: list[int]) -> dict:
     ev = first.get("eval_after") or {}
     report["eval"] = {k: ev[k] for k in ("problems", "perturbed_problems", "n") if k in ev}
     for obj in objectives:
-        per_arm = {arm: _read_runs(out, obj, arm, seeds)[0] for arm in ARMS}
+        runs = {arm: _read_runs(out, obj, arm, seeds) for arm in ARMS}
+        per_arm = {arm: runs[arm][0] for arm in ARMS}
+        hists = [runs[arm][1] for arm in ARMS]
+        diverged = {str(s): divergence_step(c, b) for s, c, b in zip(seeds, *hists)}
         cells: dict[str, dict] = {arm: {} for arm in ARMS}
         diffs, verdicts = {}, []
         for key, (label, digits) in METRICS.items():
@@ -88,7 +111,12 @@ def summarize(out: Path, objectives: list[str], seeds: list[int]) -> dict:
             diffs[key] = diff.to_dict()
             if key in VERDICT_METRICS:
                 verdicts.append(verdict(diff, label, baseline_label(obj), digits))
-        report["by_objective"][obj] = {"cells": cells, "differences": diffs, "verdicts": verdicts}
+        report["by_objective"][obj] = {
+            "cells": cells,
+            "differences": diffs,
+            "verdicts": verdicts,
+            "divergence_step": diverged,
+        }
     return report
 
 
@@ -152,6 +180,15 @@ def markdown(report: dict, title: str) -> str:
                 f"| {label} | {_cell(clipo, digits, one_seed)} | {_cell(base, digits, one_seed)} "
                 f"| {_signed(d, digits, one_seed)} |"
             )
+        div = r.get("divergence_step", {})
+        if div:  # a property of the pair: a line under the table
+            lines += [
+                "",
+                "Divergence step (the first step whose sampled tokens differ between the arms, "
+                "from `rollout/token_hash`; 0-based, as metrics.jsonl): "
+                + "; ".join(f"seed {s}: {fmt_divergence(d)}" for s, d in div.items())
+                + ".",
+            ]
         lines += ["", *[f"- {v}" for v in r["verdicts"]], ""]
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ uninterrupted one would have.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -47,3 +48,13 @@ def sample_rollouts(gen, problems: list, rollout_cfg, seed: int, step: int, t: d
     ro, rewards = parallel.broadcast_from_rank0((ro, rewards))  # all ranks train on rank 0's
     t["verify"] = time.perf_counter() - t0
     return batch, ro, rewards
+
+
+def token_hash(response_ids: list[list[int]]) -> str:
+    """The step's sampled tokens as 16 hex digits (sha256 over the rows in order): two runs
+    sampled the same tokens at a step iff their hashes agree (compare's divergence step)."""
+    h = hashlib.sha256()
+    for row in response_ids:
+        h.update(len(row).to_bytes(4, "little"))
+        h.update(b"".join(int(t).to_bytes(8, "little", signed=True) for t in row))
+    return h.hexdigest()[:16]

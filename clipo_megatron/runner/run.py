@@ -33,6 +33,7 @@ from clipo_megatron.runner.passes import (
     policy_update,
 )
 from clipo_megatron.runner.rollouts import sample_rollouts
+from clipo_megatron.runner.step_metrics import clipo_diagnostics, reward_metrics
 
 STAGES = ("generate", "verify", "logprob_embed", "head", "train", "sync")
 
@@ -167,17 +168,9 @@ class Run:
         self._sync_generator()
         t["sync"] = time.perf_counter() - t0
 
-        shaped = shaped_rewards(rewards_all, r_cl_all)  # [B] r' = r + r_CL (0 where filtered)
         metrics.update(out.metrics if out is not None else {})
         metrics.update(
-            {
-                "step": self.step_idx,
-                "reward/mean": float(rewards_all.mean()),
-                "reward/clipo_mean": float(r_cl_all.mean()),
-                "reward/shaped_mean": float(shaped.mean()),
-                "response/mean_tokens": float(mask.sum(1).float().mean()),
-                **{f"time/{k}": v for k, v in t.items()},
-            }
+            reward_metrics(self.step_idx, rewards_all, r_cl_all, mask, ro.response_ids, t)
         )
         if out is not None:  # the head's embeddings (the baseline has none)
             emb = {
@@ -209,12 +202,12 @@ class Run:
         t["logprob_embed"] = time.perf_counter() - t0
 
         out, r_cl = None, torch.zeros_like(rewards, dtype=torch.float32)  # [b]
-        t0 = time.perf_counter()
+        t0, correct = time.perf_counter(), self.clipo.is_correct(rewards)
         if self.clipo.head_runs:
             out = clipo_step(
                 self.head,
                 pooled if self.head is not None else None,
-                self.clipo.is_correct(rewards),
+                correct,
                 group_ids,
                 sample_ids,
                 step=self.step_idx,
@@ -225,6 +218,8 @@ class Run:
         t["head"] = time.perf_counter() - t0
 
         adv = group_advantages(shaped_rewards(rewards, r_cl), group_ids)  # [b] on r' = r + r_CL
+        if out is not None:  # did CLIPO change the update? A(r) beside A(r')
+            metrics.update(clipo_diagnostics(rewards, r_cl, adv, correct, group_ids))
         t0 = time.perf_counter()
         if self.clipo.policy_updates_at(self.step_idx):
             metrics.update(self._update(UpdateBatch(ids, mask, old_lp, adv, ref_lp)))

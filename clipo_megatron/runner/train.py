@@ -183,7 +183,7 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
                 log.flush()
             if writer:
                 for k, v in m.items():
-                    if k != "step":
+                    if k != "step" and not isinstance(v, str):  # rollout/token_hash: jsonl only
                         writer.add_scalar(k, v, m["step"])
             bar.set_postfix(
                 reward=f"{m['reward/mean']:.2f}",

@@ -98,7 +98,7 @@ def _check_clipo(full, cfg, model_dir) -> None:
         cc.check_r_cl_rows(entry, cfg["clipo"]["method"])
         errs.append(cc.check_advantages(entry, cfg))
         spreads.append(cc.within_group_spread(entry))
-        logged = _train_metrics(full, step)["clipo/r_cl_within_group_spread"]
+        logged = _train_metrics(full, step)["clipo/r_cl_spread"]
         assert (logged > 0) == (spreads[-1] > 0), (step, logged, spreads[-1])
     # correct rollouts of a group got different r_CL: r + r_CL is not two-valued, CLIPO matters
     assert max(spreads) > 0, f"r_CL never differed among a group's correct rollouts: {spreads}"
@@ -116,7 +116,9 @@ def _print_table(objective, clipo_on, flavour, full, resumed):
         "clipo/loss",
         "clipo/valid_group_frac",
         "clipo/reward_mean",
-        "clipo/r_cl_within_group_spread",
+        "clipo/r_cl_spread",
+        "clipo/adv_share",
+        "clipo/ranked_frac",
     )
     print(
         f"\n[contract] NeMo-RL {flavour.name} ({flavour.version}) {objective} clipo={clipo_on}, "

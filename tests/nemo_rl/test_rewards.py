@@ -79,6 +79,33 @@ def test_exact_shaped_rewards_and_advantages_ragged():
     assert abs(logged[0][1]["clipo/reward_shaped_mean"] - (0.7 + 0.9 + 1 + 1 + 0.5) / 7) < 1e-7
 
 
+def test_update_diagnostics_are_logged():
+    """The estimator logs whether CLIPO changed the update, from NeMo-RL's estimator run on r and
+    on r' (core/diagnostics.py), with a token mask as NeMo-RL passes it (prompt / padding 0)."""
+    est, _, _, logged = _estimator()
+    mask = torch.tensor([[0, 1, 1, 0]] * 7)  # prompt / padding columns are 0
+    est.compute_advantage(prompt_ids=PROMPTS, rewards=REWARDS, mask=mask)
+    m = logged[0][1]
+    # Valid groups: only A (rows 0, 2, 4, 6: 3 correct, 1 wrong); B has one correct, C one row.
+    # spread: r_CL of A's correct rows [-.3, -.1, -.5]: mean -.3, unbiased std sqrt(.08 / 2) = .2
+    assert m["clipo/r_cl_spread"] == pytest.approx(0.2, abs=1e-7)
+    # A(r) in A: r = [1, 1, 0, 1], mean .75, std .5 -> [.25, .25, -.75, .25] / s0;
+    # A(r') in A: [.175, .375, -.525, -.025] / sa (test above); B and C: A(r') = A(r)
+    # (B's r_CL are 0; |A| = .5 / sb on both rows), C alone: 0.
+    s0, sa, sb = 0.5 + 1e-6, math.sqrt(0.4475 / 3) + 1e-6, math.sqrt(0.5) + 1e-6
+    a0, a1 = [0.25, 0.25, -0.75, 0.25], [0.175, 0.375, -0.525, -0.025]
+    num = sum(abs(y / sa - x / s0) for x, y in zip(a0, a1))
+    assert m["clipo/adv_share"] == pytest.approx(num / (1.5 / s0 + 1.0 / sb), rel=1e-5)
+    assert m["clipo/ranked_frac"] == 1.0  # A's correct rows: .175, .375, -.025 over sa
+    assert "clipo/r_cl_within_group_spread" not in m  # replaced by clipo/r_cl_spread
+    # equal r_CL among A's correct rows: r' two-valued in A, GRPO's advantages, nothing changes
+    tied, _, _, logged = _estimator(torch.tensor([-0.3, 0.0, -0.3, 0.0, 0.0, 0.0, -0.3]))
+    tied.compute_advantage(prompt_ids=PROMPTS, rewards=REWARDS, mask=mask)
+    m = logged[0][1]
+    assert (m["clipo/r_cl_spread"], m["clipo/ranked_frac"]) == (0.0, 0.0)
+    assert m["clipo/adv_share"] == pytest.approx(0.0, abs=1e-5)  # only the std's 1e-6 differs
+
+
 def test_leave_one_out_variant_and_disabled():
     est, _, _, _ = _estimator(loo=True)
     adv = est.compute_advantage(prompt_ids=PROMPTS, rewards=REWARDS, mask=torch.ones(7, 1))[:, 0]

@@ -11,7 +11,11 @@ import pytest
 pytest.importorskip("omegaconf")
 
 from clipo_megatron.runner.compare import main  # noqa: E402
-from clipo_megatron.runner.compare_report import run_dir, write_report  # noqa: E402
+from clipo_megatron.runner.compare_report import (  # noqa: E402
+    divergence_step,
+    run_dir,
+    write_report,
+)
 
 
 def _error(capsys, argv) -> str:
@@ -129,6 +133,38 @@ def test_one_seed_report_is_side_by_side_without_intervals(tmp_path):
     assert "one seed gives no interval; CLIPO minus GRPO is +0.050" in md
 
 
+def _hashes(out, obj, arm, seed, hashes):
+    lines = [{"step": k, "reward/mean": 0.5, "rollout/token_hash": h} for k, h in enumerate(hashes)]
+    (run_dir(out, obj, arm, seed) / "metrics.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in lines)
+    )
+
+
+def test_divergence_step_is_the_first_step_whose_tokens_differ(tmp_path):
+    for seed, (c, b) in enumerate([("aabx", "aaby"), ("aaaa", "aaaa")]):
+        _fake_run(tmp_path, "grpo", "clipo", seed, 0.75, 0.9)
+        _fake_run(tmp_path, "grpo", "baseline", seed, 0.70, 0.8)
+        _hashes(tmp_path, "grpo", "clipo", seed, list(c))
+        _hashes(tmp_path, "grpo", "baseline", seed, list(b))
+    rep = write_report(tmp_path, ["grpo"], [0, 1], "t", plots=False)
+    # seed 0: hashes a a b x vs a a b y -> first differ at step 3; seed 1: equal on all 4 steps
+    assert rep["by_objective"]["grpo"]["divergence_step"] == {
+        "0": {"step": 3, "steps": 4},
+        "1": {"step": None, "steps": 4},
+    }
+    md = (tmp_path / "compare.md").read_text()
+    assert "seed 0: step 3; seed 1: never within 4 steps." in md
+    # steps are matched by number (a resumed log), not by line; runs without hashes say so
+    c = [{"step": 1, "rollout/token_hash": "x"}, {"step": 0, "rollout/token_hash": "a"}]
+    b = [{"step": 0, "rollout/token_hash": "a"}, {"step": 1, "rollout/token_hash": "y"}]
+    assert divergence_step(c, b) == {"step": 1, "steps": 2}
+    assert divergence_step([{"step": 0}], [{"step": 0}]) == {"step": None, "steps": 0}
+    _fake_run(tmp_path / "old", "grpo", "clipo", 0, 0.75, 0.9)
+    _fake_run(tmp_path / "old", "grpo", "baseline", 0, 0.70, 0.8)
+    write_report(tmp_path / "old", ["grpo"], [0], "t", plots=False)
+    assert "seed 0: not recorded" in (tmp_path / "old" / "compare.md").read_text()
+
+
 TINY = [
     "model.source=tiny",
     "rollout.backend=hf",
@@ -179,6 +215,8 @@ def test_tiny_grid_runs_then_a_rerun_skips_every_finished_run(
     md = (tmp_path / "compare.md").read_text()
     assert "## GRPO + CLIPO beside GRPO" in md and "## DAPO + CLIPO beside DAPO" in md
     assert md.count("| perturbed pass@1 after |") == 2
+    # step 0 samples the same base policy with the same seed in both arms: the same tokens
+    assert md.count("seed 0: never within 1 steps; seed 1: never within 1 steps.") == 2
     rep = json.loads((tmp_path / "compare.json").read_text())
     assert rep["by_objective"]["dapo"]["cells"]["clipo"]["pass@1_after"]["n"] == 2
     for name in ("curves_clipo_vs_grpo.png", "curves_clipo_vs_dapo.png", "paired_differences.png"):

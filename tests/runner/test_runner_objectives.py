@@ -238,3 +238,51 @@ def test_runner_correct_is_the_threshold(trained, monkeypatch):
         run.step()
     assert seen[0].tolist() == [x >= 0.5 for x in frac]
     assert seen[1].tolist() == [True] * (P * N)
+
+
+def _naive_group_adv(x: list[float], groups: list[int]) -> list[float]:
+    """(x - group mean) / (unbiased group std + 1e-6) where the std is > 0, one row at a time."""
+    out = []
+    for i, g in enumerate(groups):
+        v = [x[j] for j in range(len(x)) if groups[j] == g]
+        m = sum(v) / len(v)
+        s = math.sqrt(sum((y - m) ** 2 for y in v) / (len(v) - 1)) if len(v) > 1 else 0.0
+        out.append((x[i] - m) / (s + 1e-6) if s > 0 else 0.0)
+    return out
+
+
+def test_runner_logs_whether_clipo_changed_the_update(trained, monkeypatch):
+    """The step's metrics carry clipo/r_cl_spread, adv_share and ranked_frac, equal to a naive
+    recomputation from the step's rewards and r_CL; every step records its token hash."""
+    import statistics
+
+    import clipo_megatron.runner.run as run_mod
+    import clipo_megatron.verify.boxed as boxed
+
+    run = trained("grpo", True)["run"]
+    r = [1, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0]  # valid, valid (2 correct), all wrong
+    monkeypatch.setattr(boxed, "verify_batch", lambda texts, answers: [float(x) for x in r])
+    seen, real = [], run_mod.clipo_step
+    monkeypatch.setattr(
+        run_mod, "clipo_step", lambda *a, **kw: (lambda o: seen.append(o) or o)(real(*a, **kw))
+    )
+    m = run.step()
+    r_cl = seen[0].rewards.double().tolist()
+    groups = [i // N for i in range(P * N)]
+    shaped = [x + y for x, y in zip(r, r_cl)]
+    a0, a1 = _naive_group_adv([float(x) for x in r], groups), _naive_group_adv(shaped, groups)
+    valid = [0, 1]  # >= 2 correct and >= 1 incorrect
+    correct_rcl = [[r_cl[i] for i in range(P * N) if groups[i] == g and r[i]] for g in valid]
+    spread = sum(statistics.stdev(v) for v in correct_rcl) / 2
+    share = sum(abs(x - y) for x, y in zip(a1, a0)) / sum(abs(y) for y in a0)
+    ranked = [max(a1[i] for i in range(P * N) if groups[i] == g and r[i]) for g in valid]
+    ranked = [
+        hi - min(a1[i] for i in range(P * N) if groups[i] == g and r[i])
+        for g, hi in zip(valid, ranked)
+    ]
+    assert spread > 0 and share > 0  # the head gives the correct rollouts different r_CL
+    assert m["clipo/r_cl_spread"] == pytest.approx(spread, rel=1e-5)
+    assert m["clipo/adv_share"] == pytest.approx(share, rel=1e-4)
+    assert m["clipo/ranked_frac"] == sum(x > 1e-5 for x in ranked) / 2
+    h = [x["rollout/token_hash"] for x in trained("grpo", False)["history"] + [m]]
+    assert all(isinstance(x, str) and len(x) == 16 for x in h) and len(set(h)) == len(h)
