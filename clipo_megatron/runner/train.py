@@ -185,11 +185,11 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
                 for k, v in m.items():
                     if k != "step" and not isinstance(v, str):  # rollout/token_hash: jsonl only
                         writer.add_scalar(k, v, m["step"])
-            bar.set_postfix(
-                reward=f"{m['reward/mean']:.2f}",
-                cl_loss=f"{m.get('clipo/loss', 0):.2f}",
-                valid=f"{m.get('clipo/valid_group_frac', 0):.2f}",
-            )
+            shown = {"reward": m["reward/mean"]}
+            if "clipo/loss" in m:  # the baseline has no head: nothing of CLIPO's to show
+                shown.update(cl_loss=m["clipo/loss"], valid=m["clipo/valid_group_frac"])
+                shown["share"] = m.get("clipo/adv_share", 0.0)
+            bar.set_postfix({k: f"{v:.2f}" for k, v in shown.items()})
             bar.update(1)
             if run.step_idx % cfg.output.checkpoint_every == 0 or run.step_idx == cfg.train.steps:
                 save_checkpoint(run, ckpt)
