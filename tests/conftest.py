@@ -31,3 +31,19 @@ def pytest_collection_modifyitems(config, items):
     scripts/test.sh runs them in a pytest process of their own as well.
     """
     items.sort(key=lambda item: item.get_closest_marker("vllm") is not None)
+
+
+@pytest.fixture
+def check_run_calls(monkeypatch):
+    """`ClipoBlock.check_run` patched to record (n, steps, leave_one_out, the driver's key for n)
+    and refuse with "patched rule": a driver that goes through the one rule changes with it."""
+    from clipo_megatron.core.config import ClipoBlock
+
+    seen: list[tuple] = []
+
+    def refuse(self, *, n, steps, leave_one_out, keys):
+        seen.append((n, steps, leave_one_out, keys["n"]))
+        raise ValueError("patched rule")
+
+    monkeypatch.setattr(ClipoBlock, "check_run", refuse)
+    return seen

@@ -48,6 +48,14 @@ _FIXED = {
     "truncated_importance_sampling_type": None,
     "positive_example_nll_weight": 0.0,
 }
+# Of those, the ones the recipes write out (the KL form and clamps the parity rests on).
+_WRITTEN = (
+    "reference_policy_kl_type",
+    "kl_input_clamp_value",
+    "kl_output_clamp_value",
+    "use_on_policy_kl_approximation",
+    "use_importance_sampling_correction",
+)
 
 try:  # NeMo-RL's own enums where it is installed: its dispatch compares by identity
     from nemo_rl.algorithms.loss.interfaces import LossInputType, LossType
@@ -80,11 +88,7 @@ def policy_loss_config(objective: str | Objective) -> dict[str, Any]:
     """NeMo-RL `loss_fn:` settings (ClippedPGLossConfig keys, + `kl_gradient`) of an objective."""
     obj = get_objective(objective) if isinstance(objective, str) else objective
     return {
-        "reference_policy_kl_type": "k3",
-        "kl_input_clamp_value": KL_INPUT_CLAMP,
-        "kl_output_clamp_value": KL_OUTPUT_CLAMP,
-        "use_on_policy_kl_approximation": False,
-        "use_importance_sampling_correction": False,
+        **{k: _FIXED[k] for k in _WRITTEN},
         "reference_policy_kl_penalty": obj.kl_coef,
         "ratio_clip_min": obj.eps_low,
         "ratio_clip_max": obj.eps_high,

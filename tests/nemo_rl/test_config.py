@@ -341,18 +341,9 @@ def test_cli_validate_only_prints_config():
     assert '"objective": "gmpo"' in out.stdout and '"max_num_steps": 100' in out.stdout
 
 
-def test_the_nemo_rl_driver_checks_through_the_one_rule(monkeypatch):
+def test_the_nemo_rl_driver_checks_through_the_one_rule(check_run_calls):
     """`validate_master_config` calls `ClipoBlock.check_run` with NeMo-RL's keys: patch the rule
     and the driver changes (the runner's half: tests/runner/test_train_cli.py)."""
-    from clipo_megatron.core.config import ClipoBlock
-
-    seen = []
-
-    def refuse(self, *, n, steps, leave_one_out, keys):
-        seen.append((n, steps, leave_one_out, keys["n"]))
-        raise ValueError("patched rule")
-
-    monkeypatch.setattr(ClipoBlock, "check_run", refuse)
     with pytest.raises(ValueError, match="patched rule"):
         validate_master_config(_base())
-    assert seen == [(16, 1000000, False, "grpo.num_generations_per_prompt")]
+    assert check_run_calls == [(16, 1000000, False, "grpo.num_generations_per_prompt")]
