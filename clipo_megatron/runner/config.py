@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
@@ -86,7 +87,9 @@ class EvalConfig:
 
 @dataclass
 class OutputConfig:
-    dir: str = "runs/cpu_demo"
+    # Unset (""): runs/train/<the --config file's stem> (`default_output_dir`), so a single run
+    # never lands in a folder `clipo-megatron compare --out` fills with its arms (compare sets it).
+    dir: str = ""
     checkpoint_every: int = 4
     tensorboard: bool = True
     plots: bool = True
@@ -220,8 +223,15 @@ def _refuse_old_spellings(parts: list[DictConfig]) -> None:
             )
 
 
+def default_output_dir(config_path: str | None) -> str:
+    """Where a run goes when output.dir is unset: runs/train/<config stem> ("default" without
+    a --config), apart from `clipo-megatron compare`'s <out>/<objective>/<arm>/seed<k>."""
+    return str(Path("runs") / "train" / (Path(config_path).stem if config_path else "default"))
+
+
 def load_config(path: str | None, overrides: list[str]) -> RunConfig:
-    """YAML (optional) + `key=value` dotted overrides on top of the typed defaults."""
+    """YAML (optional) + `key=value` dotted overrides on top of the typed defaults; an unset
+    output.dir is resolved here (`default_output_dir`), so config.json records where it went."""
     bad = [o for o in overrides if "=" not in o]
     if bad:
         raise ValueError(f"overrides must look like key=value, got {bad}")
@@ -235,6 +245,8 @@ def load_config(path: str | None, overrides: list[str]) -> RunConfig:
         lines = str(e).splitlines()
         key = next((x.split(":", 1)[1].strip() for x in lines if "full_key:" in x), "")
         raise ValueError(f"config: {lines[0]}" + (f" (key {key})" if key else "")) from None
+    if not cfg.output.dir:
+        cfg.output.dir = default_output_dir(path)
     cfg.validate()
     return cfg
 

@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """`clipo-megatron eval --run DIR`: pass@1 on the held-out split of a training run's own task.
 
-    clipo-megatron eval --run runs/cpu_demo [eval.n=8 eval.size=64 ...]
+    clipo-megatron eval --run runs/train/cpu_demo [eval.n=8 eval.size=64 ...]
     clipo-megatron eval --config examples/configs/cpu_demo.yaml   # the base model, no checkpoint
 
 Loads the run's config and its latest checkpoint (policy weights), samples

@@ -12,8 +12,10 @@ fallback when vLLM is not installed or cannot run the model (rollout.backend=aut
 Clip ranges and the KL coefficient default to the objective's paper values
 (train.eps_low / eps_high / kl_coef; kl_coef > 0 keeps a frozen reference policy).
 
-Checkpoints (output.dir/checkpoints/latest.pt) are written every output.checkpoint_every
-steps and at the end; rerunning the same command resumes bit-for-bit from the last one
+A run writes to output.dir, by default runs/train/<config file stem> (runs/train/cpu_demo),
+apart from the folders `clipo-megatron compare --out` fills. Checkpoints
+(output.dir/checkpoints/latest.pt) are written every output.checkpoint_every steps and at the
+end; rerunning the same command resumes bit-for-bit from the last one
 (a corrupted latest.pt is refused before any model loads, naming the file).
 Short runs need output.checkpoint_every lowered to be resumable mid-run. Ctrl-C / SIGTERM
 finishes the current step (a second signal abandons it) and says where a rerun resumes.

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -122,3 +124,58 @@ def test_the_runner_checks_through_the_one_rule(check_run_calls):
     with pytest.raises(ValueError, match="patched rule"):
         load_config(None, ["rollout.n=5", "train.steps=7"])
     assert check_run_calls == [(5, 7, False, "rollout.n")]
+
+
+CPU_DEMO = str(Path(__file__).resolve().parents[2] / "examples" / "configs" / "cpu_demo.yaml")
+
+
+def test_a_run_alone_has_its_own_folder_apart_from_compares(tmp_path, monkeypatch):
+    """`train --config cpu_demo.yaml` without output.dir goes to runs/train/cpu_demo, never into
+    the arms `compare --out runs/cpu_demo` (scripts/train.sh) writes; output.dir=X is X."""
+    from clipo_megatron.runner.compare import _plan
+    from clipo_megatron.runner.compare_report import run_dir
+    from clipo_megatron.runner.config import load_config
+
+    monkeypatch.chdir(tmp_path)  # compare's plan creates --out
+    alone = load_config(CPU_DEMO, []).output.dir
+    assert alone == "runs/train/cpu_demo"
+    assert load_config(None, []).output.dir == "runs/train/default"  # no --config: the defaults
+    assert load_config(CPU_DEMO, [f"output.dir={tmp_path / 'x'}"]).output.dir == str(tmp_path / "x")
+    args = SimpleNamespace(
+        config=CPU_DEMO, objectives="grpo", seeds="0", out="runs/cpu_demo", overrides=[]
+    )
+    arms = {(obj, arm, seed): cfg.output.dir for obj, arm, seed, cfg in _plan(args)}
+    # compare's runs are where they were: runs/cpu_demo/grpo/{clipo,baseline}/seed0
+    assert arms == {
+        ("grpo", a, 0): str(run_dir(Path("runs/cpu_demo"), "grpo", a, 0))
+        for a in ("clipo", "baseline")
+    }
+    for d in [*arms.values(), "runs/cpu_demo"]:  # not one of them, nor inside or above one
+        assert not Path(alone).is_relative_to(d) and not Path(d).is_relative_to(alone)
+
+
+def test_train_and_eval_find_the_default_folder(tmp_path, monkeypatch, capsys):
+    """A rerun resumes from runs/train/<stem> (its checkpoint is checked there before any model
+    load) and config.json records that folder for `eval --run` (not re-derived from its name)."""
+    import torch
+
+    from clipo_megatron.runner import heldout
+    from clipo_megatron.runner.checkpoint import checkpoint_path
+    from clipo_megatron.runner.config import load_config, to_dict
+
+    def built(*a, **k):  # a run that missed the checkpoint must not train a model here
+        raise AssertionError("the run was built: the checkpoint was looked for elsewhere")
+
+    monkeypatch.setattr("clipo_megatron.runner.run.Run", built)
+    monkeypatch.chdir(tmp_path)
+    ckpt = checkpoint_path("runs/train/cpu_demo")
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"not a checkpoint")
+    assert f"checkpoint {ckpt} is unreadable" in _error(capsys, ["--config", CPU_DEMO])
+
+    torch.save({"step": 1}, ckpt)  # readable: eval --run gets as far as the config
+    run = tmp_path / "runs/train/cpu_demo"
+    (run / "config.json").write_text(json.dumps(to_dict(load_config(CPU_DEMO, []))))
+    args = SimpleNamespace(run=str(run), config=None, out=None, overrides=[])
+    cfg, found, _ = heldout._resolve(args, load_config)
+    assert cfg.output.dir == "runs/train/cpu_demo" and found == run / "checkpoints/latest.pt"
