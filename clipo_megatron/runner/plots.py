@@ -9,6 +9,7 @@ two marker shapes, so correct / incorrect reads without colour vision too.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 # Okabe-Ito palette (colour-blind safe), and a marker per class.
@@ -97,8 +98,6 @@ def plot_tsne(embeddings: dict, path: Path, seed: int = 0) -> None:
 
 def mean_curve(histories: list[list[dict]], key: str) -> tuple[list[int], list[float]]:
     """(steps, the mean over runs per step), skipping each run's gaps (all gaps: NaN)."""
-    import math
-
     steps = sorted({h["step"] for hist in histories for h in hist})
     by_step: dict[int, list[float]] = {s: [] for s in steps}
     for hist in histories:
@@ -108,24 +107,43 @@ def mean_curve(histories: list[list[dict]], key: str) -> tuple[list[int], list[f
     return steps, [sum(v) / len(v) if v else float("nan") for v in by_step.values()]
 
 
+def same_value(a: float, b: float) -> bool:
+    """Equal up to fp noise: a plot cannot show the two apart (bit-identical runs included)."""
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def curves_coincide(a: dict[int, float], b: dict[int, float]) -> bool:
+    """Two curves (step -> value) draw as one line: they share at least one step where both
+    have a value (NaN: a gap, skipped) and agree (`same_value`) at every such step."""
+    both = [s for s in a.keys() & b.keys() if not (math.isnan(a[s]) or math.isnan(b[s]))]
+    return bool(both) and all(same_value(a[s], b[s]) for s in both)
+
+
 def plot_arms_overlaid(arms: dict[str, list[list[dict]]], path: Path, title: str = "") -> None:
     """The training curves of two arms (e.g. CLIPO and its baseline) in one figure, each the mean
-    over its seeds' runs (label -> one history per seed)."""
+    over its seeds' runs (label -> one history per seed). A panel whose two curves coincide
+    (`curves_coincide`) says so in words: otherwise a reader sees one curve, not two."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(CURVE_KEYS), figsize=(4 * len(CURVE_KEYS), 3.4))
+    curves: list[list[dict[int, float]]] = [[] for _ in CURVE_KEYS]  # per panel: per arm
     for (label, hists), style in zip(arms.items(), ARM_STYLES):
         seeds = f" (mean of {len(hists)} seeds)" if len(hists) > 1 else ""
-        for ax, (k, _) in zip(axes, CURVE_KEYS):
+        for ax, (k, _), panel in zip(axes, CURVE_KEYS, curves):
             steps, ys = mean_curve(hists, k)
             ax.plot(steps, ys, ms=3, label=label + seeds, **style)
-    for ax, (_, name) in zip(axes, CURVE_KEYS):
-        ax.set_title(name)
+            panel.append(dict(zip(steps, ys)))
+    names = list(arms)
+    for ax, (_, name), panel in zip(axes, CURVE_KEYS, curves):
+        ax.set_title(name, pad=18)  # room for a note between the title and the plot
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
+        if len(panel) == 2 and curves_coincide(*panel):  # above the frame: it hides no data
+            note = f"{names[0]} = {names[1]} at every step: one line hides the other"
+            ax.text(0.5, 1.01, note, transform=ax.transAxes, ha="center", va="bottom", fontsize=8)
     axes[0].legend(loc="best", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
@@ -133,9 +151,19 @@ def plot_arms_overlaid(arms: dict[str, list[list[dict]]], path: Path, title: str
     plt.close(fig)
 
 
+def zero_difference(cell: dict | None) -> bool:
+    """A paired difference of 0 in every seed (mean 0, no interval or a zero-width one): its bar
+    and whisker have no height, so the chart must say it in words."""
+    if not cell:
+        return False
+    ends = [] if cell["low"] is None else [cell["low"], cell["high"]]
+    return all(same_value(v, 0.0) for v in [cell["mean"], *ends])
+
+
 def plot_paired_differences(diffs: dict[str, dict[str, dict]], labels: dict[str, str], path: Path):
     """Bars of CLIPO minus baseline per objective (groups: metrics), whiskers = 95 % interval
-    where there is one (2+ seeds). diffs: objective -> metric -> {mean, low, high}."""
+    where there is one (2+ seeds). diffs: objective -> metric -> {mean, low, high}. A zero
+    difference (`zero_difference`) is labelled "0: identical", and the title says when all are."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -160,14 +188,21 @@ def plot_paired_differences(diffs: dict[str, dict[str, dict]], labels: dict[str,
         ).T  # [2, M]
         xs = x + (j - (len(objectives) - 1) / 2) * width
         bars = ax.bar(xs, means, width, label=obj)
-        ax.bar_label(bars, labels=[f"{m:+.3f}" for m in means], fontsize=7)
+        texts = [
+            "0: identical" if zero_difference(c) else f"{m:+.3f}" for c, m in zip(cells, means)
+        ]
+        ax.bar_label(bars, labels=texts, fontsize=7)
         ax.errorbar(xs, means, yerr=err, fmt="none", c="k", capsize=3)
         whiskers = whiskers or not np.isnan(err).all()
     ax.axhline(0.0, color="k", lw=0.8)
     ax.set_xticks(x, [labels[m] for m in metrics], fontsize=8)
     ax.set_ylabel("CLIPO minus baseline")
     how = "whiskers: 95 % t-interval over seeds" if whiskers else "one seed: no interval"
-    ax.set_title(f"paired difference per objective ({how})")
+    title = f"paired difference per objective ({how})"
+    cells = [c for d in diffs.values() for m in metrics if (c := d.get(m))]
+    if cells and all(zero_difference(c) for c in cells):
+        title += "\nevery difference is 0: the arms are identical on these metrics"
+    ax.set_title(title)
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
