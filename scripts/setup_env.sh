@@ -22,7 +22,7 @@ find_python() {  # find_python 3.11 -> path of a python of that version
       command -v "$c"; return 0
     fi
   done
-  echo "no Python $v found (install it, or set PYTHON$v)" >&2; return 1
+  echo "no Python $v found (install it, or set PYTHON${v/./_} to its path)" >&2; return 1
 }
 
 stamp() { sha256sum pyproject.toml scripts/setup_env.sh | sha256sum | cut -c1-16; }

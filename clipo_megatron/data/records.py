@@ -10,7 +10,16 @@ from clipo_megatron.data.templates import MATH
 
 SYSTEM = "You are a helpful assistant."
 # One worked example as a previous chat turn teaches a 135M model the answer format.
-ONE_SHOT = [("Calculate 4 + 3.", "4 + 3 = 7. The final answer is \\boxed{7}.")]
+# The worked example counts before it answers, so the model writes a short chain whose steps vary
+# between rollouts (and are sometimes wrong while the answer is right): what CLIPO ranks correct
+# answers by. A bare "4 + 3 = 7." example made every correct answer one template, and CLIPO then
+# leaves GRPO's advantages unchanged (docs/cpu_demo.md, "Why this task").
+ONE_SHOT = [
+    (
+        "Calculate 4 + 3.",
+        "Start at 4 and count up 3: 5, 6, 7. So 4 + 3 = 7. The final answer is \\boxed{7}.",
+    )
+]
 
 
 @dataclass(frozen=True)

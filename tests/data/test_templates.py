@@ -77,3 +77,31 @@ def test_format_choices_is_the_authors_layout():
     assert format_choices("Q?", ["x", "y"]) == "Q?\n\nOptions:\nA. x\nB. y"
     with pytest.raises(ValueError, match="2..26 options"):
         format_choices("Q?", ["x"])
+
+
+def test_the_worked_example_counts_correctly_and_verifies():
+    """The small-model worked example (`records.ONE_SHOT`) teaches the format and a counting chain:
+    a wrong count or answer would teach the model wrong arithmetic; the verifier must accept it."""
+    from clipo_megatron.data.records import MATH, ONE_SHOT, Record
+    from clipo_megatron.verify.boxed import verify_batch
+
+    for question, answer in ONE_SHOT:
+        a, op, b = re.fullmatch(r"Calculate (\d+) ([+-]) (\d+)\.", question).groups()
+        a, b = int(a), int(b)
+        want = a + b if op == "+" else a - b
+        m = re.fullmatch(
+            r"Start at (\d+) and count (up|down) (\d+): ([\d, ]+)\. So (\d+) ([+-]) (\d+) = (-?\d+)\. "
+            r"The final answer is \\boxed\{(-?\d+)\}\.",
+            answer,
+        )
+        assert m, answer
+        start, way, steps, chain = int(m[1]), m[2], int(m[3]), [int(x) for x in m[4].split(", ")]
+        assert (start, steps, way) == (a, b, "up" if op == "+" else "down")
+        step = 1 if way == "up" else -1
+        assert chain == [a + step * (i + 1) for i in range(b)]  # the count reaches the answer
+        assert (int(m[5]), m[6], int(m[7])) == (a, op, b)
+        assert int(m[8]) == int(m[9]) == want == chain[-1]
+        assert verify_batch([answer], [str(want)]) == [1.0]
+    msgs = Record("Calculate 2 + 2.\n" + MATH, "4", "math", "x", 0, "basic_arithmetic", few_shot=True).messages
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert msgs[2]["content"] == ONE_SHOT[0][1]
