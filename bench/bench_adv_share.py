@@ -84,7 +84,9 @@ def replay(steps: list[dict], head0: torch.nn.Module, method) -> dict[str, float
     trainer = HeadTrainer(copy.deepcopy(head0), method)
     rows: list[dict[str, float]] = []
     for s in steps:
-        out = trainer.step(s["pooled"], s["correct"], s["group_ids"], s["sample_ids"], step=s["step"])
+        out = trainer.step(
+            s["pooled"], s["correct"], s["group_ids"], s["sample_ids"], step=s["step"]
+        )
         r = s["correct"].float()  # [b] the verifiable 0 / 1 rewards
         adv = group_advantages(shaped_rewards(r, out.rewards.float()), s["group_ids"])  # [b]
         d = update_diagnostics(

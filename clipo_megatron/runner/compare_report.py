@@ -34,6 +34,16 @@ METRICS = {
     "step_seconds": ("mean step time (s)", 1),
 }
 VERDICT_METRICS = ("pass@1_after", "pass@1_perturbed_after", "train_reward_last")
+# What CLIPO did to the update (core/diagnostics.py), the CLIPO arm's mean over its steps.
+DIAGNOSTICS = {
+    "clipo/valid_group_frac": ("valid groups (>= 2 correct, >= 1 incorrect)", 2),
+    "clipo/r_cl_spread": ("r_CL spread among a valid group's correct rollouts", 4),
+    "clipo/adv_share": (
+        "CLIPO's share of the advantage, mean \\|A(r') - A(r)\\| / mean \\|A(r)\\|",
+        3,
+    ),
+    "clipo/ranked_frac": ("valid groups whose correct rollouts CLIPO ranks", 2),
+}
 
 
 def run_dir(out: Path, objective: str, arm: str, seed: int) -> Path:
@@ -64,6 +74,17 @@ def _read_runs(out: Path, objective: str, arm: str, seeds: list[int]):
         lines = (d / "metrics.jsonl").read_text().splitlines()
         histories.append([json.loads(x) for x in lines if x.strip()])
     return metrics, histories
+
+
+def run_diagnostics(history: list[dict]) -> dict[str, float]:
+    """The mean over a CLIPO run's steps of each `DIAGNOSTICS` key it logged (every step logs
+    them while the head runs; a run older than the diagnostics has none)."""
+    out = {}
+    for key in DIAGNOSTICS:
+        vals = [h[key] for h in history if key in h]
+        if vals:
+            out[key] = sum(vals) / len(vals)
+    return out
 
 
 def divergence_step(clipo: list[dict], baseline: list[dict]) -> dict:
@@ -99,6 +120,12 @@ def summarize(out: Path, objectives: list[str], seeds: list[int]) -> dict:
         per_arm = {arm: runs[arm][0] for arm in ARMS}
         hists = [runs[arm][1] for arm in ARMS]
         diverged = {str(s): divergence_step(c, b) for s, c, b in zip(seeds, *hists)}
+        per_seed = [run_diagnostics(h) for h in hists[0]]
+        diagnostics = {
+            key: t_interval([d[key] for d in per_seed]).to_dict()
+            for key in DIAGNOSTICS
+            if all(key in d for d in per_seed)
+        }
         cells: dict[str, dict] = {arm: {} for arm in ARMS}
         diffs, verdicts = {}, []
         for key, (label, digits) in METRICS.items():
@@ -116,6 +143,7 @@ def summarize(out: Path, objectives: list[str], seeds: list[int]) -> dict:
             "differences": diffs,
             "verdicts": verdicts,
             "divergence_step": diverged,
+            "clipo_diagnostics": diagnostics,
         }
     return report
 
@@ -189,8 +217,30 @@ def markdown(report: dict, title: str) -> str:
                 + "; ".join(f"seed {s}: {fmt_divergence(d)}" for s, d in div.items())
                 + ".",
             ]
+        lines += _diagnostics_table(r.get("clipo_diagnostics", {}), obj, seeds)
         lines += ["", *[f"- {v}" for v in r["verdicts"]], ""]
     return "\n".join(lines)
+
+
+def _diagnostics_table(diag: dict, objective: str, seeds: list[int]) -> list[str]:
+    """Markdown lines: the CLIPO arm's diagnostics per seed and their mean [95 % interval]."""
+    if not diag:
+        return []
+    many = len(seeds) > 1
+    head = "| diagnostic | " + " | ".join(f"seed {s}" for s in seeds)
+    lines = [
+        "",
+        f"What CLIPO did to the update ({clipo_label(objective)} arm, mean over its steps; "
+        'docs/method.md, "Does CLIPO change the update?"):',
+        "",
+        head + (" | mean [95 % interval] |" if many else " |"),
+        "|---" * (len(seeds) + 1 + many) + "|",
+    ]
+    for key, d in diag.items():
+        label, digits = DIAGNOSTICS[key]
+        row = f"| {label} | " + " | ".join(f"{v:.{digits}f}" for v in d["values"])
+        lines.append(row + (f" | {_cell(d, digits, False)} |" if many else " |"))
+    return lines
 
 
 def write_report(

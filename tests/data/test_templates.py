@@ -102,6 +102,8 @@ def test_the_worked_example_counts_correctly_and_verifies():
         assert (int(m[5]), m[6], int(m[7])) == (a, op, b)
         assert int(m[8]) == int(m[9]) == want == chain[-1]
         assert verify_batch([answer], [str(want)]) == [1.0]
-    msgs = Record("Calculate 2 + 2.\n" + MATH, "4", "math", "x", 0, "basic_arithmetic", few_shot=True).messages
+    msgs = Record(
+        "Calculate 2 + 2.\n" + MATH, "4", "math", "x", 0, "basic_arithmetic", few_shot=True
+    ).messages
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
     assert msgs[2]["content"] == ONE_SHOT[0][1]

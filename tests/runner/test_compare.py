@@ -165,6 +165,39 @@ def test_divergence_step_is_the_first_step_whose_tokens_differ(tmp_path):
     assert "seed 0: not recorded" in (tmp_path / "old" / "compare.md").read_text()
 
 
+def test_the_clipo_arms_diagnostics_are_reported_per_seed(tmp_path):
+    """compare.json / compare.md carry the CLIPO arm's update diagnostics: per seed the mean over
+    its steps, over seeds the mean and t-interval; the baseline arm (no head) has none."""
+    from clipo_megatron.runner.compare_report import DIAGNOSTICS
+
+    logged = {0: [(0.5, 0.02, 0.10, 1.0), (1.0, 0.04, 0.30, 0.5)], 1: [(0.0, 0.0, 0.0, 0.0)] * 2}
+    for seed, steps in logged.items():
+        _fake_run(tmp_path, "grpo", "clipo", seed, 0.75, 0.9)
+        _fake_run(tmp_path, "grpo", "baseline", seed, 0.70, 0.8)
+        d = run_dir(tmp_path, "grpo", "clipo", seed)
+        hist = [{"step": i, **dict(zip(DIAGNOSTICS, v))} for i, v in enumerate(steps)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in hist))
+    rep = write_report(tmp_path, ["grpo"], [0, 1], "t", plots=False)
+    diag = rep["by_objective"]["grpo"]["clipo_diagnostics"]
+    # seed 0: means over its two steps (0.75, 0.03, 0.20, 0.75); seed 1: all zero
+    assert diag["clipo/adv_share"]["values"] == pytest.approx([0.20, 0.0])
+    assert diag["clipo/valid_group_frac"]["values"] == pytest.approx([0.75, 0.0])
+    assert diag["clipo/r_cl_spread"]["mean"] == pytest.approx(0.015)
+    assert diag["clipo/ranked_frac"]["values"] == pytest.approx([0.75, 0.0])
+    md = (tmp_path / "compare.md").read_text()
+    # [0.2, 0.0]: mean 0.1, s = 0.1414214, half = 12.7062 * 0.1 = 1.2706 -> [-1.171, 1.371]
+    assert (
+        "| CLIPO's share of the advantage, mean \\|A(r') - A(r)\\| / mean \\|A(r)\\| | 0.200 | 0.000 "
+        "| 0.100 [-1.171, 1.371] |"
+    ) in md
+    # runs without diagnostics (older runs, or the baseline) give no table
+    _fake_run(tmp_path / "old", "grpo", "clipo", 0, 0.75, 0.9)
+    _fake_run(tmp_path / "old", "grpo", "baseline", 0, 0.70, 0.8)
+    old = write_report(tmp_path / "old", ["grpo"], [0], "t", plots=False)
+    assert old["by_objective"]["grpo"]["clipo_diagnostics"] == {}
+    assert "What CLIPO did" not in (tmp_path / "old" / "compare.md").read_text()
+
+
 TINY = [
     "model.source=tiny",
     "rollout.backend=hf",
