@@ -104,6 +104,7 @@ def main() -> None:
     ap.add_argument("--denominators", default="all_others,positive_and_negatives")
     ap.add_argument("--save", help="also write the recorded rows here (torch.save)")
     ap.add_argument("--load", help="replay rows written by --save instead of training")
+    ap.add_argument("--first", type=int, help="replay only the first N recorded steps")
     ap.add_argument("overrides", nargs="*", help="OmegaConf dotted overrides of the recorded run")
     args = ap.parse_args()
     if args.load:
@@ -112,6 +113,7 @@ def main() -> None:
         steps, head0, method = record_run(args.config, args.overrides)
         if args.save:
             torch.save((steps, head0, method), args.save)
+    steps = steps[: args.first] if args.first else steps
     print(f"\n{len(steps)} recorded steps, {sum(len(s['correct']) for s in steps)} rollouts")
     print("| denominator | tau | valid groups | r_CL spread | adv share | ranked |")
     print("|---|---:|---:|---:|---:|---:|")
