@@ -76,9 +76,9 @@ def record_run(config: str, overrides: list[str]) -> tuple[list[dict], torch.nn.
 def replay(steps: list[dict], head0: torch.nn.Module, method) -> dict[str, float]:
     """Means over steps of the three diagnostics and the valid-group fraction, for one setting."""
     from clipo_megatron.core.advantages import group_advantages
-    from clipo_megatron.core.diagnostics import update_diagnostics
     from clipo_megatron.core.rewards import shaped_rewards
     from clipo_megatron.megatron.head_trainer import HeadTrainer
+    from clipo_megatron.runner.step_metrics import clipo_diagnostics
 
     torch.manual_seed(0)
     trainer = HeadTrainer(copy.deepcopy(head0), method)
@@ -89,9 +89,7 @@ def replay(steps: list[dict], head0: torch.nn.Module, method) -> dict[str, float
         )
         r = s["correct"].float()  # [b] the verifiable 0 / 1 rewards
         adv = group_advantages(shaped_rewards(r, out.rewards.float()), s["group_ids"])  # [b]
-        d = update_diagnostics(
-            group_advantages(r, s["group_ids"]), adv, out.rewards, s["correct"], s["group_ids"]
-        )
+        d = clipo_diagnostics(r, out.rewards, adv, s["correct"], s["group_ids"])  # as the run logs
         d["valid"] = out.metrics.get("clipo/valid_group_frac", 0.0)
         rows.append(d)
     return {k: statistics.mean(r[k] for r in rows) for k in rows[0]}
