@@ -7,8 +7,9 @@
 Dotted overrides as NeMo-RL's examples take them (`+key=value` adds a key).
 `--validate-only` runs the preflight (clipo_megatron.nemo_rl.preflight: recipe, NeMo-RL's
 MasterConfig when importable, data files and columns, train/validation overlap, parallel sizes
-against the model, cluster environment) and prints the resolved config; every problem is one
-line on stderr and the exit code is 2. `--no-cluster-env` skips the environment checks (laptop,
+against the model, cluster environment) and prints one `preflight OK` line (the resolved config
+with `--verbose`, or into `--print-config FILE`); every problem is one line on stderr and the exit
+code is 2. `--no-cluster-env` skips the environment checks (laptop,
 CI). A real run goes through the same preflight before Ray starts.
 """
 
@@ -30,7 +31,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     p.add_argument(
         "--validate-only",
         action="store_true",
-        help="run the preflight, print the resolved config, then exit (2 on problems)",
+        help="run the preflight, print one OK line, then exit (2 on problems)",
+    )
+    p.add_argument(
+        "--verbose", action="store_true", help="with --validate-only: print the resolved config"
+    )
+    p.add_argument(
+        "--print-config",
+        type=Path,
+        metavar="FILE",
+        help="with --validate-only: write the resolved config (JSON) to FILE",
     )
     p.add_argument(
         "--no-cluster-env",
@@ -38,6 +48,15 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         help="skip the cluster environment checks (TORCH_CUDA_ARCH_LIST, NeMo-RL, HF_HOME, ...)",
     )
     return p.parse_known_args(argv)
+
+
+def ok_line(recipe: Path, warnings: int, written: Path | None) -> str:
+    """The one line a passing preflight prints (the config itself only on request)."""
+    where = (
+        f"written to {written}" if written else "--verbose prints it, --print-config FILE saves it"
+    )
+    noted = f" with {warnings} warning(s) above" if warnings else ""
+    return f"preflight OK: {recipe}{noted}; resolved config {where}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     config, clipo = report.config, report.clipo
     assert config is not None and clipo is not None
     if args.validate_only:
-        print(json.dumps({"clipo": clipo.to_dict(), "config": config}, indent=1, default=str))
+        resolved = json.dumps({"clipo": clipo.to_dict(), "config": config}, indent=1, default=str)
+        if args.print_config:
+            try:
+                args.print_config.write_text(resolved + "\n")
+            except OSError as e:
+                print(f"--print-config {args.print_config}: {e.strerror}", file=sys.stderr)
+                return 2
+        if args.verbose:
+            print(resolved)
+        print(ok_line(args.config, len(report.warnings), args.print_config))
         return 0
     from clipo_megatron.nemo_rl.driver import run
 

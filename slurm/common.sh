@@ -10,12 +10,14 @@
 #
 # Environment (defaults in brackets):
 #   RECIPE            recipe YAML, relative to CLIPO_ROOT or absolute        [set by the track script]
-#   OVERRIDES         extra dotted overrides, space separated                 []
+#   OVERRIDES         extra dotted overrides, whitespace separated (no quotes, no globs) []
+#                     the script's own arguments are overrides too, one per argument, verbatim
+#                     (`sbatch slurm/track1_qwen3b.sh 'key=a value with spaces'`)
 #   CONTAINER         enroot/pyxis image with NeMo-RL (srun --container-image) []
 #   MOUNTS            extra container mounts, comma separated                 []
 #   VENV              venv with NeMo-RL + clipo_megatron (used without CONTAINER) []
 #   NEMO_RL_ROOT      NeMo-RL checkout inside the container / venv host       [/opt/nemo-rl]
-#   CLIPO_DATA_DIR    parquet data root (train/, test/); mounted              [$CLIPO_ROOT/data/clipo]
+#   CLIPO_DATA_DIR    parquet data root (train/, test/); must exist; mounted  [$CLIPO_ROOT/data/clipo]
 #   CHECKPOINT_DIR    -> checkpointing.checkpoint_dir=...; created, mounted   [the recipe's, under CLIPO_ROOT]
 #   HF_HOME           Hugging Face cache (shared filesystem); exported, mounted [inherited]
 #   NRL_MEGATRON_CHECKPOINT_DIR  NeMo-RL's HF->Megatron cache; exported, mounted [$HF_HOME/nemo_rl]
@@ -32,6 +34,10 @@ set -euo pipefail
 
 : "${RECIPE:?RECIPE must name a recipe YAML}"
 OVERRIDES="${OVERRIDES:-}"
+# Overrides travel as an array and reach every `bash -c` payload quoted (%q): no word of an override
+# is ever run by a shell. OVERRIDES splits on whitespace only (read -a: no globbing, no quote removal).
+read -r -a OVERRIDE_ARGS <<< "$OVERRIDES" || true
+OVERRIDE_ARGS+=("$@")
 CONTAINER="${CONTAINER:-}"
 MOUNTS="${MOUNTS:-}"
 VENV="${VENV:-}"
@@ -44,10 +50,21 @@ RAY_WAIT_TIMEOUT_S="${RAY_WAIT_TIMEOUT_S:-1800}"
 RAY_POLL_S="${RAY_POLL_S:-5}"
 BASE_LOG_DIR="${BASE_LOG_DIR:-$CLIPO_ROOT/slurm-logs}"
 DRY_RUN="${DRY_RUN:-0}"
+need_int() { # VAR...: each a positive integer (they go into arithmetic and `bash -c` payloads)
+  local var
+  for var in "$@"; do
+    if ! [[ "${!var}" =~ ^[1-9][0-9]*$ ]]; then
+      echo "[clipo] $var=${!var}: must be a positive integer" >&2
+      exit 2
+    fi
+  done
+}
+need_int GPUS_PER_NODE RAY_PORT RAY_WAIT_TIMEOUT_S
 
 if [[ "$DRY_RUN" == "1" ]]; then
   SLURM_JOB_ID="${SLURM_JOB_ID:-dryrun}"
   SLURM_JOB_NUM_NODES="${SLURM_JOB_NUM_NODES:-${DRY_RUN_NODES:-2}}"
+  need_int SLURM_JOB_NUM_NODES
   NODES=()
   for ((i = 0; i < SLURM_JOB_NUM_NODES; i++)); do NODES+=("node$i"); done
   CPUS_PER_WORKER="${CPUS_PER_WORKER:-$((16 * GPUS_PER_NODE))}" # off-cluster: no scontrol to ask
@@ -68,22 +85,39 @@ NUM_NODES=${#NODES[@]}
 HEAD_NODE="${NODES[0]}"
 LOG_DIR="$BASE_LOG_DIR/${SLURM_JOB_ID}${SLURM_RESTART_COUNT:+-$SLURM_RESTART_COUNT}-logs"
 
-abspath() { if [[ "$1" == /* ]]; then echo "$1"; else echo "$CLIPO_ROOT/$1"; fi; }
+abspath() { # relative to CLIPO_ROOT (the driver's working directory), `..` folded, links kept
+  if [[ "$1" == /* ]]; then realpath -ms -- "$1"; else realpath -ms -- "$CLIPO_ROOT/$1"; fi
+}
 RECIPE="$(abspath "$RECIPE")"
-for ov in $OVERRIDES; do # a checkpoint dir given as an override must be mounted too
+for ov in ${OVERRIDE_ARGS[@]+"${OVERRIDE_ARGS[@]}"}; do # a checkpoint dir given as an override must be mounted too
   if [[ -z "$CHECKPOINT_DIR" && "$ov" == checkpointing.checkpoint_dir=* ]]; then
     CKPT_FROM_OVERRIDES="$(abspath "${ov#*=}")"
   fi
 done
-CKPT_OVERRIDE=""
 if [[ -n "$CHECKPOINT_DIR" ]]; then
   CHECKPOINT_DIR="$(abspath "$CHECKPOINT_DIR")"
-  CKPT_OVERRIDE=" checkpointing.checkpoint_dir=$CHECKPOINT_DIR"
+  OVERRIDE_ARGS+=("checkpointing.checkpoint_dir=$CHECKPOINT_DIR")
 elif [[ -n "${CKPT_FROM_OVERRIDES:-}" ]]; then
   CHECKPOINT_DIR="$CKPT_FROM_OVERRIDES"
 fi
 
+CLIPO_DATA_DIR="$(abspath "$CLIPO_DATA_DIR")" # mounted at this path: a relative one mounts nothing
+if [[ ! -d "$CLIPO_DATA_DIR" ]]; then
+  echo "[clipo] CLIPO_DATA_DIR=$CLIPO_DATA_DIR: no such directory; set CLIPO_DATA_DIR to the parquet root (train/, test/)" >&2
+  exit 2
+fi
+need_int CPUS_PER_WORKER
+if ! [[ "$RAY_POLL_S" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+  echo "[clipo] RAY_POLL_S=$RAY_POLL_S: must be a number of seconds" >&2
+  exit 2
+fi
+
 q() { printf '%q' "$1"; } # quote a value for a `bash -c` payload
+qall() { # quote each argument for a `bash -c` payload, space separated
+  local a out=""
+  for a in "$@"; do out+="${out:+ }$(q "$a")"; done
+  printf '%s' "$out"
+}
 
 # --- the environment every step starts from ---------------------------------------------------
 EXPORTS=(
@@ -139,8 +173,9 @@ show() { # SUFFIX CMD...: print a command line (quoting only where needed), then
 }
 
 LD=$(q "$LOG_DIR")
-DRIVER_ARGS="--config $(q "$RECIPE") cluster.num_nodes=$NUM_NODES cluster.gpus_per_node=$GPUS_PER_NODE${OVERRIDES:+ $OVERRIDES}$CKPT_OVERRIDE"
-PREFLIGHT="$PREAMBLE && python examples/run_grpo_clipo.py --validate-only $DRIVER_ARGS > $LD/config.json"
+DRIVER_ARGS="$(qall --config "$RECIPE" "cluster.num_nodes=$NUM_NODES" "cluster.gpus_per_node=$GPUS_PER_NODE" \
+  ${OVERRIDE_ARGS[@]+"${OVERRIDE_ARGS[@]}"})"
+PREFLIGHT="$PREAMBLE && python examples/run_grpo_clipo.py --validate-only --print-config $LD/config.json $DRIVER_ARGS"
 # The head step: ray start (returns once the GCS listens), signal file with its address, wait for
 # all nodes, then the driver in this same container; its status is the step's (ray.sub's head_cmd).
 HEAD_SCRIPT="set -o pipefail; $PREAMBLE || exit 1; ip=\$(hostname --ip-address | cut -d\" \" -f1)"

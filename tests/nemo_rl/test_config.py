@@ -328,6 +328,7 @@ def test_cli_validate_only_prints_config():
             "--config",
             str(CONFIGS / "track2_qwen7b_gmpo.yaml"),
             "--validate-only",
+            "--verbose",
             "--no-cluster-env",
             "grpo.max_num_steps=100",
         ],

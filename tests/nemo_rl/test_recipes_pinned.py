@@ -146,7 +146,9 @@ def test_every_recipe_with_nemo_rls_parent(recipe, nemo_rl_parent, monkeypatch):
 @needs_data
 def test_cli_validate_only_in_this_interpreter():
     """The real entry point, once, as a subprocess: exit 0 and the resolved config on stdout."""
-    out = _validate_only(CONFIGS / "scaling" / "qwen32b_tp8_pp2.yaml", "grpo.max_num_steps=100")
+    out = _validate_only(
+        CONFIGS / "scaling" / "qwen32b_tp8_pp2.yaml", "--verbose", "grpo.max_num_steps=100"
+    )
     assert out.returncode == 0, out.stderr
     assert '"make_sequence_length_divisible_by": 32' in out.stdout
     assert '"max_num_steps": 100' in out.stdout and "Traceback" not in out.stderr

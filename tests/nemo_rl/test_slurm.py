@@ -33,9 +33,13 @@ echo "fake srun: no bash -c in $*" >&2; exit 97
 """
 FAKE_LOG = 'echo "${FAKE_STEP:-none}|$(basename "$0")|${TORCH_CUDA_ARCH_LIST:-}|$*" >> "$FAKE_CALLS/events"\n'
 FAKE_PYTHON = (
-    "#!/bin/bash\n" + FAKE_LOG + 'case "$*" in\n'
+    "#!/bin/bash\n"
+    + FAKE_LOG
+    + 'printf "%s\\0" "$@" > "$(mktemp -p "$FAKE_CALLS" python.XXXXXX).argv"\n'
+    + 'case "$*" in\n'
     f'  *--validate-only*) [[ -n "${{FAKE_PREFLIGHT_FAIL:-}}" ]] && {{ echo "{BAD_RECIPE}" >&2; exit 1; }}\n'
-    '    echo \'{"config": "ok"}\' ;;\n'
+    '    prev=; for a in "$@"; do [[ "$prev" == --print-config ]] && echo \'{"config": "ok"}\' > "$a"\n'
+    '      prev=$a; done; echo "preflight OK" ;;\n'
     # like the real ray_wait: return once the other nodes' `ray start --address` ran
     "  *ray_wait*) n=$(($4 - 1)); for _ in $(seq 200); do\n"
     '      (($(grep -c -- "--address=" "$FAKE_CALLS/events") >= n)) && exit 0; sleep 0.02; done\n'
@@ -45,11 +49,12 @@ FAKE_PYTHON = (
 )
 
 
-def _fake_cluster(tmp_path, mode, **env):
+def _fake_cluster(tmp_path, mode, *script_args, **env):
     """Run track2 on a fake 3-node cluster; return (process, {step: srun args}, events)."""
-    bindir, calls = tmp_path / "bin", tmp_path / "calls"
+    bindir, calls, data = tmp_path / "bin", tmp_path / "calls", tmp_path / "data"
     bindir.mkdir()
     calls.mkdir()
+    data.mkdir()
     (bindir / "srun").write_text(FAKE_SRUN)
     (bindir / "scontrol").write_text(
         '#!/bin/bash\nif [[ "$2" == hostnames ]]; then echo n0; echo n1; echo n2; '
@@ -69,6 +74,7 @@ def _fake_cluster(tmp_path, mode, **env):
         "BASE_LOG_DIR": str(tmp_path / "logs"),
         "RAY_POLL_S": "0.05",
         "CLIPO_ROOT": str(ROOT),
+        "CLIPO_DATA_DIR": str(data),
     }
     if mode == "venv":
         (tmp_path / "venv" / "bin").mkdir(parents=True)
@@ -77,7 +83,7 @@ def _fake_cluster(tmp_path, mode, **env):
     else:
         base["CONTAINER"] = "nemo-rl.sqsh"
     proc = subprocess.run(
-        ["bash", str(ROOT / "slurm/track2_qwen7b.sh")],
+        ["bash", str(ROOT / "slurm/track2_qwen7b.sh"), *script_args],
         env={**base, **env},
         capture_output=True,
         text=True,
@@ -115,6 +121,7 @@ def test_container_run_driver_in_head_step_with_mounts_and_cpus(tmp_path):
         assert mounts.split("=", 1)[1].split(",") == [
             f"{ROOT}:{ROOT}",
             f"{logs}:{logs}",
+            f"{tmp_path / 'data'}:{tmp_path / 'data'}",
             f"{hf}:{hf}",
             f"{ckpt}:{ckpt}",
         ]
@@ -166,7 +173,12 @@ def test_bash_n(script):
 
 
 def _run(script, env, cwd):
-    base = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
+    (cwd / "data").mkdir(exist_ok=True)
+    base = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "CLIPO_DATA_DIR": str(cwd / "data"),
+    }
     return subprocess.run(
         ["bash", str(ROOT / script)],
         env={**base, **env},
@@ -257,3 +269,116 @@ def test_sbatch_headers():
         text = (ROOT / script).read_text()
         assert re.search(rf"^#SBATCH --nodes={nodes}$", text, re.M)
         assert "#SBATCH --gpus-per-node=8" in text
+
+
+def _hostile(tmp_path):
+    """Overrides that a shell would run: `;`, `$( )`, backticks, a glob, quotes; each would
+    create its marker file if any shell between sbatch and the driver evaluated it."""
+    m = [tmp_path / f"PWNED{i}" for i in range(4)]
+    in_env = [f"a.b=1;>{m[0]}", f"c=$(>{m[1]})", f"d=`>{m[2]}`", "e=*", 'f="it\'s"']
+    as_args = [f"g=x && touch {m[3]}", "h=two words", "i='q'"]
+    return m, in_env, as_args
+
+
+def _argvs(tmp_path, flag):
+    calls = sorted((tmp_path / "calls").glob("python.*.argv"))
+    argvs = [p.read_bytes().decode().split("\0")[:-1] for p in calls]
+    return [a for a in argvs if flag(a)]
+
+
+@pytest.mark.parametrize("mode", ["container", "venv"])
+def test_overrides_reach_the_driver_verbatim_and_run_nothing(tmp_path, mode):
+    markers, in_env, as_args = _hostile(tmp_path)
+    ckpt = tmp_path / "ck pt"
+    proc, _, _ = _fake_cluster(
+        tmp_path, mode, *as_args, OVERRIDES=" ".join(in_env), CHECKPOINT_DIR=str(ckpt)
+    )
+    assert [m for m in markers if m.exists()] == []  # nothing ran
+    assert proc.returncode == 0, proc.stderr
+    recipe = str(ROOT / "examples/configs/track2_qwen7b.yaml")
+    expected = ["--config", recipe, "cluster.num_nodes=3", "cluster.gpus_per_node=8"]
+    expected += in_env + as_args + [f"checkpointing.checkpoint_dir={ckpt}"]
+    (pre,) = _argvs(tmp_path, lambda a: "--validate-only" in a)
+    (drv,) = _argvs(tmp_path, lambda a: a[:2] == ["examples/run_grpo_clipo.py", "--config"])
+    assert drv[1:] == expected
+    assert pre[:2] == ["examples/run_grpo_clipo.py", "--validate-only"]
+    assert pre[2:4] == ["--print-config", str(tmp_path / "logs/77-logs/config.json")]
+    assert pre[4:] == expected
+    assert (tmp_path / "logs/77-logs/config.json").read_text().strip() == '{"config": "ok"}'
+
+
+def test_dry_run_prints_overrides_quoted_and_runs_nothing(tmp_path):
+    markers, in_env, as_args = _hostile(tmp_path)
+    env = {"DRY_RUN": "1", "VENV": "/opt/v", "BASE_LOG_DIR": str(tmp_path)}
+    out = _run("slurm/track1_qwen3b.sh", {**env, "OVERRIDES": " ".join(in_env)}, tmp_path)
+    assert [m for m in markers if m.exists()] == []
+    assert out.returncode == 0, out.stderr
+    # each printed `bash -c` payload, run with `python` = a recorder, passes the overrides verbatim
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python").write_text('#!/bin/bash\nprintf "%s\\0" "$@" >> "$REC"\n')
+    (bindir / "python").chmod(0o755)
+    pre = [ln for ln in out.stdout.splitlines() if "--validate-only" in ln][0]
+    payload = subprocess.run(
+        ["bash", "-c", 'eval "set -- ${1#+ }"; printf \'%s\' "${@: -1}"', "_", pre],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout  # the `bash -c` argument of the printed srun line
+    payload = payload.replace("source /opt/v/bin/activate", "true")
+    rec = tmp_path / "rec"
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "REC": str(rec)}
+    subprocess.run(["bash", "-c", payload], env=env, check=True, cwd=tmp_path)
+    argv = rec.read_bytes().decode().split("\0")[:-1]
+    assert argv[-len(in_env) :] == in_env and [m for m in markers if m.exists()] == []
+
+
+@pytest.mark.parametrize(
+    "given,mounted",
+    [("rel/data", None), ("../shared/data", "{tmp}/shared/data"), ("/abs/../{tmp}/x", "{tmp}/x")],
+)
+def test_data_dir_is_mounted_absolute(tmp_path, given, mounted):
+    """A relative CLIPO_DATA_DIR is taken under CLIPO_ROOT (as CHECKPOINT_DIR): inside the checkout
+    its mount covers it, elsewhere it is mounted at its absolute, `..`-free path."""
+    root = tmp_path / "checkout"  # CLIPO_ROOT holding the scripts
+    (root / "slurm").mkdir(parents=True)
+    for f in ("common.sh", "track1_qwen3b.sh"):
+        (root / "slurm" / f).write_text((ROOT / "slurm" / f).read_text())
+    for d in ("checkout/rel/data", "shared/data", "x"):
+        (tmp_path / d).mkdir(parents=True, exist_ok=True)
+    given, logs = given.format(tmp=str(tmp_path).lstrip("/")), tmp_path / "logs/dryrun-logs"
+    env = {"DRY_RUN": "1", "CONTAINER": "img", "BASE_LOG_DIR": str(tmp_path / "logs")}
+    out = subprocess.run(
+        ["bash", str(root / "slurm/track1_qwen3b.sh")],
+        env={**os.environ, **env, "CLIPO_ROOT": str(root), "CLIPO_DATA_DIR": given},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    mounts = re.search(r"--container-mounts=(\S+)", out.stdout).group(1).split(",")
+    extra = [f"{mounted}:{mounted}".format(tmp=tmp_path)] if mounted else []
+    assert mounts == [f"{root}:{root}", f"{logs}:{logs}"] + extra
+    data = mounted.format(tmp=tmp_path) if mounted else f"{root}/rel/data"
+    assert f"CLIPO_DATA_DIR={data} " in out.stdout
+
+
+def test_missing_data_dir_is_one_line_exit_2(tmp_path):
+    env = {"DRY_RUN": "1", "CONTAINER": "img", "BASE_LOG_DIR": str(tmp_path)}
+    out = _run("slurm/track1_qwen3b.sh", {**env, "CLIPO_DATA_DIR": "/no/such/dir"}, tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "[clipo] CLIPO_DATA_DIR=/no/such/dir: no such directory; "
+        "set CLIPO_DATA_DIR to the parquet root (train/, test/)"
+    ]
+
+
+@pytest.mark.parametrize("var,value", [("RAY_PORT", "6379;id"), ("GPUS_PER_NODE", "8 x")])
+def test_numeric_settings_are_digits_only(tmp_path, var, value):
+    env = {"DRY_RUN": "1", "CONTAINER": "img", "BASE_LOG_DIR": str(tmp_path), var: value}
+    out = _run("slurm/track1_qwen3b.sh", env, tmp_path)
+    assert (
+        out.returncode == 2
+        and out.stderr.strip() == f"[clipo] {var}={value}: must be a positive integer"
+    )

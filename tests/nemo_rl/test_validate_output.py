@@ -1,0 +1,67 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""`run_grpo_clipo.py --validate-only` on success: one OK line; the resolved config only on request.
+
+The preflight itself is stubbed (tests/nemo_rl/test_preflight.py checks it); this tests what a
+user sees when it passes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from clipo_megatron.nemo_rl import preflight as pf
+from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = ROOT / "examples/configs/track1_qwen3b.yaml"
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    spec = importlib.util.spec_from_file_location(
+        "run_grpo_clipo", ROOT / "examples/run_grpo_clipo.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    config = {"grpo": {"max_num_steps": 7}, "policy": {"model_name": "m"}}
+    report = pf.Report(config=config, clipo=ClipoNemoRLConfig.from_dict({}), warnings=["HF_HOME x"])
+    monkeypatch.setattr(pf, "preflight", lambda *a, **k: report)
+    return mod
+
+
+def test_success_is_one_ok_line(cli, capsys):
+    assert cli.main(["--config", str(RECIPE), "--validate-only"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        f"preflight OK: {RECIPE} with 1 warning(s) above; "
+        "resolved config --verbose prints it, --print-config FILE saves it"
+    ]
+    assert err.splitlines() == ["warning: HF_HOME x"]
+
+
+def test_verbose_prints_the_config_then_the_ok_line(cli, capsys):
+    assert cli.main(["--config", str(RECIPE), "--validate-only", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    body, ok = out.rsplit("\n", 2)[0], out.splitlines()[-1]
+    assert json.loads(body)["config"]["grpo"]["max_num_steps"] == 7
+    assert ok.startswith("preflight OK: ")
+
+
+def test_print_config_writes_the_file(cli, capsys, tmp_path):
+    f = tmp_path / "config.json"
+    assert cli.main(["--validate-only", "--print-config", str(f), "--config", str(RECIPE)]) == 0
+    assert json.loads(f.read_text())["config"]["policy"]["model_name"] == "m"
+    assert capsys.readouterr().out.splitlines() == [
+        f"preflight OK: {RECIPE} with 1 warning(s) above; resolved config written to {f}"
+    ]
+
+
+def test_print_config_unwritable_is_one_line_exit_2(cli, capsys, tmp_path):
+    f = tmp_path / "no" / "dir" / "config.json"
+    assert cli.main(["--validate-only", "--print-config", str(f)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines()[-1] == f"--print-config {f}: No such file or directory"
