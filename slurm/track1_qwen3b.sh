@@ -6,6 +6,7 @@
 #   VENV=/path/venv sbatch slurm/track1_qwen3b.sh                        # NeMo-RL + clipo_megatron installed
 #   DRY_RUN=1 CONTAINER=img bash slurm/track1_qwen3b.sh                  # print the commands, run nothing
 #   OVERRIDES="grpo.max_num_steps=100 clipo.method.temperature=0.02" sbatch slurm/track1_qwen3b.sh
+#   sbatch slurm/track1_qwen3b.sh grpo.max_num_steps=100 'key=a value'        # overrides as arguments, verbatim
 #   RECIPE=examples/configs/track1_qwen3b_dapo.yaml sbatch slurm/track1_qwen3b.sh   # another objective
 #
 #   HF_HOME=/shared/hf CHECKPOINT_DIR=/shared/ckpt/run1 CONTAINER=... sbatch ...  # both get mounted

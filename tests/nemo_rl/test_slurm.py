@@ -289,13 +289,20 @@ def _argvs(tmp_path, flag):
 @pytest.mark.parametrize("mode", ["container", "venv"])
 def test_overrides_reach_the_driver_verbatim_and_run_nothing(tmp_path, mode):
     markers, in_env, as_args = _hostile(tmp_path)
-    ckpt = tmp_path / "ck pt"
+    ckpt, root = tmp_path / "ck pt", tmp_path / "checkout"
+    (root / "slurm").mkdir(parents=True)  # the steps `cd` here: a leak must not litter the repo
+    (root / "slurm" / "common.sh").write_text((ROOT / "slurm" / "common.sh").read_text())
     proc, _, _ = _fake_cluster(
-        tmp_path, mode, *as_args, OVERRIDES=" ".join(in_env), CHECKPOINT_DIR=str(ckpt)
+        tmp_path,
+        mode,
+        *as_args,
+        OVERRIDES=" ".join(in_env),
+        CHECKPOINT_DIR=str(ckpt),
+        CLIPO_ROOT=str(root),
     )
     assert [m for m in markers if m.exists()] == []  # nothing ran
     assert proc.returncode == 0, proc.stderr
-    recipe = str(ROOT / "examples/configs/track2_qwen7b.yaml")
+    recipe = str(root / "examples/configs/track2_qwen7b.yaml")
     expected = ["--config", recipe, "cluster.num_nodes=3", "cluster.gpus_per_node=8"]
     expected += in_env + as_args + [f"checkpointing.checkpoint_dir={ckpt}"]
     (pre,) = _argvs(tmp_path, lambda a: "--validate-only" in a)
@@ -325,7 +332,8 @@ def test_dry_run_prints_overrides_quoted_and_runs_nothing(tmp_path):
         text=True,
         check=True,
     ).stdout  # the `bash -c` argument of the printed srun line
-    payload = payload.replace("source /opt/v/bin/activate", "true")
+    assert f"&& cd {ROOT} &&" in payload  # run it in tmp_path: a leak must not litter the repo
+    payload = payload.replace("source /opt/v/bin/activate", "true").replace(f"cd {ROOT}", "true")
     rec = tmp_path / "rec"
     env = {"PATH": f"{bindir}:{os.environ['PATH']}", "REC": str(rec)}
     subprocess.run(["bash", "-c", payload], env=env, check=True, cwd=tmp_path)
