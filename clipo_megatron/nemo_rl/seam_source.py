@@ -1,0 +1,190 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Reading NeMo-RL's source without importing it: module-level names, classes, methods, calls,
+and signatures in one form whether read by `ast` or from a live object by `inspect`
+(for `seams.py`)."""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class Absent(Exception):
+    """`symbol` (None: the file itself) is not in nemo_rl/`rel`; `near` are similar names."""
+
+    def __init__(self, rel: str, symbol: str | None, near: list[str] | None = None):
+        super().__init__(rel, symbol)
+        self.rel, self.symbol, self.near = rel, symbol, near or []
+
+
+class Source:
+    """NeMo-RL's files under `pkg` (the `nemo_rl/` directory), parsed on first use."""
+
+    def __init__(self, pkg: Path):
+        self.pkg = pkg
+        self._trees: dict[str, ast.Module | None] = {}
+
+    def tree(self, rel: str) -> ast.Module:
+        if rel not in self._trees:
+            path = self.pkg / rel
+            self._trees[rel] = ast.parse(path.read_text(), str(path)) if path.is_file() else None
+        found = self._trees[rel]
+        if found is None:
+            raise Absent(rel, None)
+        return found
+
+    def bindings(self, rel: str) -> dict[str, ast.AST]:
+        """Module-level names (defs, classes, assignments, imports; also inside if / try)."""
+        out: dict[str, ast.AST] = {}
+        body = list(self.tree(rel).body)
+        while body:
+            node = body.pop(0)
+            if isinstance(node, ast.If | ast.Try):
+                body += node.body + node.orelse + getattr(node, "finalbody", [])
+                body += [s for h in getattr(node, "handlers", []) for s in h.body]
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                out[node.name] = node
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                out.update({t.id: node for t in targets if isinstance(t, ast.Name)})
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                for a in node.names:
+                    out[a.asname or a.name.split(".")[0]] = node
+        return out
+
+    def top(self, rel: str, name: str) -> ast.AST:
+        names = self.bindings(rel)
+        if name not in names:
+            raise Absent(rel, name, difflib.get_close_matches(name, names, n=2))
+        return names[name]
+
+    def cls(self, rel: str, name: str) -> ast.ClassDef:
+        node = self.top(rel, name)
+        if not isinstance(node, ast.ClassDef):
+            raise Absent(rel, name)
+        return node
+
+    def function(self, rel: str, name: str, hops: int = 3) -> ast.FunctionDef:
+        """A module-level function, followed through `from nemo_rl.x import name` re-exports."""
+        node = self.top(rel, name)
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and hops:
+            module = str(node.module)
+            original = next(a.name for a in node.names if (a.asname or a.name) == name)
+            if module.split(".")[0] == "nemo_rl":
+                return self.function(self.module_rel(module), original, hops - 1)
+        if not isinstance(node, ast.FunctionDef):
+            raise Absent(rel, name)
+        return node
+
+    def module_rel(self, module: str) -> str:
+        """nemo_rl.a.b -> "a/b.py" or "a/b/__init__.py" (Absent when neither exists)."""
+        base = "/".join(module.split(".")[1:])
+        for rel in (f"{base}.py", f"{base}/__init__.py" if base else "__init__.py"):
+            if (self.pkg / rel).is_file():
+                return rel
+        raise Absent(f"{base}.py", None)
+
+    def method(self, rel: str, cls: str, name: str) -> ast.FunctionDef:
+        defs = {n.name: n for n in self.cls(rel, cls).body if isinstance(n, ast.FunctionDef)}
+        if name not in defs:
+            raise Absent(rel, f"{cls}.{name}", difflib.get_close_matches(name, defs, n=2))
+        return defs[name]
+
+
+# ----------------------------------------------------------------------------- signatures
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str  # "pos" (positional or keyword), "posonly", "kwonly", "*", "**"
+    default: bool
+
+
+def ast_params(fn: ast.FunctionDef) -> list[Param]:
+    a = fn.args
+    pos = [(p, "posonly") for p in a.posonlyargs] + [(p, "pos") for p in a.args]
+    first_default = len(pos) - len(a.defaults)
+    out = [Param(p.arg, kind, i >= first_default) for i, (p, kind) in enumerate(pos)]
+    out += [Param(a.vararg.arg, "*", True)] if a.vararg else []
+    out += [Param(p.arg, "kwonly", d is not None) for p, d in zip(a.kwonlyargs, a.kw_defaults)]
+    return out + ([Param(a.kwarg.arg, "**", True)] if a.kwarg else [])
+
+
+_KINDS = {"POSITIONAL_ONLY": "posonly", "POSITIONAL_OR_KEYWORD": "pos", "KEYWORD_ONLY": "kwonly"}
+
+
+def live_params(fn: Callable) -> list[Param]:
+    out = []
+    for p in inspect.signature(fn).parameters.values():
+        kind = {"VAR_POSITIONAL": "*", "VAR_KEYWORD": "**"}.get(
+            p.kind.name, _KINDS.get(p.kind.name)
+        )
+        out.append(Param(p.name, str(kind), p.default is not p.empty or kind in ("*", "**")))
+    return out
+
+
+def render(params: list[Param]) -> str:
+    parts, star = [], False
+    for p in params:
+        if p.kind == "kwonly" and not star:
+            parts.append("*")
+        star = star or p.kind in ("*", "kwonly")
+        mark = {"*": "*", "**": "**"}.get(p.kind, "")
+        parts.append(f"{mark}{p.name}{'=…' if p.default and not mark else ''}")
+    return f"({', '.join(parts)})"
+
+
+def signature_gap(
+    params: list[Param],
+    positional: tuple[str, ...],
+    keywords: tuple[str, ...],
+    var_kw: bool,
+    complete: bool = True,
+) -> str | None:
+    """What keeps a call `f(*positional, **{keywords...})` from binding, else None (`params`
+    without `self`). `complete=False`: the project passes its caller's other arguments through."""
+    named = {p.name: p for p in params}
+    pos = [p.name for p in params if p.kind in ("pos", "posonly")][: len(positional)]
+    if pos != list(positional):
+        return f"positional parameters {pos} where the call passes {list(positional)}"
+    for k in keywords:
+        if k not in named or named[k].kind not in ("pos", "kwonly"):
+            return f"no keyword parameter {k}"
+    if var_kw and not any(p.kind == "**" for p in params):
+        return "no **kwargs"
+    if not complete:
+        return None
+    given = {*positional, *keywords}
+    required = [p.name for p in params if not p.default and p.name not in given]
+    return f"required parameter(s) {required} that the call does not pass" if required else None
+
+
+def calls(fn: ast.AST, name: str) -> list[ast.Call]:
+    return [
+        n
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+    ]
+
+
+def called_names(fn: ast.AST, *words: str) -> list[str]:
+    """Names of the functions `fn` calls that contain any of `words` (what it calls instead)."""
+    names = {ast.unparse(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
+    return sorted(n for n in names if any(w in n.lower() for w in words))
+
+
+def self_attrs(node: ast.AST, *, stored: bool) -> set[str]:
+    ctx = ast.Store if stored else ast.Load
+    return {
+        n.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+        and isinstance(n.ctx, ctx)
+    }

@@ -1,0 +1,311 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Where this integration meets NeMo-RL's code, checked in NeMo-RL's source before a run.
+
+A commit check (`compat`) can only refuse a NeMo-RL it does not know; these checks say *what*
+moved. Each `Seam` is one thing the project relies on: a class it subclasses, a method it
+overrides and the arguments it passes, a module-level name it rebinds and the call NeMo-RL makes
+by that name. `check(pkg_dir)` returns one line per moved seam: which seam, where it was
+expected (file, symbol), what is there instead, and the fix. Besides `SEAMS`, every
+`from nemo_rl... import name` of the product modules must resolve (`import_seams`; not the CPU
+stand-ins, not imports guarded by `except ImportError`). The source is parsed, never imported:
+the worker module needs Megatron-Bridge, absent on most login nodes; a module that is already
+imported (the driver imports grpo and lm_policy) has its live signatures checked as well.
+
+    python -m clipo_megatron.nemo_rl.seams <NeMo-RL checkout or its nemo_rl/ directory>
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+from clipo_megatron.nemo_rl.seam_checks import (
+    ESTIMATOR,
+    GRPO,
+    ITERATOR,
+    LOSS,
+    POLICY,
+    WORKER,
+    WORKER_CLS,
+    Absent,
+    Seam,
+    Source,
+    check_estimator,
+    check_estimator_call,
+    check_grpo_train_args,
+    check_iterator,
+    check_loss_enums,
+    check_loss_input,
+    check_microbatch,
+    check_no_clash,
+    check_policy_factory,
+    check_runtime_env,
+    check_worker_attrs,
+    check_worker_class,
+    method_seam,
+)
+
+_W, _P, _D = "worker_extension.py", "policy.py (ClipoPolicy)", "driver.py"
+_HERE = Path(__file__).resolve().parent
+_SUPPORTED = "or install a supported NeMo-RL (v0.7.0, main@7ea279a; docs/nemo_rl.md)"
+
+
+SEAMS: tuple[Seam, ...] = (
+    Seam(
+        "worker class",
+        WORKER,
+        WORKER_CLS,
+        "MegatronPolicyWorkerImpl, its Ray actor "
+        "MegatronPolicyWorker and that actor's ACTOR_ENVIRONMENT_REGISTRY entry",
+        f"ClipoMegatronPolicyWorkerImpl ({_W}) subclasses it; worker_env.py reuses the actor's "
+        "venv",
+        check_worker_class,
+    ),  # fmt: skip
+    method_seam(
+        "worker get_logprobs",
+        WORKER,
+        WORKER_CLS,
+        "get_logprobs",
+        "ClipoWorkerMixin.get_logprobs (worker.py) overrides it: pass what it takes now",
+        keywords=("data", "micro_batch_size"),
+        complete=False,
+    ),  # fmt: skip
+    Seam(
+        "microbatch iterator",
+        WORKER,
+        f"{ITERATOR}, module level",
+        f"get_logprobs calling the "
+        f"module-level {ITERATOR} by that name and unpacking (iterator, *meta)",
+        f"ClipoMegatronPolicyWorkerImpl._clipo_iterator_module ({_W}) and teed_microbatches' "
+        "name wrap it: point them at what get_logprobs calls now",
+        check_iterator,
+    ),  # fmt: skip
+    Seam(
+        "microbatch fields",
+        "models/megatron/data.py",
+        "ProcessedMicrobatch",
+        "fields data_dict and cu_seqlens_padded",
+        "MicrobatchPooler.tee (../megatron/microbatch_pooler.py) reads them",
+        check_microbatch,
+    ),  # fmt: skip
+    Seam(
+        "worker attributes",
+        WORKER,
+        f"{WORKER_CLS}.__init__",
+        "self.model and self.megatron_cfg"
+        " set in __init__, self.megatron_cfg.model read as the TransformerConfig",
+        f"_clipo_model_config ({_W}) and ClipoWorkerMixin.get_logprobs read them",
+        check_worker_attrs,
+    ),  # fmt: skip
+    Seam(
+        "mixin names",
+        WORKER,
+        WORKER_CLS,
+        "no member named like ClipoWorkerMixin's own",
+        "rename the clashing ClipoWorkerMixin member (worker.py)",
+        check_no_clash,
+    ),
+    Seam(
+        "worker runtime env",
+        "models/policy/utils.py",
+        "get_runtime_env_for_policy_worker",
+        "get_runtime_env_for_policy_worker(name)",
+        f"ClipoMegatronPolicyWorker ({_W}) calls it",
+        check_runtime_env,
+    ),  # fmt: skip
+    method_seam(
+        "Policy.__init__",
+        POLICY,
+        "Policy",
+        "__init__",
+        f"{_P} passes and reads them",
+        keywords=("worker_extension_cls_fqn", "weights_path"),
+        complete=False,
+    ),
+    method_seam(
+        "Policy.get_logprobs",
+        POLICY,
+        "Policy",
+        "get_logprobs",
+        f"{_P} overrides it",
+        positional=("data",),
+        keywords=("timer",),
+    ),
+    method_seam(
+        "Policy.train",
+        POLICY,
+        "Policy",
+        "train",
+        f"{_P} overrides it",
+        positional=("data", "loss_fn"),
+        complete=False,
+    ),
+    method_seam(
+        "Policy.save_checkpoint",
+        POLICY,
+        "Policy",
+        "save_checkpoint",
+        f"{_P} overrides it",
+        positional=("weights_path",),
+        complete=False,
+    ),
+    method_seam(
+        "Policy.run_all_workers_single_data",
+        POLICY,
+        "Policy",
+        "run_all_workers_single_data",
+        f"{_P} calls the CLIPO worker methods with it",
+        positional=("method_name",),
+        var_kw=True,
+    ),  # fmt: skip
+    Seam(
+        "policy factory",
+        GRPO,
+        "setup",
+        "setup(..., policy_factory=) building the policy with weights_path=",
+        f"{_D} passes ClipoPolicy as policy_factory",
+        check_policy_factory,
+    ),
+    Seam(
+        "advantage estimator",
+        GRPO,
+        f"{ESTIMATOR}, module level",
+        "grpo_train building its "
+        f"estimator with the module-level {ESTIMATOR}(master_config), looked up by that name",
+        f"clipo_advantage_estimator_installed ({_D}) rebinds it: point it at what grpo_train "
+        "calls now",
+        check_estimator,
+    ),  # fmt: skip
+    method_seam(
+        "estimator protocol",
+        "algorithms/advantage_estimator.py",
+        "GRPOAdvantageEstimator",
+        "compute_advantage",
+        "ClipoAdvantageEstimator.compute_advantage (rewards.py) calls it",
+        keywords=("prompt_ids", "rewards", "mask"),
+        var_kw=True,
+        complete=False,
+    ),
+    Seam(
+        "estimator call",
+        GRPO,
+        "grpo_train",
+        "compute_advantage(prompt_ids, rewards, mask, ...)",
+        "ClipoAdvantageEstimator.compute_advantage (rewards.py) takes those",
+        check_estimator_call,
+    ),
+    Seam(
+        "grpo_train arguments",
+        GRPO,
+        "grpo_train",
+        "grpo_train(policy, ..., logger as the 9th,"
+        " checkpointer, save_state, master_config as the 12th)",
+        f"grpo_train_with_clipo ({_D}) passes them by position and reads the logger",
+        check_grpo_train_args,
+    ),  # fmt: skip
+    Seam(
+        "loss enums",
+        LOSS,
+        "LossType, LossInputType",
+        "LossType.TOKEN_LEVEL, LossType.SEQUENCE_LEVEL, LossInputType.LOGPROB",
+        "ObjectiveLossFn (losses.py) uses them",
+        check_loss_enums,
+    ),  # fmt: skip
+    method_seam(
+        "loss protocol",
+        LOSS,
+        "LossFunction",
+        "__call__",
+        "ObjectiveLossFn.__call__ (losses.py) takes these",
+        keywords=("data", "global_valid_seqs", "global_valid_toks"),
+        var_kw=True,
+        complete=False,
+    ),  # fmt: skip
+    Seam(
+        "loss input",
+        "algorithms/loss/utils.py",
+        "prepare_loss_input",
+        "the LOGPROB loss input passed as next_token_logprobs=",
+        "ObjectiveLossFn.__call__ (losses.py) takes next_token_logprobs",
+        check_loss_input,
+    ),
+)
+
+
+def _import_seam(module: str, name: str, where: str) -> Seam:
+    def check(src: Source) -> str | None:
+        rel = src.module_rel(module)
+        sub = "/".join([*module.split(".")[1:], name])
+        if not ((src.pkg / f"{sub}.py").is_file() or (src.pkg / sub / "__init__.py").is_file()):
+            src.top(rel, name)  # a name, not a submodule
+        return None
+
+    base = "/".join(module.split(".")[1:]) or "__init__"
+    return Seam(f"import {module}.{name}", f"{base}.py", name, f"{name} in {module}",
+                f"{where} imports it", check)  # fmt: skip
+
+
+def import_seams(root: Path = _HERE) -> list[Seam]:
+    """Every `from nemo_rl... import x` of the product modules (not cpu_*: the CPU stand-ins)."""
+    seams: dict[tuple[str, str], Seam] = {}
+    for path in sorted(root.glob("*.py")):
+        if path.name.startswith("cpu_"):
+            continue
+        tree = ast.parse(path.read_text())
+        optional = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try)
+                    and any("ImportError" in ast.unparse(h.type or t) for h in t.handlers)
+                    for s in t.body for n in ast.walk(s)}  # fmt: skip
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.ImportFrom) and node.level == 0 and id(node) not in optional
+                    and str(node.module).split(".")[0] == "nemo_rl"):  # fmt: skip
+                for a in node.names:
+                    key = (str(node.module), a.name)
+                    seams.setdefault(key, _import_seam(*key, f"{path.name}:{node.lineno}"))
+    return list(seams.values())
+
+
+def all_seams() -> list[Seam]:
+    return [*SEAMS, *import_seams()]
+
+
+def _line(seam: Seam, expect: str, where: str, found: str) -> str:
+    return (f"seam '{seam.name}' moved: expected {expect} in nemo_rl/{where}; found {found}; "
+            f"fix (in clipo_megatron/nemo_rl/): {seam.fix}, {_SUPPORTED}")  # fmt: skip
+
+
+def check(pkg_dir: str | Path) -> list[str]:
+    """One line per moved seam of the NeMo-RL package at `pkg_dir` (its nemo_rl/ directory)."""
+    src, lines, seen = Source(Path(pkg_dir)), [], set()
+    for seam in all_seams():
+        try:
+            found = seam.check(src)
+        except Absent as e:  # named once, by the first seam that needs the missing piece
+            if (e.rel, e.symbol) not in seen:
+                seen.add((e.rel, e.symbol))
+                near = f" (similar: {', '.join(e.near)})" if e.near else ""
+                what = e.symbol or "this file"
+                lines.append(_line(seam, what, e.rel, f"no {what}{near}"))
+            continue
+        except SyntaxError as e:
+            found = f"unparseable source ({e.msg}, line {e.lineno}; NeMo-RL needs Python >= 3.12)"
+        except Exception as e:  # name the seam; never crash the preflight
+            found = f"unreadable source ({type(e).__name__}: {e})"
+        if found is not None:
+            lines.append(_line(seam, seam.expect, f"{seam.rel} ({seam.symbol})", found))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m clipo_megatron.nemo_rl.seams <NeMo-RL checkout>", file=sys.stderr)
+        return 2
+    pkg = Path(args[0]) / "nemo_rl" if (Path(args[0]) / "nemo_rl").is_dir() else Path(args[0])
+    lines = check(pkg)
+    print("\n".join(lines) if lines else f"all {len(all_seams())} NeMo-RL seams in place: {pkg}")
+    return 2 if lines else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
