@@ -5,34 +5,46 @@
     verify_batch(["... \\\\boxed{18}"], ["18"], "math")   # [1.0]
     verify_batch(["... \\\\boxed{(B)}"], ["B"], "mc")     # [1.0]
 
-`extract` finds the last `\\boxed{}`, `math` grades with math-verify,
-`choice` matches option letters, `pool` runs batches in worker processes
-with a working timeout (math-verify's own signal timeouts fail in threads).
+`extract` finds the last `\\boxed{}` (linear in the text), `math` grades with
+math-verify, `choice` matches option letters, `pool` runs batches in worker
+processes with a per-answer deadline (math-verify's own signal timeouts fail
+in threads) and returns each answer's status (`STATUSES`).
 """
 
 from clipo_megatron.verify.choice import extract_choice, verify_choice
-from clipo_megatron.verify.extract import all_boxed, last_boxed, normalize_text
+from clipo_megatron.verify.extract import all_boxed, graded_answer, last_boxed, normalize_text
 from clipo_megatron.verify.math import grade_math_answer, verify_math
 from clipo_megatron.verify.pool import (
+    GRADERS,
     KINDS,
+    STATUSES,
+    Scores,
     Verdict,
     VerifierPool,
+    grade_batch,
     grade_one,
     shared_pool,
+    status_counts,
     verify_batch,
 )
 
 __all__ = [
+    "GRADERS",
     "KINDS",
+    "STATUSES",
+    "Scores",
     "Verdict",
     "VerifierPool",
     "all_boxed",
     "extract_choice",
+    "grade_batch",
     "grade_math_answer",
     "grade_one",
+    "graded_answer",
     "last_boxed",
     "normalize_text",
     "shared_pool",
+    "status_counts",
     "verify_batch",
     "verify_choice",
     "verify_math",

@@ -1,37 +1,84 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Batch grading in worker processes, with a per-answer timeout that works.
+"""Batch grading in worker processes, with a per-answer deadline that holds whatever the others do.
 
-Why processes: math-verify's timeouts use `signal.alarm`, which raises in
-threads, and sympy can spin for minutes on adversarial answers. Each worker
-grades in its main thread under its *own* `signal.setitimer` alarm (math-verify's
-alarms are switched off so they do not overwrite it): a slow answer becomes
-verdict 0.0 with status "timeout" and the worker carries on. A worker stuck
-where signals cannot reach it (inside C code) is caught by a hard deadline on
-the whole batch: the pool is killed and rebuilt, unfinished answers get status
-"killed". Start method: forkserver (spawn where it is missing), never fork --
-forking a process with torch threads running can deadlock.
+Why processes: math-verify's timeouts use `signal.alarm`, which raises in threads, and sympy
+can spin for minutes on adversarial answers, some of it in C code no signal reaches
+(`\\boxed{9^{9^{9^9}}}`). So each worker holds ONE answer at a time:
+
+- the worker grades in its main thread under its own `signal.setitimer` alarm (math-verify's
+  alarms are off so they do not overwrite it): a slow answer in Python -> status "timeout",
+  the worker carries on;
+- the parent holds a hard deadline per answer (timeout + slack): a worker past it is killed,
+  its one answer gets "timeout", a fresh worker takes its place, and every other answer is
+  graded as usual -- one hostile answer costs only itself;
+- a worker that dies holding an answer (crash, OOM killer) has it retried once on a fresh
+  worker, then "killed";
+- an answer longer than `max_chars` is never sent: "too_long" (parsing is where the time goes).
+
+Statuses: "ok", "timeout", "killed", "error" (the grader raised; the message in `detail`),
+"too_long". `status_counts` gives the per-status counts the drivers log.
+
+Workers are started with `spawn` (never fork: forking a process with torch threads running can
+deadlock) and are the parent's own children, so the kernel kills them when it dies, SIGKILL
+included (PR_SET_PDEATHSIG; a forkserver would be their parent instead and could outlive us).
+PR_SET_PDEATHSIG fires when the *thread* that started a worker ends: a pool first used from a
+short-lived thread restarts its workers on the next batch (no answer is lost).
 
     verify_batch(responses, ground_truths, "math") -> [1.0, 0.0, ...]
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib
 import logging
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, wait
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 
 KINDS = ("math", "mc")
+STATUSES = ("ok", "timeout", "killed", "error", "too_long")
+DEFAULT_TIMEOUT = 10.0  # seconds per answer
+DEFAULT_MAX_CHARS = 100_000  # ~25k tokens of text: past any max_tokens the recipes use
+START_TIMEOUT = 300.0  # seconds for a fresh worker to import math-verify (a loaded box is slow)
+
+# Graders by name: "module:function", the function taking (response, ground_truth, kind) -> float.
+GRADERS: dict[str, str] = {"default": "clipo_megatron.verify.pool:grade_one"}
+
+Grader = Callable[[str, str, str], float]
 
 
 @dataclass(frozen=True)
 class Verdict:
     score: float  # 1.0 correct, 0.0 otherwise
-    status: str  # "ok" | "timeout" | "error: <message>" | "killed"
+    status: str  # one of STATUSES
+    detail: str = ""  # why, for a status other than "ok"
+    answer: str | None = None  # what was graded (`graded_answer`), when the batch asked for it
+
+
+class Scores(list):
+    """The scores of a batch (a plain list of floats) that also carries each answer's status."""
+
+    def __init__(self, verdicts: Iterable[Verdict]):
+        verdicts = list(verdicts)
+        super().__init__(v.score for v in verdicts)
+        self.statuses = [v.status for v in verdicts]
+
+
+def status_counts(statuses: Iterable[str]) -> dict[str, int]:
+    """Answers per status, every status present (a zero is a reading, not a missing key)."""
+    c = Counter(statuses)
+    unknown = set(c) - set(STATUSES)
+    if unknown:
+        raise ValueError(f"unknown verifier status(es) {sorted(unknown)}; expected {STATUSES}")
+    return {s: c[s] for s in STATUSES}
 
 
 def _quiet_math_verify() -> None:
@@ -53,6 +100,20 @@ def grade_one(response: str, ground_truth: str, kind: str) -> float:
     raise ValueError(f"unknown answer kind {kind!r}; expected one of {KINDS}")
 
 
+def resolve_grader(grader: str | Grader) -> Grader:
+    """A grader function from itself, a name in GRADERS, or "module:function"."""
+    if callable(grader):
+        return grader
+    spec = GRADERS.get(grader, grader)
+    if ":" not in spec:
+        raise ValueError(f"unknown grader {grader!r}; expected one of {sorted(GRADERS)}")
+    module, name = spec.split(":", 1)
+    return getattr(importlib.import_module(module), name)
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
 class _Timeout(Exception):
     pass
 
@@ -61,78 +122,133 @@ def _on_alarm(signum, frame):  # pragma: no cover - runs in worker processes
     raise _Timeout()
 
 
-def _grade_chunk(
-    items: list[tuple[str, str, str]], timeout: float, grader: Callable[[str, str, str], float]
-) -> list[Verdict]:
-    """Worker side: grade each item under its own alarm (this is the worker's main thread)."""
-    signal.signal(signal.SIGALRM, _on_alarm)
-    out = []
-    for response, gt, kind in items:
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-        try:
-            out.append(Verdict(float(grader(response, gt, kind)), "ok"))
-        except _Timeout:
-            out.append(Verdict(0.0, "timeout"))
-        except Exception as e:  # a malformed answer is a wrong answer, not a crash
-            out.append(Verdict(0.0, f"error: {type(e).__name__}: {e}"[:200]))
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    return out
+def _die_with_parent(parent_pid: int) -> None:  # pragma: no cover - runs in worker processes
+    """SIGKILL this worker when its parent dies, even mid C call (kernel side, Linux)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    if os.getppid() != parent_pid:  # it died before the prctl
+        os._exit(1)
+
+    def watch() -> None:  # elsewhere (no prctl), a parent-pid watchdog while Python runs
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
-def _warm() -> int:
-    """Import math-verify (and sympy) once per worker, before the first timed answer."""
-    import math_verify  # noqa: F401
+def _grade_timed(
+    response: str, gt: str, kind: str, grader: str | Grader, timeout: float, extract: bool
+) -> Verdict:
+    """One answer under this worker's alarm (the worker's main thread)."""
+    from clipo_megatron.verify.extract import graded_answer
+
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        answer = graded_answer(response, kind) if extract else None
+        score = float(resolve_grader(grader)(response, gt, kind))
+        return Verdict(score, "ok", answer=answer)
+    except _Timeout:
+        return Verdict(0.0, "timeout", f"over {timeout:g} s (alarm)")
+    except Exception as e:  # a malformed answer is a wrong answer, not a crash
+        return Verdict(0.0, "error", f"{type(e).__name__}: {e}"[:200])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _worker_main(conn: Connection, parent_pid: int) -> None:  # pragma: no cover - worker process
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    import math_verify  # noqa: F401  (sympy's import, before the first deadline)
 
     _quiet_math_verify()
-    return os.getpid()
+    signal.signal(signal.SIGALRM, _on_alarm)
+    conn.send("ready")
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):  # the parent closed its end or died
+            return
+        if task is None:
+            return
+        conn.send(_grade_timed(*task))
+
+
+# ----------------------------------------------------------------------------- parent side
+
+
+class _Worker:
+    def __init__(self, ctx):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, os.getpid()), daemon=True)
+        self.proc.start()
+        child.close()
+        self.started = time.monotonic()
+        self.ready = False
+        self.item: int | None = None  # index of the answer it holds
+        self.deadline = 0.0
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
 
 
 class VerifierPool:
-    """Worker processes grading (response, ground truth, kind) triples; reuse one for many batches."""
+    """Worker processes grading (response, ground truth, kind) triples; reuse one for many batches.
+
+    timeout: seconds per answer (the worker's alarm; the parent kills at timeout + slack).
+    max_chars: longer answers get "too_long" without being parsed (0: no cap).
+    grader: the default grader (a function or a name in GRADERS); `grade(grader=...)` overrides.
+    """
 
     def __init__(
         self,
         workers: int | None = None,
         *,
-        timeout: float = 10.0,
-        grader: Callable[[str, str, str], float] = grade_one,
-        chunk_size: int = 32,
-        slack: float = 5.0,
+        timeout: float = DEFAULT_TIMEOUT,
+        grader: str | Grader = grade_one,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        slack: float = 2.0,
     ):
         if timeout <= 0:
             raise ValueError(f"timeout={timeout} must be > 0 seconds")
+        if max_chars < 0:
+            raise ValueError(f"max_chars={max_chars} must be >= 0 (0: no cap)")
         self.workers = workers or max(1, min(4, os.cpu_count() or 1))
-        self.timeout = timeout
+        self.timeout = float(timeout)
         self.grader = grader
-        self.chunk_size = chunk_size
-        self.slack = slack  # seconds added to a batch's hard deadline
-        self._ctx = mp.get_context(
-            "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-        )
-        self._ex: ProcessPoolExecutor | None = None
+        self.max_chars = int(max_chars)
+        self.slack = slack
+        self._ctx = mp.get_context("spawn")
+        self._procs: list[_Worker] = []
+        self._lock = threading.Lock()
 
-    def _executor(self) -> ProcessPoolExecutor:
-        if self._ex is None:
-            self._ex = ProcessPoolExecutor(self.workers, mp_context=self._ctx)
-            wait(
-                [self._ex.submit(_warm) for _ in range(self.workers)]
-            )  # start-up outside the deadlines
-        return self._ex
+    # -- lifecycle
 
-    def _kill(self) -> None:
-        """Terminate every worker (a hung one ignores polite shutdown) and forget the executor."""
-        if self._ex is None:
-            return
-        for p in list(getattr(self._ex, "_processes", {}).values()):
-            p.kill()
-        self._ex.shutdown(wait=False, cancel_futures=True)
-        self._ex = None
+    def _replace(self, w: _Worker) -> None:
+        w.kill()
+        self._procs[self._procs.index(w)] = _Worker(self._ctx)
 
     def close(self) -> None:
-        if self._ex is not None:
-            self._ex.shutdown(wait=True, cancel_futures=True)
-            self._ex = None
+        """Stop every worker (politely, then by force)."""
+        with self._lock:
+            procs, self._procs = self._procs, []
+            for w in procs:
+                try:
+                    w.conn.send(None)
+                except OSError:
+                    pass
+            for w in procs:
+                w.proc.join(2)
+                if w.proc.is_alive():
+                    w.proc.kill()
+                    w.proc.join(5)
+                w.conn.close()
+
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self._procs if w.proc.pid is not None]
 
     def __enter__(self) -> VerifierPool:
         return self
@@ -140,13 +256,23 @@ class VerifierPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    # -- grading
+
     def grade(
         self,
         responses: Sequence[str],
         ground_truths: Sequence[str],
         kinds: str | Sequence[str] = "math",
+        *,
+        grader: str | Grader | None = None,
+        extract: bool = False,
     ) -> list[Verdict]:
-        """Verdicts in input order. Never raises for a bad answer; raises ValueError for bad arguments."""
+        """Verdicts in input order. Never raises for a bad answer; ValueError for bad arguments.
+
+        grader: a function (response, ground_truth, kind) -> float defined at module top level
+        (workers import it), or a name in GRADERS; None: the pool's. extract: also return
+        `graded_answer` (what was read) in `Verdict.answer`, computed under the same deadline.
+        """
         kinds = [kinds] * len(responses) if isinstance(kinds, str) else list(kinds)
         if not len(responses) == len(ground_truths) == len(kinds):
             raise ValueError(
@@ -155,38 +281,117 @@ class VerifierPool:
         bad = sorted({k for k in kinds if k not in KINDS})
         if bad:
             raise ValueError(f"unknown answer kind(s) {bad}; expected one of {KINDS}")
-        if not responses:
-            return []
-        items = [(str(r), str(g), k) for r, g, k in zip(responses, ground_truths, kinds)]
-        size = max(1, min(self.chunk_size, -(-len(items) // self.workers)))
-        chunks = [items[i : i + size] for i in range(0, len(items), size)]
-        ex = self._executor()
-        futures = [ex.submit(_grade_chunk, c, self.timeout, self.grader) for c in chunks]
-        # Every item may use its full timeout, the chunks share `workers` processes; plus slack.
-        rounds = -(-len(chunks) // self.workers)
-        done, pending = wait(futures, timeout=rounds * size * self.timeout * 1.5 + self.slack)
-        out: list[Verdict] = []
-        for f, c in zip(futures, chunks):
-            if f in done and f.exception() is None:
-                out += f.result()
+        g = self.grader if grader is None else grader
+        resolve_grader(g)  # an unknown name fails here, not in every worker
+        out: list[Verdict | None] = [None] * len(responses)
+        todo: deque[int] = deque()
+        for i, r in enumerate(responses):
+            if self.max_chars and len(r) > self.max_chars:
+                out[i] = Verdict(0.0, "too_long", f"{len(r)} chars > max_chars={self.max_chars}")
             else:
-                out += [Verdict(0.0, "killed")] * len(c)
-        if pending or any(f.exception() is not None for f in done):
-            self._kill()  # a worker ignored its alarm (stuck in C) or died: start afresh next batch
-        return out
+                todo.append(i)
+        if todo:
+            tasks = [
+                (str(responses[i]), str(ground_truths[i]), kinds[i], g, self.timeout, extract)
+                for i in range(len(responses))
+            ]
+            with self._lock:
+                self._run(tasks, todo, out)
+        return [v for v in out if v is not None]
+
+    def _run(self, tasks: list[tuple], todo: deque[int], out: list[Verdict | None]) -> None:
+        """Dispatch one answer per ready worker until every answer has a verdict."""
+        while len(self._procs) < self.workers:
+            self._procs.append(_Worker(self._ctx))
+        tries = Counter[int]()
+        busy = 0
+        while todo or busy:
+            now = time.monotonic()
+            for w in self._procs:  # hand out work
+                if w.ready and w.item is None and todo:
+                    i = todo.popleft()
+                    try:
+                        w.conn.send(tasks[i])
+                    except OSError:  # died while idle: a fresh one, the answer goes back
+                        todo.appendleft(i)
+                        self._replace(w)
+                        continue
+                    w.item, w.deadline = i, now + self.timeout + self.slack
+                    tries[i] += 1
+                    busy += 1
+            waits = [w.deadline for w in self._procs if w.item is not None]
+            waits += [w.started + START_TIMEOUT for w in self._procs if not w.ready]
+            handles = [x for w in self._procs for x in (w.conn, w.proc.sentinel)]
+            wait(handles, timeout=max(0.0, min(waits) - time.monotonic()) if waits else None)
+            now = time.monotonic()
+            for w in list(self._procs):
+                msg = None
+                if w.conn.poll():
+                    try:
+                        msg = w.conn.recv()
+                    except (EOFError, OSError):
+                        msg = None
+                if msg == "ready":
+                    w.ready = True
+                elif isinstance(msg, Verdict) and w.item is not None:
+                    out[w.item], w.item = msg, None
+                    busy -= 1
+                elif not w.proc.is_alive():  # died: retry its answer once, then "killed"
+                    if not w.ready:
+                        raise RuntimeError(
+                            f"a verifier worker exited with code {w.proc.exitcode} while starting "
+                            "(is math-verify installed? pip install math-verify)"
+                        )
+                    if w.item is not None:
+                        busy -= 1
+                        if tries[w.item] < 2:
+                            todo.appendleft(w.item)
+                        else:
+                            out[w.item] = Verdict(
+                                0.0, "killed", f"worker died (exit code {w.proc.exitcode}) twice"
+                            )
+                    self._replace(w)
+                elif w.item is not None and now >= w.deadline:  # deaf to its alarm: kill it
+                    out[w.item] = Verdict(
+                        0.0, "timeout", f"over {self.timeout + self.slack:g} s (worker killed)"
+                    )
+                    busy -= 1
+                    w.item = None
+                    self._replace(w)
+                elif not w.ready and now >= w.started + START_TIMEOUT:
+                    raise RuntimeError(
+                        f"a verifier worker did not start within {START_TIMEOUT:g} s"
+                    )
 
 
 _SHARED: VerifierPool | None = None
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_pool() -> VerifierPool:
-    """One process-wide pool, started on first use (start-up ~1-2 s, then reused)."""
+def shared_pool(**settings) -> VerifierPool:
+    """One process-wide pool, started on first use (start-up ~1-2 s, then reused).
+
+    settings (timeout, max_chars, workers): applied to the shared pool (a change restarts it)."""
     global _SHARED
     with _SHARED_LOCK:
+        if _SHARED is not None and any(getattr(_SHARED, k) != v for k, v in settings.items()):
+            _SHARED.close()
+            _SHARED = None
         if _SHARED is None:
-            _SHARED = VerifierPool()
+            _SHARED = VerifierPool(**settings)
         return _SHARED
+
+
+def grade_batch(
+    responses: Sequence[str],
+    ground_truths: Sequence[str],
+    kind: str | Sequence[str] = "math",
+    *,
+    pool: VerifierPool | None = None,
+    grader: str | Grader | None = None,
+) -> list[Verdict]:
+    """`verify_batch` with each answer's Verdict (score, status, detail)."""
+    return (pool or shared_pool()).grade(responses, ground_truths, kind, grader=grader)
 
 
 def verify_batch(
@@ -195,7 +400,13 @@ def verify_batch(
     kind: str | Sequence[str] = "math",
     *,
     pool: VerifierPool | None = None,
-) -> list[float]:
+    grader: str | Grader | None = None,
+) -> Scores:
     """Binary rewards (1.0 / 0.0) for a batch: `kind` is "math" (\\boxed{} + math-verify) or "mc"
-    (option letter), one for all or one per response. Safe to call from any thread."""
-    return [v.score for v in (pool or shared_pool()).grade(responses, ground_truths, kind)]
+    (option letter), one for all or one per response. Safe to call from any thread.
+
+    grader: None (the pool's, `grade_one` by default), a name in GRADERS (add a grader by
+    adding "name": "module:function" there), or a top-level function
+    (response, ground_truth, kind) -> float; it runs in the workers under the deadline.
+    The result is a list of floats with `.statuses` (one of STATUSES per answer)."""
+    return Scores(grade_batch(responses, ground_truths, kind, pool=pool, grader=grader))

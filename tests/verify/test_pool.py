@@ -48,7 +48,7 @@ def test_timeout_interrupts_a_slow_answer_and_the_worker_carries_on():
         p.grade(["\\boxed{1}"], ["1"])  # start-up out of the timing
         t = time.perf_counter()
         v = p.grade(["\\boxed{1}", "sleep", "\\boxed{2}"], ["1", "1", "2"])
-        assert v == [Verdict(1.0, "ok"), Verdict(0.0, "timeout"), Verdict(1.0, "ok")]
+        assert [(x.score, x.status) for x in v] == [(1.0, "ok"), (0.0, "timeout"), (1.0, "ok")]
         elapsed = time.perf_counter() - t
         assert elapsed < 45.0  # interrupted, not the 60 s sleep (wide margin: loaded CI boxes)
 
@@ -58,11 +58,13 @@ def test_a_worker_deaf_to_signals_is_killed_and_the_pool_recovers():
         t = time.perf_counter()
         v = p.grade(["deaf"], ["1"])
         elapsed = time.perf_counter() - t
-        assert v == [Verdict(0.0, "killed")] and elapsed < 45.0  # killed, not left to sleep 60 s
+        assert [(x.score, x.status) for x in v] == [(0.0, "timeout")]
+        assert elapsed < 45.0  # killed, not left to sleep 60 s
         assert p.grade(["\\boxed{1}"], ["1"]) == [Verdict(1.0, "ok")]  # a fresh worker
 
 
 def test_grader_errors_are_wrong_answers_not_crashes():
     with VerifierPool(1, grader=slow_graders.boom) as p:
         (v,) = p.grade(["\\boxed{1}"], ["1"])
-        assert v.score == 0.0 and v.status.startswith("error: RuntimeError: grader bug")
+        assert (v.score, v.status) == (0.0, "error")
+        assert v.detail.startswith("RuntimeError: grader bug")
