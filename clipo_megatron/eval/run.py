@@ -5,7 +5,8 @@
     clipo-megatron eval --datasets gsm8k,mmlu --model smollm2 --data-dir DATA --limit 20 --max-tokens 256
     clipo-megatron eval --datasets gsm_symbolic --source gsm_symbolic=gym --limit 50 --model smollm2
     clipo-megatron eval compare runs/eval/base runs/eval/mine [--names base,mine] --out runs/eval/cmp
-    clipo-megatron eval --run runs/cpu_demo            # a training run's held-out task (runner/heldout.py)
+    clipo-megatron eval --run runs/cpu_demo/grpo/clipo/seed0   # one run's held-out task (a train output dir)
+    clipo-megatron eval --config examples/configs/cpu_demo.yaml  # the recipe's base model, same task
 
 --model: `smollm2`, an HF model directory, or a `clipo-megatron train` output dir (Megatron checkpoint).
 --backend: auto (vLLM when installed, else HF transformers), hf, vllm.
@@ -14,6 +15,9 @@ n=16 and 4096 tokens); flags override them. Datasets come from --data-dir (the a
 layout, or $CLIPO_DATA_DIR), or per dataset from --source NAME=PATH|hf|hf:repo[:config][@split]|gym.
 Writes OUT/results.json, results.md, scores.png and samples/<dataset>.jsonl (one line per sample:
 prompt, response, extracted answer, verdict). Re-running the same command resumes.
+--run / --config evaluate a training run's own held-out task instead (runner/heldout.py; see
+`clipo-megatron eval --run DIR --help`): --run takes a `train` output dir, e.g. one arm of
+`compare`'s OUT/<objective>/<clipo|baseline>/seed<k>, not `compare`'s OUT itself.
 """
 
 from __future__ import annotations
@@ -52,6 +56,15 @@ def _parser() -> argparse.ArgumentParser:
     what = ap.add_mutually_exclusive_group()
     what.add_argument("--suite", help="track1 | track2")
     what.add_argument("--datasets", help="comma-separated dataset names (e.g. gsm8k,mmlu)")
+    what.add_argument(
+        "--run",
+        metavar="DIR",
+        help="a `clipo-megatron train` output dir (config.json + checkpoints/latest.pt): "
+        "pass@1 on its own held-out task, [overrides ...] after it",
+    )
+    what.add_argument(
+        "--config", metavar="YAML", help="a runner recipe: its base model on its held-out task"
+    )
     ap.add_argument("--model", help="smollm2 | HF model dir | clipo-megatron train output dir")
     ap.add_argument("--backend", default="auto", choices=BACKENDS)
     ap.add_argument(
@@ -258,6 +271,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "compare":
         return run_compare(argv[1:])
     args = _parser().parse_args(argv)
+    if args.run or args.config:  # `clipo-megatron eval --run/--config` goes to runner/heldout.py
+        print(
+            "clipo-megatron eval: --run / --config are handled by `clipo-megatron eval` itself "
+            "(python -m clipo_megatron.cli eval ...), not by this module",
+            file=sys.stderr,
+        )
+        return 2
     if not (args.suite or args.datasets):
         _parser().print_help()
         print(

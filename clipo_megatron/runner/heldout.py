@@ -41,6 +41,12 @@ def _resolve(args, load_config):
         return load_config(args.config, args.overrides), None, Path(args.out or ".")
     run_dir = Path(args.run)
     if not (run_dir / "config.json").exists():
+        arms = sorted(p.parent for p in run_dir.glob("*/*/seed*/config.json"))
+        if arms:  # `compare`'s OUT: name its runs
+            raise FileNotFoundError(
+                f"{run_dir} is a `clipo-megatron compare` output, not one run: pass one of its "
+                f"runs, e.g. --run {arms[0]} ({len(arms)} there)"
+            )
         raise FileNotFoundError(
             f"{run_dir} has no config.json: is it a `clipo-megatron train` output dir?"
         )
@@ -55,7 +61,7 @@ def _resolve(args, load_config):
     return cfg, ckpt, Path(args.out or run_dir)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser():
     ap = make_parser(PROG, __doc__)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument(
@@ -64,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--config", help="a YAML recipe: evaluate its base model")
     ap.add_argument("--out", help="where to write eval.json / eval.md (default: the run dir / cwd)")
     ap.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.n=8")
-    args = ap.parse_intermixed_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_intermixed_args(argv)
     warnings.filterwarnings("ignore", module=r"megatron\..*")
     from clipo_megatron.runner.config import load_config
     from clipo_megatron.runner.evaluation import evaluate
