@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Self
+
+from clipo_megatron.core.bounds import ROLLOUTS_PER_PROMPT, Range
 
 if TYPE_CHECKING:
     import torch
@@ -32,6 +34,25 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "denominator": ("all_others", "positive_and_negatives"),
     "head_type": ("linear", "mlp"),
 }
+
+# The key the method block has in both drivers' configs: errors name it, not the class.
+_KEY = "clipo.method"
+# The method's numeric knobs and their ranges: the one home of these rules (both drivers).
+# tau: the logits are cos / tau, so 1 / tau must stay far inside fp32; lambda, the constant
+# and the floor: r_CL = max(c - lambda * L, clip_min) stays finite for the losses tau allows.
+_RANGES: dict[str, Range] = {
+    "temperature": Range(1e-3, 10, note="paper 0.05, ablated 0.02 - 0.2"),
+    "reward_lambda": Range(0, 100),
+    "reward_clip_min": Range(-100, 0, note="a floor on a penalty; paper -0.5"),
+    "reward_constant": Range(-100, 100, note="paper 0"),
+    "embed_dim": Range(1, 65536, integer=True, note="paper 512 / 2048"),
+    "head_lr": Range(0, 1, note="paper 1e-3"),
+    "head_weight_decay": Range(0, 1, note="paper 0.01"),
+    "warmup_steps": Range(0, integer=True),
+    "seed": Range(0, 2**31 - 1, integer=True),
+    "max_group_size": Range(2, integer=True, note="or null"),
+}
+_NULLABLE = {"reward_lambda", "max_group_size"}
 
 
 @dataclass
@@ -100,79 +121,26 @@ class CLIPOConfig:
         for name, choices in _CHOICES.items():
             value = getattr(self, name)
             if value not in choices:
-                raise ValueError(f"CLIPOConfig.{name}={value!r} is not one of {choices}")
-        _require(
-            self.temperature > 0 and math.isfinite(self.temperature),
-            "temperature",
-            self.temperature,
-            "must be a finite number > 0 (paper: 0.05)",
-        )
-        if self.reward_lambda is not None:
-            lam = self.reward_lambda
-            _require(
-                isinstance(lam, (int, float))
-                and not isinstance(lam, bool)
-                and lam >= 0
-                and math.isfinite(lam),
-                "reward_lambda",
-                lam,
-                "must be a finite number >= 0, or None for the loss's paper default "
-                f"({loss.default_lambda} for {loss.name})",
-            )
-        _require(
-            isinstance(self.reward_incorrect_anchors, bool),
-            "reward_incorrect_anchors",
-            self.reward_incorrect_anchors,
-            "must be a bool",
-        )
+                raise ValueError(f"{_KEY}.{name}={value!r} is not one of {choices}")
+        for name in ("reward_incorrect_anchors", "denominator_includes_anchor", "fixed_head"):
+            _require(isinstance(getattr(self, name), bool), name, "must be a bool (true or false)")
+        for name, rule in _RANGES.items():
+            value = getattr(self, name)
+            if value is None and name in _NULLABLE:
+                continue
+            if name == "reward_lambda":  # the default it falls back to, named in the error
+                rule = replace(
+                    rule,
+                    note=f"or null, i.e. None for the loss's paper default: "
+                    f"{loss.default_lambda} for {loss.name}",
+                )
+            rule.check(f"{_KEY}.{name}", value)
         _require(
             not (self.reward_incorrect_anchors and self.anchors == "correct"),
             "reward_incorrect_anchors",
-            self.reward_incorrect_anchors,
             "needs anchors='all' or 'incorrect' (with anchors='correct' no incorrect "
             "rollout is an anchor); set anchors or drop the flag",
         )
-        _require(
-            math.isfinite(self.reward_clip_min) and self.reward_clip_min <= 0,
-            "reward_clip_min",
-            self.reward_clip_min,
-            "must be finite and <= 0 (it is a lower bound on a penalty; paper: -0.5)",
-        )
-        _require(
-            math.isfinite(self.reward_constant),
-            "reward_constant",
-            self.reward_constant,
-            "must be finite",
-        )
-        _require(
-            isinstance(self.embed_dim, int) and self.embed_dim >= 1,
-            "embed_dim",
-            self.embed_dim,
-            "must be an int >= 1 (paper: 512 / 2048)",
-        )
-        _require(
-            self.head_lr >= 0 and math.isfinite(self.head_lr),
-            "head_lr",
-            self.head_lr,
-            "must be finite and >= 0",
-        )
-        _require(
-            self.head_weight_decay >= 0, "head_weight_decay", self.head_weight_decay, "must be >= 0"
-        )
-        _require(
-            isinstance(self.warmup_steps, int) and self.warmup_steps >= 0,
-            "warmup_steps",
-            self.warmup_steps,
-            "must be an int >= 0",
-        )
-        _require(isinstance(self.seed, int), "seed", self.seed, "must be an int")
-        if self.max_group_size is not None:
-            _require(
-                isinstance(self.max_group_size, int) and self.max_group_size >= 2,
-                "max_group_size",
-                self.max_group_size,
-                "must be None or an int >= 2",
-            )
 
     @property
     def lam(self) -> float:
@@ -254,6 +222,9 @@ class ClipoBlock:
         advantage baseline. keys: the driver's names for "n", "steps", "leave_one_out".
         """
         m = self.method
+        ROLLOUTS_PER_PROMPT.check(keys["n"], n)
+        if steps is not None:
+            Range(1, integer=True).check(keys["steps"], steps)
         if m.max_group_size is not None and m.max_group_size < n:
             raise ValueError(
                 f"clipo.method.max_group_size={m.max_group_size} < {keys['n']}={n}; "
@@ -303,6 +274,6 @@ def _contrastive_loss(name: str) -> ContrastiveLoss:
     return get_contrastive_loss(name)
 
 
-def _require(ok: bool, name: str, value: Any, why: str) -> None:
+def _require(ok: bool, name: str, why: str) -> None:
     if not ok:
-        raise ValueError(f"CLIPOConfig.{name}={value!r} {why}")
+        raise ValueError(f"{_KEY}.{name} {why}")

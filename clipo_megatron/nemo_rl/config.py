@@ -24,6 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clipo_megatron.core.bounds import (
+    CLIP_EPS,
+    KL_COEF,
+    LEARNING_RATE,
+    ROLLOUT_TEMPERATURE,
+    TOP_P,
+    WEIGHT_DECAY,
+    Range,
+)
 from clipo_megatron.core.config import ClipoBlock
 from clipo_megatron.core.objectives import get_objective
 from clipo_megatron.nemo_rl.losses import (
@@ -176,6 +185,7 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
     """
     clipo = ClipoNemoRLConfig.from_dict(cfg.get("clipo"))
     m = clipo.method
+    check_knob_ranges(cfg)
     if not dotted_get(cfg, "policy.megatron_cfg.enabled", False):
         raise ValueError(
             "policy.megatron_cfg.enabled is false: this integration runs on NeMo-RL's Megatron "
@@ -235,6 +245,30 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
         _check_capture_runs(cfg)
     _check_objective_settings(cfg, clipo.objective)
     return clipo
+
+
+# NeMo-RL's sampling and optimizer knobs under the rules the runner's share (core/bounds.py);
+# a key the recipe leaves out (or null) is NeMo-RL's default and not checked here.
+NEMO_RL_RANGES: dict[str, Range] = {
+    "grpo.num_prompts_per_step": Range(1, 65536, integer=True),
+    "policy.generation.temperature": ROLLOUT_TEMPERATURE,
+    "policy.generation.top_p": TOP_P,
+    "policy.megatron_cfg.optimizer.lr": LEARNING_RATE,
+    "policy.megatron_cfg.optimizer.weight_decay": WEIGHT_DECAY,
+    # Megatron's clip_grad: 0 turns clipping off (the runner's grad_clip has no "off").
+    "policy.max_grad_norm": Range(0, note="0: no clipping, Megatron's clip_grad; paper 1.0"),
+    "loss_fn.ratio_clip_min": CLIP_EPS,
+    "loss_fn.ratio_clip_max": CLIP_EPS,
+    "loss_fn.reference_policy_kl_penalty": KL_COEF,
+}
+
+
+def check_knob_ranges(cfg: dict[str, Any]) -> None:
+    """Each of NEMO_RL_RANGES' keys the recipe sets is in its range (one line naming the key)."""
+    for key, rule in NEMO_RL_RANGES.items():
+        value = dotted_get(cfg, key)
+        if value is not None:
+            rule.check(key, value)
 
 
 def leave_one_out_key(cfg: dict[str, Any]) -> str | None:
