@@ -89,7 +89,7 @@ def rebindable(src: Source, rel: str, fn: ast.FunctionDef, name: str, *words: st
 
 def check_iterator(src: Source) -> str | None:
     fn = src.method(WORKER, WORKER_CLS, "get_logprobs")
-    moved = rebindable(src, WORKER, fn, ITERATOR, "iterator", "microbatch")
+    moved = rebindable(src, WORKER, fn, ITERATOR, "microbatch")
     if moved:
         return moved
     found = calls(fn, ITERATOR)
@@ -157,7 +157,7 @@ def check_policy_factory(src: Source) -> str | None:
 
 def check_estimator(src: Source) -> str | None:
     train = src.function(GRPO, "grpo_train")
-    moved = rebindable(src, GRPO, train, ESTIMATOR, "estimator", "advantage")
+    moved = rebindable(src, GRPO, train, ESTIMATOR, "estimator")
     if moved:
         return moved
     bad = [ast.unparse(c) for c in calls(train, ESTIMATOR) if len(c.args) != 1 or c.keywords]

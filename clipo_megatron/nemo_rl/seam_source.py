@@ -173,9 +173,9 @@ def calls(fn: ast.AST, name: str) -> list[ast.Call]:
 
 
 def called_names(fn: ast.AST, *words: str) -> list[str]:
-    """Names of the functions `fn` calls that contain any of `words` (what it calls instead)."""
+    """What `fn` calls whose own name (the last dotted part) contains one of `words`."""
     names = {ast.unparse(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
-    return sorted(n for n in names if any(w in n.lower() for w in words))
+    return sorted(n for n in names if any(w in n.rsplit(".", 1)[-1].lower() for w in words))
 
 
 def self_attrs(node: ast.AST, *, stored: bool) -> set[str]:

@@ -1,0 +1,276 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The seam check (`clipo_megatron.nemo_rl.seams`): every seam in place at NeMo-RL 7ea279a and
+v0.7.0, and each seam moved on purpose in a copy gives exactly one line naming it.
+
+Two kinds of tree: the fake one (`fake_nemo_rl.py`, written to tmp_path; runs in CI) and real
+checkouts named by `CLIPO_NEMO_RL_CHECKOUTS=<dir>[:<dir>]` or `NEMO_RL_SRC=<dir>`, copied to
+tmp_path before they are mutated (nothing of NeMo-RL is committed here).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from clipo_megatron.nemo_rl import seams
+from clipo_megatron.nemo_rl.seam_checks import GRPO, POLICY, WORKER
+from tests.nemo_rl.fake_nemo_rl import write_tree
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKOUTS_ENV = "CLIPO_NEMO_RL_CHECKOUTS"
+
+
+def _checkouts() -> list[Path]:
+    dirs = os.environ.get(CHECKOUTS_ENV, "").split(os.pathsep) + [os.environ.get("NEMO_RL_SRC", "")]
+    return list(dict.fromkeys(Path(d).resolve() for d in dirs if d))
+
+
+TREES = ["fake"] + [str(d) for d in _checkouts()] or ["fake"]
+if len(TREES) == 1:
+    TREES.append("real")  # skipped with the message below
+
+
+@pytest.fixture(params=TREES)
+def tree(request, tmp_path) -> Path:
+    """A writable nemo_rl/ package: the fake one, or a copy of a real checkout's."""
+    pkg = tmp_path / "nemo_rl"
+    if request.param == "fake":
+        return write_tree(pkg)
+    if request.param == "real":
+        pytest.skip(f"no NeMo-RL checkout: set {CHECKOUTS_ENV}=<dir>[:<dir>] or NEMO_RL_SRC=<dir>")
+    shutil.copytree(Path(request.param) / "nemo_rl", pkg, ignore=_not_python)
+    return pkg
+
+
+def _not_python(d: str, names: list[str]) -> list[str]:
+    return [n for n in names if not n.endswith(".py") and not (Path(d) / n).is_dir()]
+
+
+# ----------------------------------------------------------------------------- mutations
+
+
+def _node(path: Path, qualname: str) -> ast.AST:
+    scope: list[ast.stmt] = ast.parse(path.read_text()).body
+    *outer, name = qualname.split(".")
+    for cls in outer:
+        scope = next(n for n in scope if isinstance(n, ast.ClassDef) and n.name == cls).body
+    return next(n for n in reversed(scope) if name in _bound(n))
+
+
+def _bound(n: ast.AST) -> set[str]:
+    if isinstance(n, ast.FunctionDef | ast.ClassDef):
+        return {n.name}
+    if isinstance(n, ast.Assign):
+        return {t.id for t in n.targets if isinstance(t, ast.Name)}
+    return set()
+
+
+def _edit_line(path: Path, lineno: int, edit) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    lines[lineno - 1] = edit(lines[lineno - 1])
+    path.write_text("".join(lines))
+
+
+def rename(rel: str, qualname: str, new: str):
+    """Rename a def / class / assignment in place (its uses are left alone, as in a refactor
+    that missed this integration)."""
+    old = qualname.rsplit(".", 1)[-1]
+
+    def apply(pkg: Path) -> None:
+        node = _node(pkg / rel, qualname)
+        _edit_line(pkg / rel, node.lineno, lambda s: s.replace(old, new, 1))
+
+    return apply
+
+
+def drop_param(rel: str, qualname: str, param: str):
+    def apply(pkg: Path) -> None:
+        fn = _node(pkg / rel, qualname)
+        assert isinstance(fn, ast.FunctionDef)
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        arg = next(a for a in args if a.arg == param)
+        assert arg.lineno != fn.lineno, "expects one parameter per line"
+        _edit_line(pkg / rel, arg.lineno, lambda s: "")
+
+    return apply
+
+
+def replace_everywhere(rel: str, old: str, new: str):
+    def apply(pkg: Path) -> None:
+        (pkg / rel).write_text((pkg / rel).read_text().replace(old, new))
+
+    return apply
+
+
+def move_estimator(*, keep_name: bool):
+    """Move `_create_advantage_estimator` out of grpo.py into advantage_estimator.py; grpo.py
+    imports it back (`keep_name`: under the same name, which keeps the seam; else renamed)."""
+    new = seams.ESTIMATOR if keep_name else "create_advantage_estimator"
+
+    def apply(pkg: Path) -> None:
+        grpo = pkg / GRPO
+        fn = _node(grpo, seams.ESTIMATOR)
+        lines = grpo.read_text().splitlines(keepends=True)
+        body = "".join(lines[fn.lineno - 1 : fn.end_lineno]).replace(seams.ESTIMATOR, new, 1)
+        rest = "".join(lines[: fn.lineno - 1] + lines[fn.end_lineno :])
+        target = pkg / "algorithms" / "advantage_estimator.py"
+        target.write_text(target.read_text() + "\n\n" + body)
+        rest = rest.replace(f"{seams.ESTIMATOR}(", f"{new}(")
+        grpo.write_text(f"{rest}\nfrom nemo_rl.algorithms.advantage_estimator import {new}\n")
+
+    return apply
+
+
+MUTATIONS = {
+    "rename get_microbatch_iterator": (
+        replace_everywhere(WORKER, "get_microbatch_iterator", "get_microbatch_iter"),
+        "microbatch iterator",
+        "found no module-level get_microbatch_iterator and get_logprobs does not call "
+        "get_microbatch_iterator; get_logprobs calls get_microbatch_iter;",
+    ),
+    "drop get_logprobs' micro_batch_size": (
+        drop_param(WORKER, "MegatronPolicyWorkerImpl.get_logprobs", "micro_batch_size"),
+        "worker get_logprobs",
+        ": no keyword parameter micro_batch_size;",
+    ),
+    "rename the worker's get_logprobs": (
+        rename(WORKER, "MegatronPolicyWorkerImpl.get_logprobs", "compute_logprobs"),
+        "worker get_logprobs",
+        "found no MegatronPolicyWorkerImpl.get_logprobs",
+    ),
+    "rename Policy.train": (
+        rename(POLICY, "Policy.train", "train_step"),
+        "Policy.train",
+        "found no Policy.train (similar: train_step);",
+    ),
+    "move the estimator": (
+        move_estimator(keep_name=False),
+        "advantage estimator",
+        "found no module-level _create_advantage_estimator and grpo_train does not call "
+        "_create_advantage_estimator; grpo_train calls create_advantage_estimator",
+    ),
+    "drop an imported name": (
+        rename("algorithms/utils.py", "get_tokenizer", "load_tokenizer"),
+        "import nemo_rl.algorithms.utils.get_tokenizer",
+        "expected get_tokenizer in nemo_rl/algorithms/utils.py; found no get_tokenizer",
+    ),
+    "drop the worker's self.megatron_cfg": (
+        replace_everywhere(WORKER, "self.megatron_cfg", "self.mcfg"),
+        "worker attributes",
+        "found __init__ sets no self.megatron_cfg;",
+    ),
+}
+
+
+def test_every_seam_in_place(tree):
+    assert seams.check(tree) == []
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_a_moved_seam_is_one_line_naming_it(tree, mutation):
+    mutate, name, found = MUTATIONS[mutation]
+    mutate(tree)
+    lines = seams.check(tree)
+    print(f"\n[seams] {tree} / {mutation}:\n{lines}")
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert line.startswith(f"seam '{name}' moved: expected ") and "\n" not in line
+    assert found in line and "fix (in clipo_megatron/nemo_rl/): " in line
+    assert line.endswith("or install a supported NeMo-RL (v0.7.0, main@7ea279a; docs/nemo_rl.md)")
+
+
+def test_estimator_moved_under_its_name_keeps_the_seam(tree):
+    """grpo_train still calls grpo's module-level name: rebinding it still reaches the call."""
+    move_estimator(keep_name=True)(tree)
+    assert seams.check(tree) == []
+
+
+# ----------------------------------------------------------------------------- fake tree only
+
+
+def test_the_estimator_wrapper_signature(tmp_path):
+    pkg = write_tree(tmp_path / "nemo_rl")
+    replace_everywhere(GRPO, "_create_advantage_estimator(master_config)",
+                       "_create_advantage_estimator(master_config, policy)")(pkg)  # fmt: skip
+    (line,) = seams.check(pkg)
+    assert (
+        line.startswith("seam 'advantage estimator' moved")
+        and (
+            "found grpo_train calls _create_advantage_estimator(master_config, policy); the wrapper "
+            "takes master_config alone;"
+        )
+        in line
+    )
+
+
+def test_a_missing_file_and_a_clash_with_the_mixin(tmp_path):
+    pkg = write_tree(tmp_path / "nemo_rl")
+    (pkg / "models" / "megatron" / "data.py").unlink()
+    replace_everywhere(WORKER, "    def train(", "    def clipo_setup(self):\n        pass\n\n    def train(")(pkg)  # fmt: skip
+    assert [ln.split(";")[0] for ln in seams.check(pkg)] == [
+        "seam 'microbatch fields' moved: expected this file in nemo_rl/models/megatron/data.py",
+        "seam 'mixin names' moved: expected no member named like ClipoWorkerMixin's own in "
+        "nemo_rl/models/policy/workers/megatron_policy_worker.py (MegatronPolicyWorkerImpl)",
+    ]
+
+
+def test_the_live_signature_is_checked_where_the_module_is_imported(tmp_path, monkeypatch):
+    """The driver has lm_policy imported: a Policy patched at run time is read as it runs."""
+    pkg = write_tree(tmp_path / "nemo_rl")
+    live = types.ModuleType("nemo_rl.models.policy.lm_policy")
+
+    class Policy:
+        def __init__(self, cluster, config, weights_path=None, worker_extension_cls_fqn=None):
+            pass
+
+        def get_logprobs(self, data, timer=None):
+            pass
+
+        def train(self, batch, loss_fn):  # `data` renamed by a patch
+            pass
+
+    live.Policy = Policy  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, live.__name__, live)
+    (line,) = seams.check(pkg)
+    assert (
+        line.startswith("seam 'Policy.train' moved")
+        and (
+            "found train(batch, loss_fn): the imported Policy.train differs from its source: "
+            "positional parameters ['batch', 'loss_fn'] where the call passes ['data', 'loss_fn'];"
+        )
+        in line
+    )
+
+
+def test_the_seam_table_covers_what_the_project_overrides():
+    """A new override in ClipoWorkerMixin / ClipoPolicy needs a seam (else nothing checks it)."""
+    overrides = {
+        f"{cls}.{n.name}"
+        for path, cls, ours in ((ROOT / "clipo_megatron/nemo_rl/worker.py", "worker", "ClipoWorkerMixin"),
+                                (ROOT / "clipo_megatron/nemo_rl/policy.py", "Policy", "ClipoPolicy"))
+        for c in ast.walk(ast.parse(path.read_text()))
+        if isinstance(c, ast.ClassDef) and c.name == ours
+        for n in c.body
+        if isinstance(n, ast.FunctionDef) and "clipo" not in n.name
+    }  # fmt: skip
+    named = {s.name.replace("worker ", "worker.") for s in seams.SEAMS}
+    assert overrides == {"worker.get_logprobs", "Policy.__init__", "Policy.get_logprobs",
+                         "Policy.train", "Policy.save_checkpoint"}  # fmt: skip
+    assert overrides <= named
+
+
+def test_cli(tmp_path):
+    pkg = write_tree(tmp_path / "nemo_rl")
+    run = [sys.executable, "-m", "clipo_megatron.nemo_rl.seams", str(tmp_path)]
+    out = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("all ") and "seams in place" in out.stdout
+    drop_param(WORKER, "MegatronPolicyWorkerImpl.get_logprobs", "micro_batch_size")(pkg)
+    out = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and out.stdout.startswith("seam 'worker get_logprobs' moved")
