@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from clipo_megatron.generation.sampling import Sampling
 from clipo_megatron.models.hf_convert import load_hf_from_megatron
 
 
@@ -54,8 +55,14 @@ class HFGenerator:
         top_p: float,
         max_tokens: int,
         seed: int,
+        top_k: int = 0,
+        min_p: float = 0.0,
+        repetition_penalty: float = 1.0,
     ) -> Rollouts:
-        """n samples per prompt; `seed` makes the whole batch reproducible."""
+        """n samples per prompt (temperature 0: greedy); `seed` makes the whole batch
+        reproducible. Every sampling knob is passed explicitly (`Sampling.hf_kwargs`), so the
+        model's generation_config never applies."""
+        sampling = Sampling(temperature, top_p, top_k, min_p, repetition_penalty)
         torch.manual_seed(seed)
         chats = [chat_text(self.tok, p) for p in prompts]
         enc = self.tok(chats, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -68,9 +75,7 @@ class HFGenerator:
             input_ids=ids,
             attention_mask=mask,
             **shared,
-            do_sample=temperature > 0,
-            temperature=max(temperature, 1e-5),
-            top_p=top_p,
+            **sampling.hf_kwargs(),
             max_new_tokens=max_tokens,
             pad_token_id=self.tok.pad_token_id,
         )

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from clipo_megatron.generation.hf_backend import Rollouts, chat_text
+from clipo_megatron.generation.sampling import Sampling
 from clipo_megatron.models.hf_convert import megatron_to_hf
 
 # KV block (tokens) on CPU: a prompt shares its first len // 32 * 32 tokens across its rollouts;
@@ -118,6 +119,7 @@ class VLLMGenerator:
             gpu_memory_utilization=gpu_memory_utilization,
             enable_prefix_caching=True,  # the n rollouts of a prompt share its prefill
             block_size=block_size,
+            generation_config="vllm",  # vLLM's defaults, never the model's generation_config
         )
 
     def generate(
@@ -129,18 +131,22 @@ class VLLMGenerator:
         top_p: float,
         max_tokens: int,
         seed: int,
+        top_k: int = 0,
+        min_p: float = 0.0,
+        repetition_penalty: float = 1.0,
     ) -> Rollouts:
-        """n samples per prompt; the same prompt token ids as HFGenerator (one chat template, one tokenizer)."""
+        """n samples per prompt (temperature 0: greedy); the same prompt token ids as HFGenerator
+        (one chat template, one tokenizer); every sampling knob explicit (`Sampling.vllm_kwargs`)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         prompt_ids = [
             self.tok(chat_text(self.tok, p), add_special_tokens=False).input_ids for p in prompts
         ]
+        sampling = Sampling(temperature, top_p, top_k, min_p, repetition_penalty)
         params = SamplingParams(
             n=n,
-            temperature=temperature,
-            top_p=top_p,
+            **sampling.vllm_kwargs(),  # type: ignore[arg-type]  # floats / ints by construction
             max_tokens=max_tokens,
             skip_reading_prefix_cache=not self.share_prefill,
         )

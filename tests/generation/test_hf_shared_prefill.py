@@ -46,6 +46,7 @@ def _per_rollout(model, tok, *, temperature, top_p, seed, n=N) -> list[list[int]
         do_sample=temperature > 0,
         temperature=max(temperature, 1e-5),
         top_p=top_p,
+        top_k=0,  # HFGenerator pins every knob: no top-k unless asked (transformers' default is 50)
         max_new_tokens=MAX_TOKENS,
         pad_token_id=tok.pad_token_id,
     )
