@@ -50,7 +50,11 @@ DEFAULT_MAX_CHARS = 100_000  # ~25k tokens of text: past any max_tokens the reci
 START_TIMEOUT = 300.0  # seconds for a fresh worker to import math-verify (a loaded box is slow)
 
 # Graders by name: "module:function", the function taking (response, ground_truth, kind) -> float.
-GRADERS: dict[str, str] = {"default": "clipo_megatron.verify.pool:grade_one"}
+# The config key `clipo.grader` names one (core/config.py): math_verify (recommended) | paper.
+GRADERS: dict[str, str] = {
+    "math_verify": "clipo_megatron.verify.pool:grade_one",  # math-verify + option letters
+    "paper": "clipo_megatron.verify.paper:grade_paper",  # the authors' checker (verify/paper.py)
+}
 
 Grader = Callable[[str, str, str], float]
 

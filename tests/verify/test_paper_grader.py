@@ -171,3 +171,16 @@ def test_sympy_side_normalisation(answer, norm):
 def test_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="unknown answer kind 'code'"):
         grade_paper(r"\boxed{1}", "1", "code")
+
+
+def test_verify_batch_grades_with_the_paper_grader_by_name():
+    """`verify_batch(..., grader="paper")` runs the paper grader in the pool's workers."""
+    from clipo_megatron.verify.pool import GRADERS, VerifierPool, verify_batch
+
+    assert set(GRADERS) == {"math_verify", "paper"}
+    rows = [f for f in FORMS if f[0] in ("mc_parens", "near_integer", "frac_unreduced")]
+    responses, gts, kinds = zip(*[(f[1], f[2], f[3]) for f in rows])
+    with VerifierPool(1) as pool:
+        got = verify_batch(responses, gts, list(kinds), pool=pool, grader="paper")
+    assert list(got) == [float(f[4]) for f in rows] == [0.0, 0.0, 1.0]  # table order
+    assert got.statuses == ["ok"] * 3
