@@ -42,13 +42,17 @@ class Range:
     def text(self) -> str:
         """e.g. "a finite number in (0, 10]", "an int >= 1"."""
         kind = "an int" if self.integer else "a finite number"
-        lo, hi = self.lo, self.hi
+        lo, hi = (
+            None if x is None else f"{x}" if self.integer else f"{x:g}" for x in (self.lo, self.hi)
+        )
         if lo is not None and hi is not None:
-            return f"{kind} in {'(' if self.lo_open else '['}{lo:g}, {hi:g}{')' if self.hi_open else ']'}"
+            return (
+                f"{kind} in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+            )
         if lo is not None:
-            return f"{kind} {'>' if self.lo_open else '>='} {lo:g}"
+            return f"{kind} {'>' if self.lo_open else '>='} {lo}"
         if hi is not None:
-            return f"{kind} {'<' if self.hi_open else '<='} {hi:g}"
+            return f"{kind} {'<' if self.hi_open else '<='} {hi}"
         return kind
 
     def check(self, key: str, value: Any) -> None:

@@ -97,8 +97,7 @@ def load_hf_model(model: str, threads: int | None = None):
 
 def _load_train_run(run_dir: Path):
     """A training run's Megatron policy checkpoint, converted onto its HF base model (no Megatron model built)."""
-    import torch
-
+    from clipo_megatron.core.safe_load import load_state
     from clipo_megatron.models.hf_convert import arch_from_hf_config, load_hf_from_megatron
     from clipo_megatron.models.hf_policy import load_hf_policy
 
@@ -110,9 +109,7 @@ def _load_train_run(run_dir: Path):
         tiny_layers=m.get("tiny_layers", 2),
         seed=cfg.get("seed", 0),
     )
-    state = torch.load(
-        run_dir / "checkpoints" / "latest.pt", map_location="cpu", weights_only=False
-    )
+    state = load_state(run_dir / "checkpoints" / "latest.pt")  # weights only: never runs code
     load_hf_from_megatron(
         hf,
         state["policy"],

@@ -7,8 +7,10 @@ the loss *before* the head update, then one full-batch AdamW step. The step
 is skipped for a fixed head, and when the batch has no counted anchor (no
 valid group): such a loss is a constant 0, and an AdamW step on it would still
 decay the weights by 1 - lr * wd and advance the moments, moving the head on
-no signal. A skipped step leaves head and optimizer state bit-identical;
-`steps_done` still advances and `clipo/head_updated` is 0.
+no signal. It is skipped as well when the loss or a gradient is not finite (on any
+rank holding the head: `clipo/head_skipped_nonfinite` is 1), so one NaN never
+reaches the head's weights or AdamW moments. A skipped step leaves head and optimizer
+state bit-identical; `steps_done` still advances and `clipo/head_updated` is 0.
 The anchor count is that of the gathered batch, so every DP rank skips alike.
 Warm-up (the first `warmup_steps` RL steps train the head alone) is the drivers' to apply,
 through `ClipoBlock.policy_updates_at(step)`.
@@ -100,14 +102,20 @@ class HeadTrainer:
         metrics = contrastive_metrics(res, r_all)
         # No anchor in the whole (gathered) batch: no gradient and no decay either.
         update = learn and res.num_anchors > 0
+        nonfinite = False
         if update:
             self.optimizer.zero_grad(set_to_none=True)
             res.loss.backward()
             all_reduce_grads(self.head, dp_group=self.dp_group)
-            self.optimizer.step()
+            nonfinite = not self._all_finite(res.loss, dev)
+            if nonfinite:  # a NaN / inf loss or gradient: no step, head and moments untouched
+                self.optimizer.zero_grad(set_to_none=True)
+            else:
+                self.optimizer.step()
         if learn:
             self.steps_done += 1
-        metrics["clipo/head_updated"] = float(update)
+        metrics["clipo/head_updated"] = float(update and not nonfinite)
+        metrics["clipo/head_skipped_nonfinite"] = float(nonfinite)
         pidx = res.positive_index[mine]
         positive_ids = torch.where(pidx >= 0, s_all[pidx.clamp_min(0)], torch.full_like(pidx, -1))
         return ClipoStepOutput(
@@ -116,6 +124,24 @@ class HeadTrainer:
             positive_ids=positive_ids,
             metrics=metrics,
         )
+
+    def _all_finite(self, loss: torch.Tensor, dev) -> bool:
+        """Whether the loss and every gradient are finite on every rank that holds the head
+        (DP replicas, and TP shards of a column-parallel head): all skip or all step."""
+        ok = torch.isfinite(loss.detach()).all()
+        for p in self.head.parameters():
+            if p.grad is not None:
+                ok = ok & torch.isfinite(p.grad).all()
+        flag = ok.to(device=dev, dtype=torch.float32).reshape(1)  # [1]
+        tp_group = (
+            getattr(self.head, "tp_group", None)
+            if getattr(self.head, "tensor_parallel", False)
+            else None
+        )
+        for group in (self.dp_group, tp_group):
+            if group_size(group) > 1:
+                dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+        return bool(flag.item() > 0)
 
     def _int_group_ids(self, group_ids: GroupIds, *, device) -> torch.Tensor:
         """[B_local] ids -> long tensor; non-int ids are indexed over every DP rank's ids."""

@@ -261,7 +261,9 @@ def _save(obj, directory: str, name: str) -> None:
 
 
 def _load(directory: str, name: str):
-    return torch.load(os.path.join(directory, name), map_location="cpu", weights_only=False)
+    from clipo_megatron.core.safe_load import load_state
+
+    return load_state(os.path.join(directory, name))  # weights only (core/safe_load.py)
 
 
 class ClipoCpuPolicyWorkerImpl(ClipoWorkerMixin, CpuMegatronPolicyWorkerImpl):

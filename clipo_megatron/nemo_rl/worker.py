@@ -123,7 +123,9 @@ class ClipoWorkerState:
                 f"no CLIPO head checkpoint at {path}: the run was saved without CLIPO, or "
                 "clipo.head_checkpoint_dir changed; set clipo.enabled=false to resume without it"
             )
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        from clipo_megatron.core.safe_load import load_state
+
+        state = load_state(path)  # weights only: a head file on shared storage never runs code
         self.trainer.load_state_dict(state["trainer"])
         return state.get("extra", {})
 

@@ -20,7 +20,6 @@ import json
 import warnings
 from pathlib import Path
 
-import torch
 from omegaconf import OmegaConf
 
 from clipo_megatron.runner.cli_args import make_parser, user_error
@@ -76,6 +75,7 @@ def parser():
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_intermixed_args(argv)
     warnings.filterwarnings("ignore", module=r"megatron\..*")
+    from clipo_megatron.runner.checkpoint import load_checkpoint
     from clipo_megatron.runner.config import load_config
     from clipo_megatron.runner.evaluation import evaluate
     from clipo_megatron.runner.run import Run
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(cfg)
     step = 0
     if ckpt is not None:
-        state = torch.load(ckpt, weights_only=False)
+        state = load_checkpoint(ckpt)  # weights only: checked by check_readable above
         run.model.load_state_dict(state["policy"])
         assert run.gen is not None  # a single process is rank 0: it holds the generator
         run.gen.sync_from_megatron(run.model.state_dict())

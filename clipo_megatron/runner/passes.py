@@ -19,6 +19,7 @@ grad clip and the broadcast of the last stage's results; the passes never test t
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 
 import torch
@@ -185,15 +186,22 @@ def policy_update(
     optimizer.zero_grad(set_to_none=True)
     outs = layout.schedule(model, micro, forward_step, forward_only=False)
     layout.finish_grads(model)
-    grad_norm = layout.clip_grad_norm(model.parameters(), grad_clip)
-    optimizer.step()
+    grad_norm = float(layout.clip_grad_norm(model.parameters(), grad_clip))  # global: every rank
     stats = None
     if layout.is_last_stage:
         stats = {
             "pg/loss": sum(o["loss"] for o in outs),
             **_token_mean([(o["stats"], o["ntok"]) for o in outs]),
         }
-    return {**layout.broadcast(stats), "pg/grad_norm": float(grad_norm)}
+    stats = layout.broadcast(stats)
+    # A NaN / inf loss or grad norm skips the step (weights and AdamW moments untouched), as
+    # Megatron's optimizer does; every rank decides alike (global norm, broadcast loss).
+    finite = math.isfinite(grad_norm) and math.isfinite(stats["pg/loss"])
+    if finite:
+        optimizer.step()
+    else:
+        optimizer.zero_grad(set_to_none=True)
+    return {**stats, "pg/grad_norm": grad_norm, "train/skipped_nonfinite": float(not finite)}
 
 
 def _token_mean(per_mb: list[tuple[dict, float]]) -> dict[str, float]:
