@@ -41,20 +41,81 @@ def curve_values(history: list[dict], key: str) -> list[float]:
     return out
 
 
+def has_clipo(history: list[dict]) -> bool:
+    """The run trained a CLIPO head (it logged clipo/* at some step); the baseline did not."""
+    return any(k.startswith("clipo/") for h in history for k in h)
+
+
+def empty_panel_note(history: list[dict], key: str) -> str | None:
+    """Why a curve has no point at all, in words (else an empty frame reads as a plotting bug):
+    the run has no CLIPO, or CLIPO never had a valid group; None when the curve has points."""
+    if not all(math.isnan(v) for v in curve_values(history, key)):
+        return None
+    if key in CONTRASTIVE_KEYS and not has_clipo(history):
+        return "no CLIPO in this run (baseline): nothing to plot"
+    if key in CONTRASTIVE_KEYS:
+        return "no valid CLIPO group at any step: nothing to plot"
+    return "not logged in this run"
+
+
+def rewards_by_step(history: list[dict]) -> dict[int, float]:
+    return {h["step"]: float(h["reward/mean"]) for h in history if "reward/mean" in h}
+
+
+def degenerate_steps(rewards: dict[int, float]) -> list[int]:
+    """Steps (step -> mean reward) whose rollouts were all wrong (0) or all right (1): no group
+    had a mixed outcome, so no advantage, no CLIPO group, no learning signal at that step. Its
+    reward is the draw's, not the policy collapsing (or solving the task)."""
+    return sorted(s for s, r in rewards.items() if same_value(r, 0.0) or same_value(r, 1.0))
+
+
+def degenerate_note(arms: list[dict[int, float]]) -> str | None:
+    """The reward panel's note: the steps degenerate in every arm given (step -> mean reward;
+    over seeds, 0 or 1 only if every seed's was), None if there are none."""
+    if not arms:
+        return None
+    steps = set(degenerate_steps(arms[0]))
+    for rewards in arms[1:]:
+        steps &= set(degenerate_steps(rewards))
+    if not steps:
+        return None
+    kinds = {"all right" if same_value(arms[0][s], 1.0) else "all wrong" for s in steps}
+    return (
+        f"degenerate step {', '.join(map(str, sorted(steps)))}: rollouts "
+        f"{' or '.join(sorted(kinds, reverse=True))}, no learning signal"
+    )
+
+
+def _note(ax, text: str | None, inside: bool = False) -> None:
+    if not text:
+        return
+    if inside:  # an empty frame: the note takes its place
+        ax.text(
+            0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=8, wrap=True
+        )
+    else:  # above the frame: it hides no data
+        ax.text(0.5, 1.01, text, transform=ax.transAxes, ha="center", va="bottom", fontsize=8)
+
+
 def plot_curves(history: list[dict], path: Path, title: str = "") -> None:
+    """One run's curves; an empty panel says why (`empty_panel_note`), the reward panel names
+    degenerate steps (`degenerate_steps`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     keys = CURVE_KEYS
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2))
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.4))
     steps = [h["step"] for h in history]
     for ax, (k, label) in zip(axes, keys):
         ax.plot(steps, curve_values(history, k), marker="o", ms=3)
-        ax.set_title(label)
+        ax.set_title(label, pad=18)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
+        _note(ax, empty_panel_note(history, k), inside=True)
+        if k == "reward/mean":
+            _note(ax, degenerate_note([rewards_by_step(history)]))
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -82,18 +143,30 @@ def plot_tsne(embeddings: dict, path: Path, seed: int = 0) -> None:
         z = TSNE(
             n_components=2, perplexity=perplexity, random_state=seed, init="pca"
         ).fit_transform(x)
-        ax.scatter(z[~y, 0], z[~y, 1], s=16, **INCORRECT_STYLE)
-        ax.scatter(z[y, 0], z[y, 1], s=16, **CORRECT_STYLE)
+        for mask, style in ((~y, INCORRECT_STYLE), (y, CORRECT_STYLE)):
+            if mask.any():  # an empty class would still get a legend entry
+                ax.scatter(z[mask, 0], z[mask, 1], s=16, **style)
         which = "first" if key == "start" else "last"
         step = e.get("step")
         at = f"step {step}" if step is not None else f"{which} step"
-        ax.set_title(f"head embeddings, {at} ({which} of training)")
+        ax.set_title(f"head embeddings, {at} ({which} of training)", pad=18)
         ax.set_xticks(np.array([]))
         ax.set_yticks(np.array([]))
         ax.legend(loc="best", fontsize=8)
+        _note(ax, tsne_note(y))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def tsne_note(correct) -> str | None:
+    """A t-SNE panel whose rollouts are all one class says so (its legend shows only that one)."""
+    n_right = int(sum(bool(c) for c in correct))
+    if n_right == 0:
+        return f"no correct rollout at this step (all {len(correct)} incorrect)"
+    if n_right == len(correct):
+        return f"no incorrect rollout at this step (all {len(correct)} correct)"
+    return None
 
 
 def mean_curve(histories: list[list[dict]], key: str) -> tuple[list[int], list[float]]:
@@ -137,13 +210,19 @@ def plot_arms_overlaid(arms: dict[str, list[list[dict]]], path: Path, title: str
             ax.plot(steps, ys, ms=3, label=label + seeds, **style)
             panel.append(dict(zip(steps, ys)))
     names = list(arms)
-    for ax, (_, name), panel in zip(axes, CURVE_KEYS, curves):
+    clipo_on = [any(has_clipo(h) for h in hists) for hists in arms.values()]
+    for ax, (key, name), panel in zip(axes, CURVE_KEYS, curves):
         ax.set_title(name, pad=18)  # room for a note between the title and the plot
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        if len(panel) == 2 and curves_coincide(*panel):  # above the frame: it hides no data
-            note = f"{names[0]} = {names[1]} at every step: one line hides the other"
-            ax.text(0.5, 1.01, note, transform=ax.transAxes, ha="center", va="bottom", fontsize=8)
+        notes = []
+        if len(panel) == 2 and curves_coincide(*panel):
+            notes.append(f"{names[0]} = {names[1]} at every step: one line hides the other")
+        if key in CONTRASTIVE_KEYS:
+            notes += [f"{n}: no CLIPO, no curve" for n, on in zip(names, clipo_on) if not on]
+        if key == "reward/mean":
+            notes.append(degenerate_note(panel) or "")
+        _note(ax, "; ".join(n for n in notes if n))
     axes[0].legend(loc="best", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
@@ -158,6 +237,19 @@ def zero_difference(cell: dict | None) -> bool:
         return False
     ends = [] if cell["low"] is None else [cell["low"], cell["high"]]
     return all(same_value(v, 0.0) for v in [cell["mean"], *ends])
+
+
+def differences_title(diffs: dict[str, dict[str, dict]], metrics: list[str], whiskers: bool) -> str:
+    """The paired-differences chart's title: what the whiskers are, and with one seed (no
+    interval) that the bars are single runs' differences, not a verdict."""
+    if whiskers:
+        title = "paired difference per objective (whiskers: 95 % t-interval over seeds)"
+    else:
+        title = "paired difference per objective\none seed: no interval, not a verdict"
+    cells = [c for d in diffs.values() for m in metrics if (c := d.get(m))]
+    if cells and all(zero_difference(c) for c in cells):
+        title += "\nevery difference is 0: the arms are identical on these metrics"
+    return title
 
 
 def plot_paired_differences(diffs: dict[str, dict[str, dict]], labels: dict[str, str], path: Path):
@@ -197,12 +289,7 @@ def plot_paired_differences(diffs: dict[str, dict[str, dict]], labels: dict[str,
     ax.axhline(0.0, color="k", lw=0.8)
     ax.set_xticks(x, [labels[m] for m in metrics], fontsize=8)
     ax.set_ylabel("CLIPO minus baseline")
-    how = "whiskers: 95 % t-interval over seeds" if whiskers else "one seed: no interval"
-    title = f"paired difference per objective ({how})"
-    cells = [c for d in diffs.values() for m in metrics if (c := d.get(m))]
-    if cells and all(zero_difference(c) for c in cells):
-        title += "\nevery difference is 0: the arms are identical on these metrics"
-    ax.set_title(title)
+    ax.set_title(differences_title(diffs, metrics, whiskers))
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()

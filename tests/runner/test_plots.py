@@ -126,14 +126,21 @@ def test_overlaid_curves_say_when_one_line_hides_the_other(tmp_path, captured_fi
     plot_arms_overlaid({"CLIPO": [gap], "GRPO": [_history()]}, tmp_path / "gap.png")
     plot_arms_overlaid({"CLIPO": [_history()], "GRPO": [baseline]}, tmp_path / "apart.png")
     same_fig, gap_fig, apart_fig = captured_figures
+    degenerate = "degenerate step 1: rollouts all right, no learning signal"  # reward 1.0
     assert _texts(same_fig) == {
-        "verifiable reward": [NOTE],
+        "verifiable reward": [f"{NOTE}; {degenerate}"],
         "contrastive loss": [NOTE],  # its step-1 gap in both arms is skipped
         "positive-pair cosine": [],  # no values in either arm: nothing drawn, nothing hidden
         "pos - neg cosine gap": [],
     }
-    assert _texts(gap_fig)["verifiable reward"] == [NOTE]
-    assert all(t == [] for t in _texts(apart_fig).values())
+    assert _texts(gap_fig)["verifiable reward"] == [f"{NOTE}; {degenerate}"]
+    no_curve = ["GRPO: no CLIPO, no curve"]  # the baseline arm has no clipo/* at all
+    assert _texts(apart_fig) == {
+        "verifiable reward": [degenerate],
+        "contrastive loss": no_curve,
+        "positive-pair cosine": no_curve,
+        "pos - neg cosine gap": no_curve,
+    }
 
 
 def test_paired_differences_say_when_a_difference_is_zero(tmp_path, captured_figures):
@@ -156,3 +163,99 @@ def test_paired_differences_say_when_a_difference_is_zero(tmp_path, captured_fig
     # a zero mean with a real interval is a measured difference that happens to be 0.000
     assert [t.get_text() for t in mixed_ax.texts] == ["0: identical", "+0.000"]
     assert "every difference is 0" not in mixed_ax.get_title()
+
+
+def test_empty_panel_says_why():
+    from clipo_megatron.runner.plots import empty_panel_note
+
+    baseline = [{k: v for k, v in h.items() if not k.startswith("clipo/")} for h in _history()]
+    assert empty_panel_note(baseline, "clipo/loss") == (
+        "no CLIPO in this run (baseline): nothing to plot"
+    )
+    assert empty_panel_note(baseline, "reward/mean") is None
+    never_valid = [{**h, "clipo/valid_group_frac": 0.0} for h in _history()]
+    assert empty_panel_note(never_valid, "clipo/loss") == (
+        "no valid CLIPO group at any step: nothing to plot"
+    )
+    assert empty_panel_note(_history(), "clipo/loss") is None  # steps 0 and 2 have points
+    # CLIPO on, but this curve never logged: not "no CLIPO"
+    assert empty_panel_note(_history(), "clipo/pos_cos") == (
+        "no valid CLIPO group at any step: nothing to plot"
+    )
+
+
+def test_baseline_curves_png_notes_its_empty_panels(tmp_path, captured_figures):
+    from clipo_megatron.runner.plots import plot_curves
+
+    baseline = [{k: v for k, v in h.items() if not k.startswith("clipo/")} for h in _history()]
+    plot_curves(baseline, tmp_path / "curves.png")
+    (fig,) = captured_figures
+    no_clipo = ["no CLIPO in this run (baseline): nothing to plot"]
+    assert _texts(fig) == {
+        "verifiable reward": ["degenerate step 1: rollouts all right, no learning signal"],
+        "contrastive loss": no_clipo,
+        "positive-pair cosine": no_clipo,
+        "pos - neg cosine gap": no_clipo,
+    }
+
+
+def test_degenerate_steps_all_wrong_or_all_right_in_every_arm():
+    from clipo_megatron.runner.plots import degenerate_note, degenerate_steps
+
+    clipo = {0: 0.1875, 1: 0.0, 6: 0.52, 7: 0.0, 8: 1.0}
+    grpo = {0: 0.1875, 1: 0.0625, 6: 0.56, 7: 0.0, 8: 1.0}
+    assert degenerate_steps(clipo) == [1, 7, 8] and degenerate_steps(grpo) == [7, 8]
+    assert degenerate_steps({0: 1e-17, 1: 1 - 1e-17, 2: 1 / 48}) == [0, 1]  # fp noise, 1 of 48
+    assert degenerate_note([clipo, grpo]) == (  # step 1 is degenerate in one arm only
+        "degenerate step 7, 8: rollouts all wrong or all right, no learning signal"
+    )
+    assert (
+        degenerate_note([{7: 0.0}]) == "degenerate step 7: rollouts all wrong, no learning signal"
+    )
+    assert degenerate_note([{0: 0.5}, {0: 0.0}]) is None and degenerate_note([]) is None
+
+
+def test_tsne_step_without_a_correct_rollout_says_so(tmp_path, captured_figures):
+    pytest.importorskip("sklearn")
+    from clipo_megatron.runner.plots import plot_tsne, tsne_note
+
+    assert tsne_note(torch.zeros(12)) == "no correct rollout at this step (all 12 incorrect)"
+    assert tsne_note(torch.ones(5)) == "no incorrect rollout at this step (all 5 correct)"
+    assert tsne_note(torch.tensor([1.0, 0.0])) is None
+    g = torch.Generator().manual_seed(0)
+    emb = torch.randn(12, 4, generator=g)
+    plot_tsne(
+        {
+            "start": {"emb": emb, "correct": torch.tensor([1.0, 0.0] * 6), "step": 0},
+            "end": {"emb": emb, "correct": torch.zeros(12), "step": 7},
+        },
+        tmp_path / "tsne.png",
+    )
+    (fig,) = captured_figures
+    start, end = fig.axes
+    assert [t.get_text() for t in start.get_legend().get_texts()] == ["incorrect", "correct"]
+    assert [t.get_text() for t in start.texts] == []
+    assert [t.get_text() for t in end.get_legend().get_texts()] == ["incorrect"]
+    assert [t.get_text() for t in end.texts] == [
+        "no correct rollout at this step (all 12 incorrect)"
+    ]
+    assert len(end.collections) == 1 and len(end.collections[0].get_offsets()) == 12
+
+
+def test_one_seed_differences_are_not_a_verdict(tmp_path, captured_figures):
+    from clipo_megatron.runner.plots import differences_title, plot_paired_differences
+
+    labels = {"pass@1_after": "pass@1 after"}
+    one = {"grpo": {"pass@1_after": {"mean": -0.07, "low": None, "high": None}}}
+    three = {"grpo": {"pass@1_after": {"mean": -0.03, "low": -0.16, "high": 0.10}}}
+    assert differences_title(one, list(labels), whiskers=False) == (
+        "paired difference per objective\none seed: no interval, not a verdict"
+    )
+    assert differences_title(three, list(labels), whiskers=True) == (
+        "paired difference per objective (whiskers: 95 % t-interval over seeds)"
+    )
+    plot_paired_differences(one, labels, tmp_path / "one.png")
+    plot_paired_differences(three, labels, tmp_path / "three.png")
+    (one_ax,), (three_ax,) = (f.axes for f in captured_figures)
+    assert "one seed: no interval, not a verdict" in one_ax.get_title()
+    assert "not a verdict" not in three_ax.get_title()
