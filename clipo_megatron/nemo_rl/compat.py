@@ -23,6 +23,11 @@ says so; one that lacks 7ea279a's own seam is an older main and is refused.
 Anything else fails at start-up with `UnsupportedNemoRLError` (one line naming what was
 found and the fix), before a model or a Ray actor is built. `CLIPO_ALLOW_UNSUPPORTED_NEMO_RL=1`
 turns the error into a warning for users who ran the contract suite on their own checkout.
+
+Whatever the commit, the seams the extension uses (`seams.py`) are read in the installed
+source. A moved seam is `SeamsMovedError`, one line per seam, and no variable turns it into a
+warning: that run would fail (or silently capture nothing) later. An unknown NeMo-RL whose seams
+all match is still refused, but the message says so and how to proceed.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import subprocess
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
+from clipo_megatron.nemo_rl import seams
 
 SUPPORTED = {
     "v0.7.0": "release v0.7.0 (2026-07-28)",
@@ -49,14 +56,22 @@ ALLOW_ENV = "CLIPO_ALLOW_UNSUPPORTED_NEMO_RL"
 CONTAINER_COMMIT_ENV = "NEMO_RL_COMMIT"  # set by NeMo-RL's docker/Dockerfile (release stage)
 _SHA = re.compile(r"[0-9a-f]{7,40}")
 _INSTALL = (
-    "install v0.7.0 or main 7ea279a from git (`git clone https://github.com/NVIDIA-NeMo/RL && git "
-    "-C RL checkout <v0.7.0|7ea279a>`, docs/nemo_rl.md), or run `NEMO_RL_SRC=<checkout> bash "
-    f"scripts/test_nemo_rl.sh` and, if it passes, set {ALLOW_ENV}=1"
+    "run `NEMO_RL_SRC=<checkout> bash scripts/test_nemo_rl.sh` and, if it passes, set "
+    f"{ALLOW_ENV}=1; or install v0.7.0 or main 7ea279a from git (`git clone "
+    "https://github.com/NVIDIA-NeMo/RL && git -C RL checkout <v0.7.0|7ea279a>`, docs/nemo_rl.md)"
 )
 
 
 class UnsupportedNemoRLError(RuntimeError):
     pass
+
+
+class SeamsMovedError(UnsupportedNemoRLError):
+    """A seam the extension uses moved: `lines`, one per seam (`seams.check`)."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,8 @@ class NemoRLFlavour:
     commit: str | None = None  # full or short sha when known (see the module docstring)
     note: str = ""  # how it was recognised, or why it was refused
     caveat: str | None = None  # accepted, but with this warning (commit unknown)
+    seams_moved: tuple[str, ...] = ()  # one line per moved seam (seams.check)
+    seams_checked: int = 0
 
     @property
     def supported(self) -> bool:
@@ -191,19 +208,27 @@ def detect() -> NemoRLFlavour:
     commit = find_commit(pkg_dir, version)
     probes = probe(pkg_dir)
     name, note, caveat = identify(version, commit, probes)
-    return NemoRLFlavour(version, name, probes.metric_normalizer, commit, note, caveat)
+    moved = tuple(seams.check(pkg_dir))
+    return NemoRLFlavour(
+        version, name, probes.metric_normalizer, commit, note, caveat, moved, len(seams.all_seams())
+    )
 
 
 def check_supported() -> NemoRLFlavour:
-    """Fail early, in one line, when the installed NeMo-RL is not one we test against."""
+    """Fail early, in one line, when the installed NeMo-RL is not one we test against, and with
+    one line per seam when a seam the extension uses has moved (module docstring)."""
     flavour = detect()
+    if flavour.seams_moved:
+        where = f"NeMo-RL {flavour.version} ({flavour.note})"
+        raise SeamsMovedError([f"{where}: {line}" for line in flavour.seams_moved])
     if flavour.supported:
         if flavour.caveat:
             warnings.warn(flavour.caveat, stacklevel=2)
         return flavour
     msg = (
         f"NeMo-RL {flavour.version} ({flavour.note}) is not supported by this clipo_megatron; "
-        f"supported: {', '.join(SUPPORTED)}; {_INSTALL}"
+        f"supported: {', '.join(SUPPORTED)}; its {flavour.seams_checked} seams this integration "
+        f"uses all match, so it may work: {_INSTALL}"
     )
     if os.environ.get(ALLOW_ENV) == "1":
         warnings.warn(msg, stacklevel=2)

@@ -9,7 +9,8 @@ It runs in seconds on a laptop, with or without NeMo-RL importable:
 1. the recipe merges and resolves (`load_recipe`, incl. NeMo-RL's parent recipe when found);
 2. the `clipo:` block and its cross-field rules (`validate_master_config`), incl. settings
    under which CLIPO's capture never runs (force_on_policy_ratio, training CUDA graphs);
-3. with NeMo-RL importable: the supported version (`compat.check_supported`) and NeMo-RL's own
+3. with NeMo-RL importable: the supported version (`compat.check_supported`), the seams the
+   extension uses in its source (`seams`, one line per moved seam) and NeMo-RL's own
    pydantic `MasterConfig` of `nemo_rl.algorithms.grpo`;
 4. data files exist with the columns their dataset class reads; no training row is validated
    on (`preflight_data`);
@@ -65,11 +66,18 @@ def _one_line(e: BaseException) -> str:
 
 
 def check_nemo_rl(config: dict[str, Any]) -> list[str]:
-    """The installed NeMo-RL is supported and accepts the config (its pydantic MasterConfig)."""
-    from clipo_megatron.nemo_rl.compat import UnsupportedNemoRLError, check_supported
+    """The installed NeMo-RL is supported, its seams are in place (one line per moved seam), and
+    it accepts the config (its pydantic MasterConfig)."""
+    from clipo_megatron.nemo_rl.compat import (
+        SeamsMovedError,
+        UnsupportedNemoRLError,
+        check_supported,
+    )
 
     try:
         check_supported()
+    except SeamsMovedError as e:
+        return [f"NeMo-RL: {line}" for line in e.lines]
     except UnsupportedNemoRLError as e:
         return [f"NeMo-RL: {_one_line(e)}"]
     from nemo_rl.algorithms.grpo import MasterConfig

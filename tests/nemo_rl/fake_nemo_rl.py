@@ -88,7 +88,8 @@ class Policy:
 """,
     "algorithms/grpo.py": """
 class MasterConfig:
-    pass
+    def __init__(self, **config):
+        self.config = config
 
 
 def setup(master_config, tokenizer, dataset, val_dataset, policy_factory=None):

@@ -2,8 +2,9 @@
 """Which NeMo-RL is installed: identified by commit when known, by version + probes otherwise.
 
 Issue item 1: a git checkout reports `0.7.0+<sha>` and was refused; these tests build fake
-NeMo-RL packages on disk (version, the two probed source seams, a git tree or none) and run the
-real `check_supported` on them. `CLIPO_NEMO_RL_CHECKOUTS=<dir>:<dir>` also runs `detect` on
+NeMo-RL packages on disk (version, the two probed source seams, a git tree or none, over the
+seams the extension uses: fake_nemo_rl.py) and run the real `check_supported` on them. Issue 23
+item 7: a moved seam is named in one line whatever the commit, and is never let through. `CLIPO_NEMO_RL_CHECKOUTS=<dir>:<dir>` also runs `detect` on
 real NeMo-RL checkouts (only `nemo_rl/__init__.py` is imported: no NeMo-RL dependencies).
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from clipo_megatron.nemo_rl import compat
+from tests.nemo_rl.fake_nemo_rl import write_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 V070 = "81aa43dda4765b0429cf31dab44441e4e4383911"  # `git rev-parse 'v0.7.0^{commit}'`
@@ -42,14 +44,9 @@ def fake(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
 
     def make(version, *, normalizer=False, rank0=False, root=None) -> Path:
-        pkg = (root or tmp_path / "site") / "nemo_rl"
-        files = {
+        pkg = write_tree((root or tmp_path / "site") / "nemo_rl", normalizer=normalizer)
+        files = {  # over the seams the extension uses (fake_nemo_rl.py)
             "__init__.py": f"__version__ = {version!r}\n",
-            "algorithms/__init__.py": "",
-            "algorithms/loss/__init__.py": "",
-            "algorithms/loss/interfaces.py": "import enum\n"
-            + ("class MetricNormalizer(enum.Enum):\n    TOKENS = 1\n" if normalizer else ""),
-            "utils/__init__.py": "",
             "utils/native_checkpoint.py": (
                 "def save_tokenizer_on_rank0(tokenizer, path):\n    pass\n" if rank0 else ""
             ),
@@ -108,6 +105,47 @@ def test_unsupported_fails_in_one_line_naming_it(
     monkeypatch.setenv(compat.ALLOW_ENV, "1")  # the documented escape hatch warns instead
     with pytest.warns(UserWarning, match=version.replace("+", r"\+")):
         assert not compat.check_supported().supported
+
+
+def test_unknown_nemo_rl_with_matching_seams_says_so_and_how_to_proceed(fake):
+    fake(f"0.6.0+{OTHER_MAIN}", normalizer=True, rank0=True)
+    with pytest.raises(compat.UnsupportedNemoRLError) as err:
+        compat.check_supported()
+    n = len(compat.seams.all_seams())
+    assert not isinstance(err.value, compat.SeamsMovedError) and n > 20
+    assert str(err.value) == (
+        f"NeMo-RL 0.6.0+{OTHER_MAIN} (commit {OTHER_MAIN}, not a supported one) is not supported by "
+        f"this clipo_megatron; supported: v0.7.0, main@7ea279a; its {n} seams this integration "
+        "uses all match, so it may work: run `NEMO_RL_SRC=<checkout> bash scripts/test_nemo_rl.sh` "
+        f"and, if it passes, set {compat.ALLOW_ENV}=1; or install v0.7.0 or main 7ea279a from git "
+        "(`git clone https://github.com/NVIDIA-NeMo/RL && git -C RL checkout <v0.7.0|7ea279a>`, "
+        "docs/nemo_rl.md)"
+    )
+
+
+@pytest.mark.parametrize(
+    "version, normalizer, rank0, note",
+    [
+        (f"0.6.0+{OTHER_MAIN}", True, True, f"commit {OTHER_MAIN}, not a supported one"),
+        (f"0.7.0+{V070[:9]}", False, False, f"commit {V070[:9]}"),  # supported, but edited
+    ],
+)
+def test_a_moved_seam_is_one_line_and_never_let_through(
+    fake, monkeypatch, version, normalizer, rank0, note
+):
+    pkg = fake(version, normalizer=normalizer, rank0=rank0)
+    worker = pkg / "models/policy/workers/megatron_policy_worker.py"
+    worker.write_text(worker.read_text().replace("get_microbatch_iterator", "make_microbatches"))
+    for allow in ("0", "1"):  # the escape hatch for unknown commits does not cover moved seams
+        monkeypatch.setenv(compat.ALLOW_ENV, allow)
+        with pytest.raises(compat.SeamsMovedError) as err:
+            compat.check_supported()
+        (line,) = err.value.lines
+        assert str(err.value) == line and line.startswith(
+            f"NeMo-RL {version} ({note}): seam 'microbatch iterator' moved: expected get_logprobs "
+            "calling the module-level get_microbatch_iterator by that name"
+        )
+        assert "found no module-level get_microbatch_iterator" in line
 
 
 def test_main_without_commit_is_accepted_with_a_warning(fake):

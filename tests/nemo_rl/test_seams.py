@@ -274,3 +274,40 @@ def test_cli(tmp_path):
     drop_param(WORKER, "MegatronPolicyWorkerImpl.get_logprobs", "micro_batch_size")(pkg)
     out = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2 and out.stdout.startswith("seam 'worker get_logprobs' moved")
+
+
+# ----------------------------------------------------------------------------- the preflight
+
+
+@pytest.mark.parametrize(
+    "version, moved, want",
+    [
+        ("0.7.0", False, []),  # v0.7.0 by version and probes, every seam in place: passes
+        ("0.8.0", False, ["is not supported by this clipo_megatron; supported: v0.7.0, "
+                          f"main@7ea279a; its {len(seams.all_seams())} seams this integration uses all match, so it may "
+                          "work: run `NEMO_RL_SRC=<checkout> bash scripts/test_nemo_rl.sh` and, if "
+                          "it passes, set CLIPO_ALLOW_UNSUPPORTED_NEMO_RL=1"]),
+        ("0.8.0", True, ["seam 'microbatch iterator' moved: expected get_logprobs calling"]),
+        ("0.7.0", True, ["seam 'microbatch iterator' moved: expected get_logprobs calling"]),
+    ],
+)  # fmt: skip
+def test_validate_only_names_the_moved_seam_and_exits_2(tmp_path, version, moved, want):
+    """`run_grpo_clipo.py --validate-only` with a NeMo-RL on the path: the NeMo-RL problems are
+    the refusal (seams match) or exactly one line naming the moved seam; exit 2, no traceback."""
+    pkg = write_tree(tmp_path / "site" / "nemo_rl")
+    (pkg / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    if moved:
+        replace_everywhere(WORKER, "get_microbatch_iterator", "make_microbatches")(pkg)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "run_grpo_clipo.py"), "--validate-only",
+         "--no-cluster-env", "--config", str(ROOT / "examples/configs/track1_qwen3b.yaml")],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CLIPO_DATA_DIR": str(tmp_path),
+             "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{ROOT}", "GIT_CEILING_DIRECTORIES": str(tmp_path)},
+    )  # fmt: skip
+    assert "Traceback" not in out.stderr, out.stderr
+    nemo = [ln for ln in out.stderr.splitlines() if ln.startswith("  - NeMo-RL: ")]
+    print(f"\n[preflight] NeMo-RL {version}, seam moved: {moved}, exit {out.returncode}:\n{nemo}")
+    assert len(nemo) == len(want) and all(w in ln for w, ln in zip(want, nemo))
+    if want:
+        assert out.returncode == 2 and nemo[0].startswith(f"  - NeMo-RL: NeMo-RL {version} (")
