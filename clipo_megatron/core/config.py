@@ -51,6 +51,7 @@ _RANGES: dict[str, Range] = {
     "warmup_steps": Range(0, integer=True),
     "seed": Range(0, 2**31 - 1, integer=True),
     "max_group_size": Range(2, integer=True, note="or null"),
+    "log_eps": Range(0, 1e-2, note="0: off; the authors' code: 1e-8"),
 }
 _NULLABLE = {"reward_lambda", "max_group_size"}
 
@@ -114,6 +115,11 @@ class CLIPOConfig:
     # Optional upper bound on rollouts per group (e.g. n_samples); a group id
     # seen more often than this is rejected as a layout error.
     max_group_size: int | None = None
+    # The authors' code adds eps inside the log of every max-shifted denominator sum (and of
+    # SoftNN's positive sum): log(sum_j exp(s_ij - M_i) + eps) + M_i, M_i the row max (s_ii =
+    # 1/tau for cosine). That is a phantom negative at cosine 1 + tau ln(eps): 0.63 at tau
+    # 0.02, 0.08 at 0.05 for eps 1e-8. 0 (default): off; 1e-8: the authors' (reproduce recipes).
+    log_eps: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -185,6 +191,10 @@ class ClipoBlock:
     # A rollout is "correct" (a CLIPO positive) when its verifiable reward >= this
     # (authors: reward > 0 on 0 / 1 rewards).
     correct_reward_threshold: float = 0.5
+    # The verifiable reward's grader, a name in verify/pool.py's GRADERS: "math_verify"
+    # (recommended: math-verify, lenient option letters) or "paper" (the authors' checker,
+    # verify/paper.py; the reproduction recipes). Both drivers' rewards and their evaluation.
+    grader: str = "math_verify"
     method: CLIPOConfig = field(default_factory=CLIPOConfig)
 
     def __post_init__(self) -> None:
@@ -196,6 +206,10 @@ class ClipoBlock:
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
             raise ValueError(f"clipo.correct_reward_threshold={t!r} must be a finite number")
         get_objective(self.objective)  # one error naming the registered objectives
+        from clipo_megatron.verify.pool import GRADERS
+
+        if self.grader not in GRADERS:
+            raise ValueError(f"clipo.grader={self.grader!r} is not one of {sorted(GRADERS)}")
 
     @property
     def head_runs(self) -> bool:

@@ -36,6 +36,16 @@ class GroupPairs:
     anchor: torch.Tensor  # [N, G] bool, counted anchors (>= 1 positive and >= 1 negative)
     pos_slot: torch.Tensor  # [N, G] long, slot of the sampled positive, -1 if none
     all_others: bool  # CLIPOConfig.denominator == "all_others"
+    # [N, G] log of the authors' eps term (CLIPOConfig.log_eps): M_i + ln(eps), M_i the row max
+    # of s_ij over the group, self included; None: off.
+    phantom: torch.Tensor | None = None
+
+    def lse(self, mask: torch.Tensor) -> torch.Tensor:
+        """logsumexp_{j in mask} s_ij, with the eps phantom term when configured: [N, G]."""
+        out = masked_logsumexp(self.sim, mask)
+        if self.phantom is None:
+            return out
+        return torch.where(mask.any(-1), torch.logaddexp(out, self.phantom), out)
 
 
 # (pairs) -> per-anchor loss [N, G]; values at non-anchors are discarded by the caller.
@@ -95,16 +105,16 @@ def infonce(p: GroupPairs) -> torch.Tensor:
     onehot &= p.anchor.unsqueeze(-1)  # [N, G, G]
     den = p.pair_den if p.all_others else (onehot | p.neg_den)
     s_pos = (p.sim * onehot).sum(-1)  # [N, G]
-    return -(s_pos - masked_logsumexp(p.sim, den))
+    return -(s_pos - p.lse(den))
 
 
 def supcon(p: GroupPairs) -> torch.Tensor:
     """Mean over positives ("positive_and_negatives": each p against {p} u negatives)."""
     n_pos = p.pos.sum(-1).clamp_min(1)  # [N, G]
     if p.all_others:
-        lse = masked_logsumexp(p.sim, p.pair_den).unsqueeze(-1)  # [N, G, 1]
+        lse = p.lse(p.pair_den).unsqueeze(-1)  # [N, G, 1]
     else:
-        lse_neg = masked_logsumexp(p.sim, p.neg_den).unsqueeze(-1)  # [N, G, 1]
+        lse_neg = p.lse(p.neg_den).unsqueeze(-1)  # [N, G, 1]
         has_neg = p.neg_den.any(-1, keepdim=True)
         lse = torch.where(has_neg, torch.logaddexp(p.sim, lse_neg), p.sim)  # [N, G, G]
     return -((p.sim - lse) * p.pos).sum(-1) / n_pos
@@ -112,7 +122,7 @@ def supcon(p: GroupPairs) -> torch.Tensor:
 
 def softnn(p: GroupPairs) -> torch.Tensor:
     """Soft nearest neighbour: positives and negatives make up every other rollout either way."""
-    return -(masked_logsumexp(p.sim, p.pos) - masked_logsumexp(p.sim, p.pair_den))
+    return -(p.lse(p.pos) - p.lse(p.pair_den))
 
 
 register_contrastive_loss(

@@ -21,6 +21,7 @@ padded [N, G, G] blocks: memory O(B * G), never O(B^2).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -182,8 +183,13 @@ def group_contrastive_loss(
     u = counter_uniform(cfg.seed, step, layout.group_keys.unsqueeze(1), sid)  # [N, G]
     pos_slot = sample_positive_slots(pos & anchor.unsqueeze(-1), u)  # [N, G]
 
+    phantom = None
+    if cfg.log_eps > 0:  # the authors' eps inside the log: a term at the row max (self incl.)
+        row = valid.unsqueeze(1) & valid.unsqueeze(2)  # [N, G, G]
+        m = sim.masked_fill(~row, float("-inf")).amax(-1).detach()  # [N, G]
+        phantom = torch.where(torch.isfinite(m), m, torch.zeros_like(m)) + math.log(cfg.log_eps)
     pairs = GroupPairs(
-        sim, pos, pair_den, neg_den, anchor, pos_slot, cfg.denominator == "all_others"
+        sim, pos, pair_den, neg_den, anchor, pos_slot, cfg.denominator == "all_others", phantom
     )
     loss_ng = get_contrastive_loss(cfg.loss_type).kernel(pairs)  # [N, G]
     loss_ng = torch.where(anchor, loss_ng, torch.zeros_like(loss_ng))  # [N, G]
