@@ -48,3 +48,24 @@ def load_problems(data_cfg, size: int, *, seed_offset: int = 0, path: str = "") 
     return arithmetic_problems(
         size, data_cfg.seed + seed_offset, dataset=data_cfg.dataset, one_shot=data_cfg.one_shot
     )
+
+
+def step_problems(problems: list[Record], step: int, p: int) -> list[Record]:
+    """Step `step`'s `p` problems: the next ones in order from step * p (wrapping), skipping a
+    prompt already drawn for this step. A generated task repeats questions (reasoning-gym's
+    one-digit sums have 242), and a prompt twice in one step is one group counted twice and one
+    fewer problem learned from. Deterministic in (problems, step): a resume draws the same."""
+    start = (step * p) % len(problems)
+    batch: list[Record] = []
+    seen: set[str] = set()
+    for i in range(len(problems)):
+        r = problems[(start + i) % len(problems)]
+        if r.prompt not in seen:
+            seen.add(r.prompt)
+            batch.append(r)
+            if len(batch) == p:
+                return batch
+    raise ValueError(
+        f"rollout.prompts_per_step={p} but the task has {len(seen)} distinct prompts: "
+        "lower rollout.prompts_per_step or raise data.train_size"
+    )

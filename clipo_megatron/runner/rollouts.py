@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """One step's rollouts: rank 0 samples and verifies, every rank trains on rank 0's.
 
-The prompts of step k are the next `prompts_per_step` problems in order (wrapping), and the
+The prompts of step k are the next `prompts_per_step` distinct problems (wrapping), and the
 sampling seed is derived from the run seed and k, so a resumed run samples what the
 uninterrupted one would have.
 """
@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from clipo_megatron.runner import parallel
+from clipo_megatron.runner.problems import step_problems
 
 
 def sample_rollouts(gen, problems: list, rollout_cfg, seed: int, step: int, t: dict):
@@ -24,9 +25,7 @@ def sample_rollouts(gen, problems: list, rollout_cfg, seed: int, step: int, t: d
     `generate` and `verify` wall times."""
     from clipo_megatron.verify.boxed import verify_batch
 
-    p = rollout_cfg.prompts_per_step
-    start = (step * p) % len(problems)
-    batch = [problems[(start + i) % len(problems)] for i in range(p)]
+    batch = step_problems(problems, step, rollout_cfg.prompts_per_step)  # no prompt twice
     t0 = time.perf_counter()
     ro: Any = None
     rewards: torch.Tensor | None = None
