@@ -233,27 +233,40 @@ def run_suite(args) -> int:
 
 def run_compare(argv: list[str]) -> int:
     from clipo_megatron.eval.aggregate import compare
+    from clipo_megatron.eval.reference import is_reference, load_reference
     from clipo_megatron.eval.report import bar_chart, markdown_table
 
     ap = argparse.ArgumentParser(
         prog="clipo-megatron eval compare",
         description="side-by-side scores of two or more eval outputs, with deltas vs the first",
     )
-    ap.add_argument("runs", nargs="+", help="eval output dirs (results.json) or results.json files")
-    ap.add_argument("--names", help="comma-separated run names (default: dir names)")
+    ap.add_argument(
+        "runs",
+        nargs="+",
+        help="eval output dirs (results.json), results.json files, or rows of the paper's "
+        "tables: examples/configs/reproduce/paper_scores.json#table1[/GRPO+CLIPO]",
+    )
+    ap.add_argument(
+        "--names", help="comma-separated names of the eval outputs (default: dir names)"
+    )
     ap.add_argument("--out", default="runs/eval/compare")
     args = ap.parse_args(argv)
-    paths = [Path(r) / "results.json" if Path(r).is_dir() else Path(r) for r in args.runs]
-    for p in paths:
+    outputs = [r for r in args.runs if not is_reference(r)]
+    paths = {r: Path(r) / "results.json" if Path(r).is_dir() else Path(r) for r in outputs}
+    for p in paths.values():
         if not p.is_file():
             raise FileNotFoundError(f"{p} does not exist: pass `clipo-megatron eval` output dirs")
-    names = args.names.split(",") if args.names else [p.parent.name for p in paths]
+    names = args.names.split(",") if args.names else [p.parent.name for p in paths.values()]
     if len(names) != len(paths) or len(set(names)) != len(names):
         raise ValueError(f"--names {names} must give {len(paths)} distinct names")
-    runs = {}
-    for name, p in zip(names, paths):
-        r = json.loads(p.read_text())
-        runs[name] = {**r["scores"], **r["averages"]}
+    name_of = dict(zip(outputs, names))
+    runs: dict[str, dict] = {}
+    for arg in args.runs:  # in the order given: the first is the baseline of the deltas
+        if is_reference(arg):
+            runs.update(load_reference(arg))
+            continue
+        r = json.loads(paths[arg].read_text())
+        runs[name_of[arg]] = {**r["scores"], **r["averages"]}
     cmp = compare(runs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
