@@ -34,6 +34,14 @@ METRICS = {
     "step_seconds": ("mean step time (s)", 1),
 }
 VERDICT_METRICS = ("pass@1_after", "pass@1_perturbed_after", "train_reward_last")
+# Reported per arm, never differenced: the arms train one after another, so a step-time gap is
+# mostly the box's load moving between them (measure it back to back on a quiet box: bench/).
+UNPAIRED = ("step_seconds",)
+STEP_TIME_NOTE = (
+    "Step time is each arm's own and is not compared: the arms run one after another and the "
+    "box's load moves between them; compare it only from runs back to back on a quiet box "
+    "(`bench/bench_step.py`)."
+)
 # What CLIPO did to the update (core/diagnostics.py), the CLIPO arm's mean over its steps.
 DIAGNOSTICS = {
     "clipo/valid_group_frac": ("valid groups (>= 2 correct, >= 1 incorrect)", 2),
@@ -100,6 +108,17 @@ def divergence_step(clipo: list[dict], baseline: list[dict]) -> dict:
     return {"step": first, "steps": len(common)}
 
 
+def shared_degenerate_steps(clipo: list[dict], baseline: list[dict]) -> list[int]:
+    """Steps whose rollouts were all wrong (or all right) in both arms (`plots.degenerate_steps`):
+    no group had a learning signal in either; the task's draw, not an arm, made them."""
+    from clipo_megatron.runner.plots import degenerate_steps, rewards_by_step
+
+    return sorted(
+        set(degenerate_steps(rewards_by_step(clipo)))
+        & set(degenerate_steps(rewards_by_step(baseline)))
+    )
+
+
 def fmt_divergence(d: dict) -> str:
     if d["steps"] == 0:
         return "not recorded (runs without rollout/token_hash)"
@@ -120,6 +139,7 @@ def summarize(out: Path, objectives: list[str], seeds: list[int]) -> dict:
         per_arm = {arm: runs[arm][0] for arm in ARMS}
         hists = [runs[arm][1] for arm in ARMS]
         diverged = {str(s): divergence_step(c, b) for s, c, b in zip(seeds, *hists)}
+        degenerate = {str(s): shared_degenerate_steps(c, b) for s, c, b in zip(seeds, *hists)}
         per_seed = [run_diagnostics(h) for h in hists[0]]
         diagnostics = {
             key: t_interval([d[key] for d in per_seed]).to_dict()
@@ -134,6 +154,8 @@ def summarize(out: Path, objectives: list[str], seeds: list[int]) -> dict:
             vals = {arm: [m[key] for m in per_arm[arm]] for arm in ARMS}
             for arm in ARMS:
                 cells[arm][key] = t_interval(vals[arm]).to_dict()
+            if key in UNPAIRED:
+                continue
             diff = paired_difference(vals["clipo"], vals["baseline"])
             diffs[key] = diff.to_dict()
             if key in VERDICT_METRICS:
@@ -143,6 +165,7 @@ def summarize(out: Path, objectives: list[str], seeds: list[int]) -> dict:
             "differences": diffs,
             "verdicts": verdicts,
             "divergence_step": diverged,
+            "degenerate_steps": degenerate,
             "clipo_diagnostics": diagnostics,
         }
     return report
@@ -201,13 +224,17 @@ def markdown(report: dict, title: str) -> str:
             f"| metric | {clipo_label(obj)} | {baseline_label(obj)} | difference |",
             "|---|---|---|---|",
         ]
-        for key, d in r["differences"].items():
+        for key in [k for k in METRICS if k in r["cells"]["clipo"]]:
             label, digits = METRICS[key]
             clipo, base = r["cells"]["clipo"][key], r["cells"]["baseline"][key]
+            d = r["differences"].get(key)
+            diff = _signed(d, digits, one_seed) if d else "not compared"
             lines.append(
                 f"| {label} | {_cell(clipo, digits, one_seed)} | {_cell(base, digits, one_seed)} "
-                f"| {_signed(d, digits, one_seed)} |"
+                f"| {diff} |"
             )
+        if any(k in r["cells"]["clipo"] for k in UNPAIRED):
+            lines += ["", STEP_TIME_NOTE]
         div = r.get("divergence_step", {})
         if div:  # a property of the pair: a line under the table
             lines += [
@@ -217,9 +244,25 @@ def markdown(report: dict, title: str) -> str:
                 + "; ".join(f"seed {s}: {fmt_divergence(d)}" for s, d in div.items())
                 + ".",
             ]
+        lines += _degenerate_lines(r.get("degenerate_steps", {}))
         lines += _diagnostics_table(r.get("clipo_diagnostics", {}), obj, seeds)
         lines += ["", *[f"- {v}" for v in r["verdicts"]], ""]
     return "\n".join(lines)
+
+
+def _degenerate_lines(degenerate: dict[str, list[int]]) -> list[str]:
+    """A line naming the steps where both arms' rollouts were all wrong (or all right)."""
+    found = {s: steps for s, steps in degenerate.items() if steps}
+    if not found:
+        return []
+    per_seed = "; ".join(
+        f"seed {s}: step{'s' * (len(st) > 1)} {', '.join(map(str, st))}" for s, st in found.items()
+    )
+    return [
+        "",
+        "Degenerate steps (every rollout of both arms wrong, or every one right: no group had "
+        f"a learning signal; the task's draw, not an arm): {per_seed}.",
+    ]
 
 
 def _diagnostics_table(diag: dict, objective: str, seeds: list[int]) -> list[str]:

@@ -113,7 +113,7 @@ def test_report_tables_and_verdicts_from_run_dirs(tmp_path):
     assert "- held-out pass@1 after: no measurable difference (CLIPO minus GRPO +0.075" in md
     # train reward 0.9 vs 0.8 on both seeds: zero-width interval at +0.1, CLIPO better
     assert "train reward, last quarter of steps (final): CLIPO is better by 0.100" in md
-    assert "| mean step time (s) | 3.0 [3.0, 3.0] | 3.0 [3.0, 3.0] | +0.0 [+0.0, +0.0] |" in md
+    assert "| mean step time (s) | 3.0 [3.0, 3.0] | 3.0 [3.0, 3.0] | not compared |" in md
     d = rep["by_objective"]["grpo"]["differences"]["pass@1_after"]
     assert d["values"] == pytest.approx([0.05, 0.1], abs=1e-15)
     assert d["low"] == pytest.approx(0.075 - 0.317655, abs=1e-6)
@@ -261,3 +261,50 @@ def test_tiny_grid_runs_then_a_rerun_skips_every_finished_run(
     assert second.count("finished earlier") == 8 and " -> " not in second
     assert {d: (d / "results.json").stat().st_mtime_ns for d in runs} == stamps
     assert (tmp_path / "compare.md").read_text() == md
+
+
+def test_step_time_is_reported_per_arm_never_differenced(tmp_path):
+    """The arms run one after another on a box whose load moves: a step-time gap is not CLIPO's
+    cost (issue 24: compare.md reported +2.0 s that came from the box)."""
+    from clipo_megatron.runner.compare_report import STEP_TIME_NOTE
+
+    _fake_run(tmp_path, "grpo", "clipo", 0, 0.75, 0.9)
+    _fake_run(tmp_path, "grpo", "baseline", 0, 0.70, 0.8)
+    res = run_dir(tmp_path, "grpo", "clipo", 0) / "results.json"
+    r = json.loads(res.read_text())
+    r["mean_step_seconds"] = {"generate": 20.0, "train": 13.1}  # 33.1 s vs the baseline's 3.0
+    res.write_text(json.dumps(r))
+    rep = write_report(tmp_path, ["grpo"], [0], "t", plots=False)
+    md = (tmp_path / "compare.md").read_text()
+    assert "| mean step time (s) | 33.1 | 3.0 | not compared |" in md
+    assert STEP_TIME_NOTE in md and "+30.1" not in md
+    assert "step_seconds" not in rep["by_objective"]["grpo"]["differences"]
+    assert rep["by_objective"]["grpo"]["cells"]["clipo"]["step_seconds"]["mean"] == 33.1
+
+
+def test_degenerate_steps_of_both_arms_are_named(tmp_path):
+    """Step 7 of the main job: every rollout of both arms wrong (reward 0): compare.md says it
+    was a step without signal, per seed; a step degenerate in one arm only is not named."""
+    rewards = {  # seed -> arm -> reward per step
+        0: {"clipo": [0.19, 0.0, 0.5, 0.0], "baseline": [0.19, 0.06, 0.5, 0.0]},
+        1: {"clipo": [1.0, 0.3, 0.5, 0.6], "baseline": [1.0, 0.2, 0.0, 0.6]},
+    }
+    for seed, arms in rewards.items():
+        for arm, rs in arms.items():
+            _fake_run(tmp_path, "grpo", arm, seed, 0.7, 0.8)
+            hist = [{"step": k, "reward/mean": r} for k, r in enumerate(rs)]
+            (run_dir(tmp_path, "grpo", arm, seed) / "metrics.jsonl").write_text(
+                "".join(json.dumps(h) + "\n" for h in hist)
+            )
+    rep = write_report(tmp_path, ["grpo"], [0, 1], "t", plots=False)
+    assert rep["by_objective"]["grpo"]["degenerate_steps"] == {"0": [3], "1": [0]}
+    md = (tmp_path / "compare.md").read_text()
+    assert (
+        "Degenerate steps (every rollout of both arms wrong, or every one right: no group had a "
+        "learning signal; the task's draw, not an arm): seed 0: step 3; seed 1: step 0." in md
+    )
+    for seed in (0, 1):  # none anywhere: no line
+        _fake_run(tmp_path / "ok", "grpo", "clipo", seed, 0.7, 0.8)
+        _fake_run(tmp_path / "ok", "grpo", "baseline", seed, 0.7, 0.8)
+    write_report(tmp_path / "ok", ["grpo"], [0, 1], "t", plots=False)
+    assert "Degenerate steps" not in (tmp_path / "ok" / "compare.md").read_text()
