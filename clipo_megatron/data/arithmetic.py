@@ -16,7 +16,7 @@ from clipo_megatron.data.templates import build_prompt
 def arithmetic_problems(
     size: int, seed: int, *, dataset: str = "basic_arithmetic", one_shot: bool = True, **gen_kwargs
 ) -> list[Record]:
-    """`size` problems from a reasoning-gym generator (default: 2 single-digit terms)."""
+    """`size` problems from a reasoning-gym generator (default: 2 terms in 0..10)."""
     try:
         import reasoning_gym
     except ImportError as e:  # pragma: no cover

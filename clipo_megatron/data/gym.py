@@ -12,7 +12,7 @@ from clipo_megatron.data.records import Record
 from clipo_megatron.data.registry import DatasetSpec
 from clipo_megatron.data.templates import build_prompt
 
-# The CPU demo's arithmetic: two single-digit terms, + and -, so a 135M model gets a fair share right.
+# The CPU demo's arithmetic: two terms in 0..10, + and -, so a 135M model gets a fair share right.
 ARITHMETIC_DEFAULTS = {
     "min_terms": 2,
     "max_terms": 2,

@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """A perturbed held-out set for the CPU task: a robustness check beside the in-distribution one.
 
-The training task is two single-digit terms (`data/arithmetic.py`). In the spirit of
+The training task is two terms in 0..10 (`data/arithmetic.py`). In the spirit of
 GSM-Symbolic P1 / P2 (more clauses) and Math-Perturb (the same skill under changed
 surface), each problem here changes the task in one or two ways, cycling by index:
 
