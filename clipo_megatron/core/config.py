@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import torch
 
     from clipo_megatron.core.contrastive import ContrastiveLoss
+    from clipo_megatron.core.objectives import Objective
 
 # A name in the contrastive-loss registry (core/contrastive.py): infonce | supcon | softnn.
 LossType = str
@@ -195,6 +196,10 @@ class ClipoBlock:
     # (recommended: math-verify, lenient option letters) or "paper" (the authors' checker,
     # verify/paper.py; the reproduction recipes). Both drivers' rewards and their evaluation.
     grader: str = "math_verify"
+    # DAPO's dynamic sampling (groups whose rewards are all equal are dropped): None follows
+    # the objective (on for dapo); false turns it off. The authors' verl trainer has none:
+    # their DAPO rows are clip-higher only (the reproduction recipes set false).
+    dynamic_sampling: bool | None = None
     method: CLIPOConfig = field(default_factory=CLIPOConfig)
 
     def __post_init__(self) -> None:
@@ -210,6 +215,20 @@ class ClipoBlock:
 
         if self.grader not in GRADERS:
             raise ValueError(f"clipo.grader={self.grader!r} is not one of {sorted(GRADERS)}")
+        if self.dynamic_sampling is not None and not isinstance(self.dynamic_sampling, bool):
+            raise ValueError(
+                f"clipo.dynamic_sampling={self.dynamic_sampling!r} must be true, false or null "
+                "(null: the objective's own)"
+            )
+
+    def policy_objective(self) -> Objective:
+        """The registry objective with this block's `dynamic_sampling` where set."""
+        from clipo_megatron.core.objectives import get_objective
+
+        obj = get_objective(self.objective)
+        if self.dynamic_sampling is None or self.dynamic_sampling == obj.dynamic_sampling:
+            return obj
+        return dataclasses.replace(obj, dynamic_sampling=self.dynamic_sampling)
 
     @property
     def head_runs(self) -> bool:

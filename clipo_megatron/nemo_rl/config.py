@@ -34,7 +34,6 @@ from clipo_megatron.core.bounds import (
     Range,
 )
 from clipo_megatron.core.config import ClipoBlock
-from clipo_megatron.core.objectives import get_objective
 from clipo_megatron.nemo_rl.losses import (
     check_objective_loss_switches,
     objective_settings,
@@ -243,7 +242,7 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
 
     if clipo.head_runs:
         _check_capture_runs(cfg)
-    _check_objective_settings(cfg, clipo.objective)
+    _check_objective_settings(cfg, clipo)
     return clipo
 
 
@@ -300,9 +299,10 @@ def _check_capture_runs(cfg: dict[str, Any]) -> None:
         )
 
 
-def _check_objective_settings(cfg: dict[str, Any], name: str) -> None:
+def _check_objective_settings(cfg: dict[str, Any], clipo: ClipoNemoRLConfig) -> None:
     """The `loss_fn:` / `grpo:` switches an objective is defined by, read from the registry."""
-    obj = get_objective(name)
+    name = clipo.objective
+    obj = clipo.policy_objective()  # clipo.dynamic_sampling applied
     seq_ratio = bool(dotted_get(cfg, "loss_fn.sequence_level_importance_ratios", False))
     if seq_ratio != obj.sequence_level_ratio:
         raise ValueError(
@@ -321,10 +321,16 @@ def _check_objective_settings(cfg: dict[str, Any], name: str) -> None:
             f"clipo.objective={name!r} aggregates {obj.aggregation} (paper App.); set "
             f"loss_fn.token_level_loss={str(token_level).lower()}"
         )
-    if obj.dynamic_sampling and not dotted_get(cfg, "grpo.use_dynamic_sampling", False):
+    use_ds = bool(dotted_get(cfg, "grpo.use_dynamic_sampling", False))
+    if obj.dynamic_sampling and not use_ds:
         raise ValueError(
             f"clipo.objective={name!r} filters groups by dynamic sampling; set "
-            "grpo.use_dynamic_sampling=true"
+            "grpo.use_dynamic_sampling=true (or clipo.dynamic_sampling=false to run without it)"
+        )
+    if clipo.dynamic_sampling is False and use_ds:
+        raise ValueError(
+            "clipo.dynamic_sampling=false but grpo.use_dynamic_sampling=true; set "
+            "grpo.use_dynamic_sampling=false"
         )
     lo = float(dotted_get(cfg, "loss_fn.ratio_clip_min", obj.eps_low))
     hi = float(dotted_get(cfg, "loss_fn.ratio_clip_max", obj.eps_high))
