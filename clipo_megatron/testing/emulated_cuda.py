@@ -16,6 +16,11 @@ through NCCL never shows. Inside `emulated_cuda()`:
   devices); `.numpy()` of a device tensor raises;
 - `torch.distributed` collectives on a group declared NCCL (all groups, by
   default) refuse host tensors, as NCCL does;
+- custom `autograd.Function`s (Megatron-Core's linears) carry the tags through their
+  outputs, saved tensors, backward grads and hooks: autograd re-wraps tensors in C++, where
+  the tag is lost (testing/emulated_autograd.py says where and what restores it);
+- `.type()` says `torch.cuda.FloatTensor` (Megatron-Core's optimizer checks it),
+  `pin_memory` pins nothing, and backward runs under these rules (testing/emulated_calls.py);
 - `torch.cuda.is_available()` is True and `current_device()` is 0;
 - stricter than CUDA: ops that CUDA accumulates with atomics (`index_add`,
   `scatter_add`, ...) raise on device tensors unless deterministic algorithms
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -62,6 +68,9 @@ _ATOMIC_ON_CUDA = {
     "scatter_reduce_",
 }
 _STRICT_ORDER = [True]  # emulated_cuda(strict_order=...) for the block
+# .type() / pin_memory / backward answered differently on the device: testing/emulated_calls.py
+_SPECIAL: dict[Any, Callable] = {}  # (args, kwargs) -> result, for both handlers
+_ENGINE: dict[Any, Callable] = {}  # (func, args, kwargs) -> result, for the mode
 
 
 def _is_cuda_device(d: Any) -> bool | None:
@@ -183,6 +192,8 @@ class EmulatedCudaTensor(torch.Tensor):
         getter = _GETTERS.get(func)
         if getter is not None:
             return getter(args[0])
+        if func in _SPECIAL:
+            return _SPECIAL[func](args, kwargs)
         name = getattr(func, "__name__", "")
         if name == "numpy" and is_on_device(args[0]):
             raise TypeError(
@@ -242,6 +253,12 @@ class _EmulatedCudaMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func in _SPECIAL:
+            return _SPECIAL[func](args, kwargs)
+        if func in _ENGINE:
+            return _ENGINE[func](func, args, kwargs)
+        if kwargs.get("pin_memory"):  # pinned memory is host memory (a CPU build has none)
+            kwargs = {**kwargs, "pin_memory": False}
         if func is torch._C._nn._parse_to:  # Module.to(0 / "cuda"): parse on the host, answer cuda
             cuda = any(_is_cuda_device(a) for a in (*args, kwargs.get("device")))
             args = tuple("cpu" if _is_cuda_device(a) else a for a in args)
@@ -265,14 +282,7 @@ def _untag_if_tensor(t):
     return _plain(t) if isinstance(t, torch.Tensor) else t
 
 
-class _NoStream:
-    """The emulated device's stream: never capturing a CUDA graph."""
-
-    def is_capturing(self) -> bool:
-        return False
-
-
-_NO_STREAM = _NoStream()
+_NO_STREAM = SimpleNamespace(is_capturing=lambda: False)  # the device's stream: never capturing
 
 
 @contextlib.contextmanager
@@ -283,21 +293,9 @@ def emulated_cuda(
     predicate on the process group (None = the default group) naming the groups declared NCCL.
     strict_order: atomic-accumulating ops on device tensors (index_add, scatter_add, ...)
     raise unless deterministic algorithms are on."""
-    if nccl_groups == "all":
-        nccl: Callable[[Any], bool] = lambda g: True  # noqa: E731
-    elif nccl_groups == "none":
-        nccl = lambda g: False  # noqa: E731
-    else:
-        assert callable(nccl_groups)
-        nccl = nccl_groups
-    backward_apply = torch.autograd.function.BackwardCFunction.apply
-
-    def tagged_backward(ctx, *grads):
-        """Custom Functions' backward gets device grads, as on a GPU, and runs with torch
-        function on (autograd turns it off there, which would untag every result)."""
-        with torch._C._EnableTorchFunction():
-            return backward_apply(ctx, *_tag(grads))
-
+    if isinstance(nccl_groups, str):  # "all" / "none" (a KeyError names anything else)
+        on = {"all": True, "none": False}[nccl_groups]
+    nccl = (lambda g: on) if isinstance(nccl_groups, str) else nccl_groups
     saved_cuda = {k: getattr(torch.cuda, k) for k in ("is_available", "current_device")}
     from clipo_megatron.testing.emulated_nccl import COLLECTIVES, nccl_guard
 
@@ -315,14 +313,15 @@ def emulated_cuda(
     saved_order = _STRICT_ORDER[0]
     _STRICT_ORDER[0] = strict_order
     torch.__future__.set_swap_module_params_on_conversion(True)  # Module.to keeps the tag
-    torch.autograd.function.BackwardCFunction.apply = tagged_backward  # type: ignore[method-assign]
+    import clipo_megatron.testing.emulated_calls  # noqa: F401  (fills _SPECIAL / _ENGINE)
+    from clipo_megatron.testing.emulated_autograd import tags_through_functions
+
     try:
-        with _EmulatedCudaMode():
+        with tags_through_functions(), _EmulatedCudaMode():
             yield
     finally:
         torch.__future__.set_swap_module_params_on_conversion(swap)
         _STRICT_ORDER[0] = saved_order
-        torch.autograd.function.BackwardCFunction.apply = backward_apply  # type: ignore[method-assign]
         for k, f in saved_cuda.items():
             setattr(torch.cuda, k, f)
         if saved_stream is not None:
