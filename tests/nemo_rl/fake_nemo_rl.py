@@ -154,15 +154,18 @@ def write_tree(pkg: Path, *, normalizer: bool = False) -> Path:
     for rel, text in FILES.items():
         extra = NORMALIZER if normalizer and rel.endswith("loss/interfaces.py") else ""
         _write(pkg / rel, text.lstrip() + extra)
-    for seam in seams.import_seams():  # stub every other name the product modules import
+    for seam in seams.import_seams():  # stub the names the product modules import elsewhere
         module, name = seam.name.removeprefix("import ").rsplit(".", 1)
         path = pkg.joinpath(*module.split(".")[1:])
         path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
         sub = path.parent / name if path.name == "__init__.py" else path.with_suffix("") / name
         if (sub.with_suffix(".py")).is_file() or (sub / "__init__.py").is_file():
             continue
+        rel = str(path.relative_to(pkg))
+        if rel in FILES:  # written in full above: a name missing there is a moved seam
+            continue
         text = path.read_text() if path.is_file() else ""
-        if not path.is_file() or name not in Source(pkg).bindings(str(path.relative_to(pkg))):
+        if not path.is_file() or name not in Source(pkg).bindings(rel):
             _write(path, f"{text}{name} = None\n")
     for d in [pkg, *(p for p in pkg.rglob("*") if p.is_dir())]:
         init = d / "__init__.py"
