@@ -7,8 +7,8 @@
 Dotted overrides as NeMo-RL's examples take them (`+key=value` adds a key).
 `--validate-only` runs the preflight (clipo_megatron.nemo_rl.preflight: recipe; when NeMo-RL is
 importable its version, the seams the extension uses in its source (one line per moved seam;
-clipo_megatron.nemo_rl.seams) and its MasterConfig; data files and columns, train/validation overlap, parallel sizes
-against the model, cluster environment) and prints one `preflight OK` line (the resolved config
+clipo_megatron.nemo_rl.seams) and its MasterConfig; data files and columns, train/validation
+overlap, parallel sizes against the model, cluster environment) and prints one `preflight OK` line (the resolved config
 with `--verbose`, or into `--print-config FILE`); every problem is one line on stderr and the exit
 code is 2. `--no-cluster-env` skips the environment checks (laptop,
 CI). A real run goes through the same preflight before Ray starts.
