@@ -50,7 +50,7 @@ def method_seam(name: str, rel: str, cls: str, meth: str, fix: str, *, positiona
     """`cls.meth` binds the call the project makes (`complete=False`: it also passes its
     caller's arguments through); checked in the source, and live where the module is imported."""
     shown = [*positional, *(f"{k}=" for k in keywords), *(["**kw"] if var_kw else [])]
-    shown += [] if complete else ["..."]
+    shown += [] if complete or var_kw else ["..."]
 
     def check(src: Source) -> str | None:
         params = ast_params(src.method(rel, cls, meth))[1:]  # without self
