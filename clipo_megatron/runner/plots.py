@@ -10,6 +10,7 @@ two marker shapes, so correct / incorrect reads without colour vision too.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 # Okabe-Ito palette (colour-blind safe), and a marker per class.
@@ -87,14 +88,16 @@ def degenerate_note(arms: list[dict[int, float]]) -> str | None:
 
 
 def _note(ax, text: str | None, inside: bool = False) -> None:
+    """Write `text` (notes separated by newlines, each wrapped) on a panel: inside an empty
+    frame, or above a drawn one (it hides no data; the title moves up to make room)."""
     if not text:
         return
-    if inside:  # an empty frame: the note takes its place
-        ax.text(
-            0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=8, wrap=True
-        )
-    else:  # above the frame: it hides no data
-        ax.text(0.5, 1.01, text, transform=ax.transAxes, ha="center", va="bottom", fontsize=8)
+    wrapped = "\n".join(textwrap.fill(part, 56) for part in text.split("\n"))
+    if inside:
+        ax.text(0.5, 0.5, wrapped, transform=ax.transAxes, ha="center", va="center", fontsize=8)
+        return
+    ax.text(0.5, 1.01, wrapped, transform=ax.transAxes, ha="center", va="bottom", fontsize=8)
+    ax.set_title(ax.get_title(), pad=6 + 11 * (wrapped.count("\n") + 1))
 
 
 def plot_curves(history: list[dict], path: Path, title: str = "") -> None:
@@ -222,7 +225,7 @@ def plot_arms_overlaid(arms: dict[str, list[list[dict]]], path: Path, title: str
             notes += [f"{n}: no CLIPO, no curve" for n, on in zip(names, clipo_on) if not on]
         if key == "reward/mean":
             notes.append(degenerate_note(panel) or "")
-        _note(ax, "; ".join(n for n in notes if n))
+        _note(ax, ";\n".join(n for n in notes if n))
     axes[0].legend(loc="best", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()

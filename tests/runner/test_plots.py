@@ -109,7 +109,8 @@ def test_curves_coincide_up_to_fp_noise_skipping_gaps():
 
 
 def _texts(fig) -> dict[str, list[str]]:
-    return {ax.get_title(): [t.get_text() for t in ax.texts] for ax in fig.axes}
+    """Each panel's notes, line breaks (wrapping) read as spaces."""
+    return {ax.get_title(): [" ".join(t.get_text().split()) for t in ax.texts] for ax in fig.axes}
 
 
 def test_overlaid_curves_say_when_one_line_hides_the_other(tmp_path, captured_figures):
