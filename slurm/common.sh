@@ -36,7 +36,7 @@ set -euo pipefail
 OVERRIDES="${OVERRIDES:-}"
 # Overrides travel as an array and reach every `bash -c` payload quoted (%q): no word of an override
 # is ever run by a shell. OVERRIDES splits on whitespace only (read -a: no globbing, no quote removal).
-read -r -a OVERRIDE_ARGS <<< "$OVERRIDES" || true
+read -r -d '' -a OVERRIDE_ARGS <<< "$OVERRIDES" || true # -d '': past newlines too
 OVERRIDE_ARGS+=("$@")
 CONTAINER="${CONTAINER:-}"
 MOUNTS="${MOUNTS:-}"
@@ -123,7 +123,7 @@ qall() { # quote each argument for a `bash -c` payload, space separated
 EXPORTS=(
   "NEMO_RL_ROOT=$(q "$NEMO_RL_ROOT")" "CLIPO_DATA_DIR=$(q "$CLIPO_DATA_DIR")"
   "PYTHONPATH=$(q "$CLIPO_ROOT:$NEMO_RL_ROOT")\${PYTHONPATH:+:\$PYTHONPATH}"
-  "RAY_DEDUP_LOGS=0" "RAY_ENABLE_UV_RUN_RUNTIME_ENV=0" "OMP_NUM_THREADS=${OMP_NUM_THREADS:-16}"
+  "RAY_DEDUP_LOGS=0" "RAY_ENABLE_UV_RUN_RUNTIME_ENV=0" "OMP_NUM_THREADS=$(q "${OMP_NUM_THREADS:-16}")"
 )
 for var in HF_HOME NRL_MEGATRON_CHECKPOINT_DIR NEMO_RL_VENV_DIR; do
   if [[ -n "${!var:-}" ]]; then EXPORTS+=("$var=$(q "${!var}")"); fi

@@ -289,6 +289,7 @@ def _argvs(tmp_path, flag):
 @pytest.mark.parametrize("mode", ["container", "venv"])
 def test_overrides_reach_the_driver_verbatim_and_run_nothing(tmp_path, mode):
     markers, in_env, as_args = _hostile(tmp_path)
+    markers.append(tmp_path / "PWNED_OMP")
     ckpt, root = tmp_path / "ck pt", tmp_path / "checkout"
     (root / "slurm").mkdir(parents=True)  # the steps `cd` here: a leak must not litter the repo
     (root / "slurm" / "common.sh").write_text((ROOT / "slurm" / "common.sh").read_text())
@@ -296,9 +297,10 @@ def test_overrides_reach_the_driver_verbatim_and_run_nothing(tmp_path, mode):
         tmp_path,
         mode,
         *as_args,
-        OVERRIDES=" ".join(in_env),
+        OVERRIDES=" ".join(in_env[:3]) + "\n\t" + " ".join(in_env[3:]),  # a newline splits too
         CHECKPOINT_DIR=str(ckpt),
         CLIPO_ROOT=str(root),
+        OMP_NUM_THREADS=f"8;>{tmp_path / 'PWNED_OMP'}",
     )
     assert [m for m in markers if m.exists()] == []  # nothing ran
     assert proc.returncode == 0, proc.stderr
