@@ -19,9 +19,10 @@ from clipo_megatron.data.records import Record
 from clipo_megatron.eval.aggregate import averages, dataset_score
 from clipo_megatron.eval.generator import Generator, texts_per_prompt
 from clipo_megatron.eval.store import SampleStore
-from clipo_megatron.verify.choice import extract_choice
-from clipo_megatron.verify.extract import last_boxed
-from clipo_megatron.verify.pool import VerifierPool
+from clipo_megatron.verify.extract import graded_answer as extracted_answer
+from clipo_megatron.verify.pool import VerifierPool, status_counts
+
+__all__ = ["EvalSettings", "chunk_seed", "evaluate", "evaluate_dataset", "extracted_answer"]
 
 
 @dataclass
@@ -48,12 +49,6 @@ def chunk_seed(seed: int, dataset: str, chunk: int) -> int:
     return (seed * 1_000_003 + zlib.crc32(dataset.encode()) % 1_000_003 + chunk * 7919) % (
         2**31 - 1
     )
-
-
-def extracted_answer(response: str, kind: str) -> str | None:
-    """What the grader read: the last box (math) or the option letter in it (mc)."""
-    box = last_boxed(response)
-    return extract_choice(box) if kind == "mc" else box
 
 
 def evaluate_dataset(
@@ -92,8 +87,9 @@ def evaluate_dataset(
         t1 = time.perf_counter()
         pos = {r.index: j for j, r in enumerate(chunk)}
         responses = [texts[pos[r.index]][s] for r, s in todo]
+        # The recorded answer is read in the workers, under the same per-answer deadline.
         verdicts = pool.grade(
-            responses, [r.ground_truth for r, _ in todo], [r.kind for r, _ in todo]
+            responses, [r.ground_truth for r, _ in todo], [r.kind for r, _ in todo], extract=True
         )
         t_gen, t_ver = t_gen + t1 - t0, t_ver + time.perf_counter() - t1
         store.append(
@@ -106,10 +102,11 @@ def evaluate_dataset(
                     "kind": r.kind,
                     "prompt": r.prompt,
                     "response": resp,
-                    "extracted": extracted_answer(resp, r.kind),
+                    "extracted": v.answer,
                     "ground_truth": r.ground_truth,
                     "verdict": v.score,
                     "status": v.status,
+                    "status_detail": v.detail,
                 }
                 for (r, s), resp, v in zip(todo, responses, verdicts)
             ]
@@ -123,7 +120,8 @@ def evaluate_dataset(
         "samples": len(rows),
         "correct": int(sum(scores)),
         "no_answer": sum(r["extracted"] is None for r in rows),
-        "timeouts": sum(r["status"] != "ok" for r in rows),
+        "timeouts": sum(r["status"] != "ok" for r in rows),  # any status but "ok"
+        "statuses": status_counts(r["status"] for r in rows),
         "new_samples": new,
         "generate_s": t_gen,
         "verify_s": t_ver,

@@ -58,16 +58,15 @@ def grpo_train_with_clipo(grpo_module, clipo, state, policy, *grpo_train_args) -
 
     `grpo_train_args` are grpo_train's own positional arguments after the policy (generation,
     dataloaders, tokenizer, loss_fn, envs, logger, checkpointer, save state, master config);
-    the logger (8th of them) also receives the CLIPO metrics under `train/clipo/*`.
+    the logger (8th of them) also receives the CLIPO metrics under `train/clipo/*` and, in
+    both arms, the verifier's answers per status under `train/verify/*`.
     """
     logger = grpo_train_args[7]
 
     def sink(metrics: dict, step: int) -> None:
         logger.log_metrics(metrics, step, prefix="train")
 
-    with clipo_advantage_estimator_installed(
-        grpo_module, policy, clipo, state, sink if clipo.head_runs else None
-    ):
+    with clipo_advantage_estimator_installed(grpo_module, policy, clipo, state, sink):
         grpo_module.grpo_train(policy, *grpo_train_args)
 
 

@@ -12,6 +12,8 @@ GRPO estimator there:
     r'        = r + r_CL                             (paper Sec. 3, before normalisation)
     A         = base.compute_advantage(prompt_ids, r', mask)
     diagnostics from A(r) = base.compute_advantage(prompt_ids, r, mask) beside A (core/diagnostics.py)
+    verify/<status> = the verifier's answer counts, read from the environment's observations
+                      (baseline too: a timed-out answer scored 0 is visible in both arms)
 
 Rows are in `train_data` order. With dynamic sampling (DAPO) NeMo-RL filters
 the batch *before* the logprob pass, so the rows here are already the kept
@@ -31,6 +33,7 @@ import torch
 from clipo_megatron.core.diagnostics import update_diagnostics
 from clipo_megatron.core.rewards import shaped_rewards
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+from clipo_megatron.nemo_rl.env_grading import status_metrics
 
 
 def group_ids_from_prompts(prompt_ids: torch.Tensor) -> torch.Tensor:
@@ -166,13 +169,18 @@ class ClipoAdvantageEstimator:
         self.metrics_sink = metrics_sink
 
     def compute_advantage(self, prompt_ids, rewards, mask, **kwargs: Any) -> torch.Tensor:
+        rb = kwargs.get("repeated_batch")
+        # The verifier's statuses ride in the environment's observations (nemo_rl/env_grading).
+        verify = status_metrics(rb["message_log"]) if rb is not None and "message_log" in rb else {}
         if not self.cfg.head_runs:  # the baseline: no head, r' = r
+            self.state.last_metrics = verify
+            if self.metrics_sink is not None and verify:
+                self.metrics_sink(verify, self.state.step + 1)
             self.state.step += 1
             return self.base.compute_advantage(
                 prompt_ids=prompt_ids, rewards=rewards, mask=mask, **kwargs
             )
         verifiable = rewards
-        rb = kwargs.get("repeated_batch")
         if (
             rb is not None
             and "unshaped_total_reward" in rb
@@ -212,6 +220,7 @@ class ClipoAdvantageEstimator:
         metrics["clipo/reward_verifiable_mean"] = float(verifiable.float().mean())
         metrics["clipo/reward_shaped_mean"] = float(shaped.float().mean())
         metrics["clipo/policy_updated"] = float(self.cfg.policy_updates_at(self.state.step))
+        metrics.update(verify)
         self.state.last_metrics = metrics
         if self.metrics_sink is not None:
             self.metrics_sink(metrics, self.state.step + 1)

@@ -85,3 +85,73 @@ def test_verify_choice():
     assert verify_choice("B", "B") == 0.0  # no box: the paper grades boxed answers only
     with pytest.raises(ValueError, match="not a single option letter"):
         verify_choice("\\boxed{B}", "Paris")
+
+
+# Adversarial inputs: a scan to the end of the text per `\boxed{` is quadratic (140k characters
+# took 102 s); one pass over the braces is linear. The timeout turns a return to the quadratic
+# scan red (1M characters: hours) without asserting a time.
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("copies", [20_000, 142_858])  # 140k and 1M characters
+def test_last_boxed_on_unclosed_boxes(copies):
+    text = "\\boxed{" * copies
+    assert last_boxed(text) is None
+    assert last_boxed(text + "\\boxed{7}") == "7"
+    assert last_boxed("\\boxed{7}" + text) == "7"  # the last *closed* box
+
+
+@pytest.mark.timeout(120)
+def test_last_boxed_on_deeply_nested_boxes():
+    n = 71_429  # 1M characters of openers and closers
+    text = "\\boxed{" * n + "x" + "}" * n
+    assert last_boxed(text) == "x"  # the innermost box starts last
+    assert last_boxed("\\fbox{" + text + "}") == "x"
+    assert last_boxed("{" * 1_000_000) is None
+
+
+def test_last_boxed_visits_each_brace_once(monkeypatch):
+    """The step count behind the linear cost: one visit per brace, whatever the nesting."""
+    from clipo_megatron.verify import extract
+
+    visits = []
+    real = extract._BRACE
+
+    class Counting:
+        def finditer(self, text):
+            for m in real.finditer(text):
+                visits.append(m.start())
+                yield m
+
+    monkeypatch.setattr(extract, "_BRACE", Counting())
+    for text in ["\\boxed{" * 500, "\\boxed{" * 300 + "}" * 300, "a{b}\\boxed{{c}}" * 50]:
+        visits.clear()
+        last_boxed(text)
+        assert len(visits) == text.count("{") + text.count("}")
+
+
+def test_last_boxed_agrees_with_a_naive_reference():
+    """Random mixes of boxes, braces and bare `\\boxed x` against the scan-per-opener rule."""
+    import random
+
+    def naive(text):
+        found = []
+        for opener in ("\\boxed{", "\\fbox{"):
+            i = text.find(opener)
+            while i >= 0:
+                depth, j = 1, i + len(opener)
+                while j < len(text) and depth:
+                    depth += {"{": 1, "}": -1}.get(text[j], 0)
+                    j += 1
+                if depth == 0:
+                    found.append((i, text[i + len(opener) : j - 1]))
+                i = text.find(opener, i + 1)
+        found += [(m.start(), m.group(1).rstrip(".,")) for m in extract_bare.finditer(text)]
+        return max(found)[1] if found else None
+
+    import re
+
+    extract_bare = re.compile(r"\\boxed +([^\s${}]+)")
+    rng = random.Random(0)
+    toks = ["\\boxed{", "\\fbox{", "{", "}", "}", "x", "1", " ", "\\boxed ", "\\boxed 9.", ","]
+    for _ in range(5000):
+        text = "".join(rng.choice(toks) for _ in range(rng.randint(0, 12)))
+        assert last_boxed(text) == naive(text), text
