@@ -16,6 +16,18 @@ from typing import Any, cast
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from clipo_megatron.core.bounds import (
+    CLIP_EPS,
+    EVAL_TEMPERATURE,
+    GRAD_CLIP,
+    KL_COEF,
+    LEARNING_RATE,
+    ROLLOUT_TEMPERATURE,
+    ROLLOUTS_PER_PROMPT,
+    TOP_P,
+    WEIGHT_DECAY,
+    Range,
+)
 from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
 from clipo_megatron.core.objectives import Objective, get_objective
 from clipo_megatron.core.policy_loss import KL_GRADIENTS
@@ -63,6 +75,8 @@ class TrainConfig:
     # The KL term's gradient: "kl" (NeMo-RL's, logp - ref) | "k3" (k3's own, verl's); None: "kl".
     kl_gradient: str | None = None
     grad_clip: float = 1.0
+    # Consecutive updates skipped for a non-finite loss or grad norm before the run stops.
+    max_nonfinite_skips: int = 3
     micro_batch: int = 16  # rollouts per micro-batch (shared-prefix: whole groups, at least one)
     # Pack each prompt's group as one sequence (the prompt once, block-causal mask): the same
     # logprobs, pooled states and gradients as one row per rollout, ~G-fold fewer prompt tokens.
@@ -136,35 +150,36 @@ class RunConfig:
         return e.size if arithmetic else 0
 
     def validate(self) -> None:
+        """Every knob in its range (`RANGES`) and the cross-field rules, before any model loads."""
+
         def need(ok, what):
             if not ok:
                 raise ValueError(f"config: {what}")
 
+        for key, rule in RANGES.items():
+            value = _get(self, key)
+            if value is not None or key not in NULLABLE:
+                try:
+                    rule.check(key, value)
+                except ValueError as e:
+                    raise ValueError(f"config: {e}") from None
         need(
             self.model.source in ("smollm2", "tiny"),
             f"model.source={self.model.source!r} must be 'smollm2' or 'tiny'",
         )
         need(
-            self.rollout.n >= 2,
-            f"rollout.n={self.rollout.n} must be >= 2 (a group needs >= 2 rollouts)",
+            self.model.tiny_hidden % 8 == 0,
+            f"model.tiny_hidden={self.model.tiny_hidden} must be a multiple of 8 "
+            "(4 attention heads of an even RoPE size)",
         )
-        need(self.rollout.prompts_per_step >= 1, "rollout.prompts_per_step must be >= 1")
-        need(self.rollout.max_tokens >= 1, "rollout.max_tokens must be >= 1")
         need(
             self.rollout.backend in BACKENDS,
             f"rollout.backend={self.rollout.backend!r} must be one of {', '.join(BACKENDS)}",
         )
-        need(0 < self.rollout.top_p <= 1, f"rollout.top_p={self.rollout.top_p} must be in (0, 1]")
-        need(self.train.steps >= 1, f"train.steps={self.train.steps} must be >= 1")
-        need(self.train.lr > 0, f"train.lr={self.train.lr} must be > 0")
-        need(self.train.micro_batch >= 1, "train.micro_batch must be >= 1")
-        need(self.output.checkpoint_every >= 1, "output.checkpoint_every must be >= 1")
         need(
             self.data.train_size >= self.rollout.prompts_per_step,
             f"data.train_size={self.data.train_size} < rollout.prompts_per_step={self.rollout.prompts_per_step}",
         )
-        need(self.parallel.tp >= 1, f"parallel.tp={self.parallel.tp} must be >= 1")
-        need(self.parallel.pp >= 1, f"parallel.pp={self.parallel.pp} must be >= 1")
         need(
             self.rollout.backend != "vllm" or self.parallel.tp * self.parallel.pp == 1,
             "rollout.backend=vllm with parallel.tp or parallel.pp > 1: the in-process vLLM engine "
@@ -172,21 +187,10 @@ class RunConfig:
         )
         ps = self.eval.perturbed_size
         need(
-            ps is None or ps >= 0,
-            f"eval.perturbed_size={ps} must be >= 0 (0: off; null: eval.size)",
-        )
-        need(
             not ps or (self.data.dataset == "basic_arithmetic" and not self.data.path),
             f"eval.perturbed_size={ps}: the perturbed set perturbs the generated basic_arithmetic "
             "task; with data.path or another data.dataset set eval.perturbed_size=0",
         )
-        need(self.eval.size >= 0, f"eval.size={self.eval.size} must be >= 0 (0: no evaluation)")
-        for key in ("eps_low", "eps_high", "kl_coef"):
-            v = getattr(self.train, key)
-            need(
-                v is None or v >= 0,
-                f"train.{key}={v} must be >= 0 (or null: the objective's default)",
-            )
         need(
             self.train.kl_gradient in (None, *KL_GRADIENTS),
             f"train.kl_gradient={self.train.kl_gradient!r} must be one of {KL_GRADIENTS} (or null)",
@@ -197,6 +201,50 @@ class RunConfig:
         self.clipo.check_run(
             n=self.rollout.n, steps=self.train.steps, leave_one_out=False, keys=RUN_KEYS
         )
+
+
+def _get(cfg: RunConfig, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+# The runner's numeric knobs and their ranges (the method's live in core/config.py, the
+# sampling / optimizer rules both drivers share in core/bounds.py). Upper bounds are sanity
+# bounds far past any run this box (or a node) makes, so a typo fails in a second.
+RANGES: dict[str, Range] = {
+    "seed": Range(0, 2**31 - 1, integer=True),
+    "threads": Range(0, 4096, integer=True, note="0: all cores"),
+    "model.tiny_hidden": Range(8, 8192, integer=True),
+    "model.tiny_layers": Range(1, 256, integer=True),
+    "data.train_size": Range(1, 10**8, integer=True),
+    "data.seed": Range(0, 2**31 - 1, integer=True),
+    "rollout.prompts_per_step": Range(1, 65536, integer=True),
+    "rollout.n": ROLLOUTS_PER_PROMPT,
+    "rollout.temperature": ROLLOUT_TEMPERATURE,
+    "rollout.top_p": TOP_P,
+    "rollout.max_tokens": Range(1, 131072, integer=True),
+    "train.steps": Range(1, 10**8, integer=True),
+    "train.lr": LEARNING_RATE,
+    "train.weight_decay": WEIGHT_DECAY,
+    "train.eps_low": CLIP_EPS,
+    "train.eps_high": CLIP_EPS,
+    "train.kl_coef": KL_COEF,
+    "train.grad_clip": GRAD_CLIP,
+    "train.micro_batch": Range(1, 65536, integer=True),
+    "train.max_nonfinite_skips": Range(1, 1000, integer=True, note="consecutive skipped updates"),
+    "eval.size": Range(0, 10**7, integer=True, note="0: no evaluation"),
+    "eval.n": Range(1, 1024, integer=True, note="samples per problem"),
+    "eval.temperature": EVAL_TEMPERATURE,
+    "eval.top_p": TOP_P,
+    "eval.max_tokens": Range(1, 131072, integer=True),
+    "eval.perturbed_size": Range(0, 10**7, integer=True, note="0: off; null: eval.size"),
+    "output.checkpoint_every": Range(1, integer=True),
+    "parallel.tp": Range(1, 1024, integer=True),
+    "parallel.pp": Range(1, 1024, integer=True),
+}
+NULLABLE = {"train.eps_low", "train.eps_high", "train.kl_coef", "eval.perturbed_size"}
 
 
 # The runner's names for the keys `ClipoBlock.check_run` names in its errors.

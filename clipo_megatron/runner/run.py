@@ -142,7 +142,8 @@ class Run:
                 shared_prefix=self.cfg.train.shared_prefix,
             )
         )
-        return {**metrics, "train/skipped_update": 0.0}
+        # skipped: every group filtered (step()), or a non-finite loss / grad norm (passes.py)
+        return {**metrics, "train/skipped_update": metrics["train/skipped_nonfinite"]}
 
     def step(self) -> dict:
         t = dict.fromkeys(STAGES, 0.0)

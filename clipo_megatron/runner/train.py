@@ -136,7 +136,13 @@ def train_one(cfg: RunConfig, *, before: dict | None = None) -> int:
 def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
     from tqdm import tqdm
 
-    from clipo_megatron.runner.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+    from clipo_megatron.runner import nonfinite
+    from clipo_megatron.runner.checkpoint import (
+        CheckpointNotWritten,
+        checkpoint_path,
+        load_checkpoint,
+        save_checkpoint,
+    )
     from clipo_megatron.runner.config import to_dict
     from clipo_megatron.runner.evaluation import evaluate
     from clipo_megatron.runner.parallel import broadcast_from_rank0, is_rank0
@@ -180,6 +186,7 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
             if broadcast_from_rank0(stop.signum) is not None:
                 break  # every rank stops before the same step (rank 0's signal decides)
             m = run.step()
+            nonfinite.count(run.history)  # m is the history's last entry
             if log:
                 log.write(json.dumps(m) + "\n")
                 log.flush()
@@ -193,11 +200,26 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
                 shown["share"] = m.get("clipo/adv_share", 0.0)
             bar.set_postfix({k: f"{v:.2f}" for k, v in shown.items()})
             bar.update(1)
+            nonfinite.check(run.history, cfg.train.max_nonfinite_skips, saved_at)
             if run.step_idx % cfg.output.checkpoint_every == 0 or run.step_idx == cfg.train.steps:
                 save_checkpoint(run, ckpt)
                 saved_at = run.step_idx
     except KeyboardInterrupt:  # a second signal: abandon the step
         stop.signum = stop.signum or signal.SIGINT
+    except nonfinite.NonFiniteStop as e:  # K updates skipped in a row: a knob poisons every step
+        bar.close()  # the bar's line ends first: the error is a line of its own
+        if rank0:
+            print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    except CheckpointNotWritten as e:  # non-finite weights or a full disk; the old one is kept
+        bar.close()
+        if rank0:
+            hint = "free space and rerun" if e.full_disk else "rerun"
+            print(
+                f"{PROG}: error: {e}; {hint} the same command to resume from step {saved_at}",
+                file=sys.stderr,
+            )
+        return 1
     finally:
         bar.close()
         if log:

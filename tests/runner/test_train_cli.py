@@ -49,7 +49,7 @@ def test_unparsable_eval_file_is_named(tmp_path, capsys):
         (["clipo.objective=ppo"], "clipo.objective"),
         (["clipo.method.loss_type=foo"], "clipo.method.loss_type"),
         (["train.foo=1"], "train.foo"),
-        (["rollout.n=1"], "rollout.n=1 must be >= 2"),
+        (["rollout.n=1"], "rollout.n=1 must be an int in [2, 1024]"),
         (["rollout.n"], "key=value"),
         # ClipoBlock.check_run, the rules the NeMo-RL driver applies too
         (["rollout.n=2"], "rollout.n=2: a CLIPO group needs >= 2 correct and >= 1 incorrect"),
