@@ -118,8 +118,9 @@ def resolve_grader(grader: str | Grader) -> Grader:
 # ----------------------------------------------------------------------------- worker side
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """Not an Exception: math-verify and sympy catch `Exception` around their steps, which
+    swallowed the alarm and let a hostile answer run on to the parent's hard deadline."""
 
 
 def _on_alarm(signum, frame):  # pragma: no cover - runs in worker processes
@@ -176,7 +177,11 @@ def _worker_main(conn: Connection, parent_pid: int) -> None:  # pragma: no cover
             return
         if task is None:
             return
-        conn.send(_grade_timed(*task))
+        try:
+            verdict = _grade_timed(*task)
+        except _Timeout:  # the alarm went off between the grade and its reset
+            verdict = Verdict(0.0, "timeout", "alarm at the deadline")
+        conn.send(verdict)
 
 
 # ----------------------------------------------------------------------------- parent side
@@ -344,7 +349,7 @@ class VerifierPool:
                     if not w.ready:
                         raise RuntimeError(
                             f"a verifier worker exited with code {w.proc.exitcode} while starting "
-                            "(is math-verify installed? pip install math-verify)"
+                            "(its traceback is above; math-verify missing: pip install math-verify)"
                         )
                     if w.item is not None:
                         busy -= 1

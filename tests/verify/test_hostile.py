@@ -47,11 +47,16 @@ def test_a_worker_deaf_to_signals_costs_only_its_answer(pool, where):
 
 
 def test_n_correct_beside_a_tower_of_powers(pool):
-    """The issue's answer with the real grader: sympy's power runs in C, past any alarm."""
+    """The issue's answer with the real grader. sympy and math-verify catch `Exception` around
+    their steps; the alarm is not one, so it stops the answer and the worker carries on."""
     responses, gts = _correct(N)
+    pool.grade(["\\boxed{1}"] * 2, ["1"] * 2)  # both workers up
+    pids = pool.pids()
     scores = verify_batch(responses + ["\\boxed{9^{9^{9^9}}}"], gts + ["3"], pool=pool)
     assert list(scores) == [1.0] * N + [0.0]
     assert scores.statuses == ["ok"] * N + ["timeout"]
+    (v,) = pool.grade(["\\boxed{9^{9^{9^9}}}"], ["3"])
+    assert (v.status, v.detail) == ("timeout", "over 2 s (alarm)") and pool.pids() == pids
 
 
 def test_a_hog_holding_the_gil_costs_only_its_answer(pool):
