@@ -9,6 +9,8 @@
 # PYTHONPATH (NeMo-RL is never copied into this project) and runs `pytest -m nemo_rl tests/nemo_rl`:
 # NeMo-RL's real grpo_train, Policy, RayWorkerGroup on a CPU RayVirtualCluster, setup_response_data,
 # Logger and CheckpointManager, for every objective with CLIPO on and off (docs/nemo_rl.md).
+# NEMO_RL_VENV_ONLY=1: build the environment, print its path as the last line and exit (the
+# real-worker overlay of scripts/test_real_worker.sh sits on top of it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${NEMO_RL_SRC:-}" ] || [ ! -f "${NEMO_RL_SRC}/nemo_rl/__init__.py" ]; then
@@ -64,6 +66,9 @@ else
   "$VENV/bin/pip" install -q "${pins[@]}"
   "$VENV/bin/pip" install -q -e ".[megatron,test]" "megatron-core>=0.18" "${pins[@]}"
   stamp > "$VENV/.stamp"
+fi
+if [ -n "${NEMO_RL_VENV_ONLY:-}" ]; then  # scripts/test_real_worker.sh: build, name the venv, stop
+  echo "$VENV"; exit 0
 fi
 echo "[test_nemo_rl] NeMo-RL: $NEMO_RL_SRC ($(git -C "$NEMO_RL_SRC" rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout'))"
 "$VENV/bin/python" -c 'import omegaconf, pydantic, ray, transformers, torch; print("[test_nemo_rl] omegaconf", omegaconf.__version__, "pydantic", pydantic.__version__, "ray", ray.__version__, "transformers", transformers.__version__, "torch", torch.__version__)'

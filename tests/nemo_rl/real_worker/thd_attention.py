@@ -1,0 +1,60 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The project's CPU layer spec with a core attention that takes packed (THD) streams.
+
+NeMo-RL packs sequences (`policy.sequence_packing`) and hands Megatron-Core a `PackedSeqParams`;
+TransformerEngine's fused attention runs each `cu_seqlens_q_padded` slot as its own sequence.
+Megatron-Core's local `DotProductAttention` refuses `packed_seq_params`, and so does the project's
+`SDPACoreAttention` (cpu_spec.py). This one runs the stream [T, 1, np, hn] with a block-diagonal
+causal mask over the slots: each token sees exactly the keys it sees unpacked (RoPE per slot is
+Megatron-Core's own THD path). Test code: Bridge serialises the spec into the checkpoint's
+run_config.yaml by import path, so it must be importable from the repository root.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from clipo_megatron.megatron.cpu_spec import SDPACoreAttention, get_cpu_gpt_layer_spec
+
+
+def slot_mask(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
+    """[1, 1, T, T] bool, True = masked: causal within each slot [cu[i], cu[i+1]), nothing across."""
+    cu = cu_seqlens.long().to(torch.device("cpu"))
+    if int(cu[-1]) != total:
+        raise ValueError(f"cu_seqlens ends at {int(cu[-1])}, the packed stream has {total}")
+    t = torch.arange(total)
+    slot = torch.searchsorted(cu[1:], t, right=True)
+    allowed = (slot[:, None] == slot[None, :]) & (t[None, :] <= t[:, None])
+    return (~allowed).view(1, 1, total, total)
+
+
+class PackedSDPAAttention(SDPACoreAttention):
+    """SDPACoreAttention + THD: a packed stream is one row with a block-diagonal causal mask."""
+
+    def forward(
+        self,
+        query,
+        key,
+        value,
+        attention_mask,
+        attn_mask_type=None,
+        attention_bias=None,
+        packed_seq_params=None,
+    ):
+        if packed_seq_params is None:
+            return super().forward(query, key, value, attention_mask, attn_mask_type)
+        if query.dim() == 3:  # [T, np, hn] (THD squeezed): the batch dim of one
+            query, key, value = (t.unsqueeze(1) for t in (query, key, value))
+        cu = packed_seq_params.cu_seqlens_q_padded
+        if cu is None:
+            cu = packed_seq_params.cu_seqlens_q
+        mask = slot_mask(cu, query.shape[0]).to(query.device)
+        return super().forward(query, key, value, mask, attn_mask_type)
+
+
+def cpu_thd_layer_spec(*_args, **_kwargs):
+    """Megatron-Core's local GPT layer spec with the packed-capable SDPA attention (a provider's
+    `transformer_layer_spec` callable: Bridge calls it with the provider's config)."""
+    spec = get_cpu_gpt_layer_spec()
+    spec.submodules.self_attention.submodules.core_attention = PackedSDPAAttention
+    return spec
