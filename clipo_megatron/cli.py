@@ -47,8 +47,54 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nunknown subcommand {argv[0]!r}", file=sys.stderr)
             return 2
         return 0
+    try:  # a broken YAML recipe or override: one line naming it, exit 2, no traceback
+        check_yaml_inputs(argv[1:])
+    except ValueError as e:
+        print(f"clipo-megatron {argv[0]}: error: {e}", file=sys.stderr)
+        return 2
     module = importlib.import_module(_module_for(argv))
     return int(module.main(argv[1:]) or 0)
+
+
+def check_yaml_inputs(args: list[str]) -> None:
+    """ValueError (one line) if a `--config` recipe or a `key=value` override is not YAML, or
+    the recipe is not a mapping: yaml's own error is a 33-line traceback ending in a mark.
+    A missing recipe file is left to the subcommand, which names it."""
+    from pathlib import Path
+
+    import yaml  # type: ignore[import-untyped]
+    from omegaconf import DictConfig, OmegaConf
+
+    configs = [b for a, b in zip(args, args[1:]) if a == "--config"]
+    configs += [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+    for path in configs:
+        if not Path(path).is_file():
+            continue
+        try:
+            loaded = OmegaConf.load(path)
+        except yaml.YAMLError as e:
+            raise ValueError(yaml_message(e, path)) from None
+        if not isinstance(loaded, DictConfig):
+            raise ValueError(
+                f"{path}: a recipe is a YAML mapping of keys (seed:, train:, clipo:, ...), "
+                f"not a {type(loaded).__name__.removesuffix('Config').lower()}"
+            )
+    for arg in args:
+        if "=" in arg and not arg.startswith("-"):
+            try:
+                OmegaConf.from_dotlist([arg])
+            except yaml.YAMLError as e:
+                raise ValueError(yaml_message(e, f"override {arg!r}")) from None
+
+
+def yaml_message(e: Exception, where: str) -> str:
+    """e.g. "cfg.yaml:3:2: malformed YAML (did not find expected key)": the first line of the
+    problem and its place (yaml counts from 0, editors from 1)."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    problem = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
+    if mark is not None and not str(mark.name).startswith("<"):
+        where = f"{where}:{mark.line + 1}:{mark.column + 1}"
+    return f"{where}: malformed YAML ({problem})"
 
 
 if __name__ == "__main__":

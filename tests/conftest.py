@@ -1,6 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 import os
-import tempfile
 
 import pytest
 
@@ -14,9 +13,8 @@ def mcore_single_process():
     from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
     from clipo_megatron.megatron.parallel import ensure_model_parallel
 
-    if not dist.is_initialized():
-        init = tempfile.mktemp(prefix="clipo_single_")
-        dist.init_process_group("gloo", init_method=f"file://{init}", rank=0, world_size=1)
+    if not dist.is_initialized():  # an in-memory store: no /tmp file (tempfile.mktemp races)
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     enable_cpu_shims()
     ensure_model_parallel(1, 1)
     yield

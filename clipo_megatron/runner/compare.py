@@ -169,8 +169,10 @@ def _shared_before(plan: Plan, cfg: RunConfig) -> dict | None:
 
 
 def _child(cfg: RunConfig, before: dict | None) -> None:
+    from clipo_megatron.runner.lifetime import die_with_parent
     from clipo_megatron.runner.train import train_one
 
+    die_with_parent()  # a killed compare leaves no arm training on (SIGTERM: stop after the step)
     try:
         rc = train_one(cfg, before=before)
     except KeyboardInterrupt:  # between steps' signal handling, e.g. during the evaluation

@@ -75,12 +75,13 @@ def run_metrics(results: dict) -> dict[str, float]:
 
 def _read_runs(out: Path, objective: str, arm: str, seeds: list[int]):
     """(metrics per seed, history per seed) of one cell."""
+    from clipo_megatron.runner.report import read_metrics
+
     metrics, histories = [], []
     for s in seeds:
         d = run_dir(out, objective, arm, s)
         metrics.append(run_metrics(json.loads((d / "results.json").read_text())))
-        lines = (d / "metrics.jsonl").read_text().splitlines()
-        histories.append([json.loads(x) for x in lines if x.strip()])
+        histories.append(read_metrics(d / "metrics.jsonl"))  # null (non-finite) back to NaN
     return metrics, histories
 
 

@@ -31,6 +31,7 @@ from clipo_megatron.core.bounds import (
 from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
 from clipo_megatron.core.objectives import Objective, get_objective
 from clipo_megatron.core.policy_loss import KL_GRADIENTS
+from clipo_megatron.data.files import SizeCaps
 from clipo_megatron.generation import BACKENDS
 
 
@@ -49,6 +50,9 @@ class DataConfig:
     train_size: int = 1024
     seed: int = 0
     one_shot: bool = True
+    # Size caps on data.path / eval.path, checked as they are read, before any model loads.
+    max_row_chars: int = SizeCaps.max_row_chars
+    max_file_mb: int = SizeCaps.max_file_mb
 
 
 @dataclass
@@ -220,6 +224,8 @@ RANGES: dict[str, Range] = {
     "model.tiny_layers": Range(1, 256, integer=True),
     "data.train_size": Range(1, 10**8, integer=True),
     "data.seed": Range(0, 2**31 - 1, integer=True),
+    "data.max_row_chars": Range(1, integer=True, note="characters in one row of a data file"),
+    "data.max_file_mb": Range(1, integer=True, note="MB of one data file"),
     "rollout.prompts_per_step": Range(1, 65536, integer=True),
     "rollout.n": ROLLOUTS_PER_PROMPT,
     "rollout.temperature": ROLLOUT_TEMPERATURE,

@@ -13,7 +13,6 @@ rewards and advantages are bit-identical on all ranks.
 from __future__ import annotations
 
 import os
-import tempfile
 
 import torch
 import torch.distributed as dist
@@ -28,10 +27,12 @@ def init_distributed(tp: int = 1, pp: int = 1) -> None:
 
     if not dist.is_initialized():
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
+            from clipo_megatron.runner.lifetime import die_with_parent
+
+            die_with_parent()  # a rank outlives no torchrun agent (kill -9 included)
             dist.init_process_group("gloo", init_method="env://")
-        else:
-            init = tempfile.mktemp(prefix="clipo_run_")
-            dist.init_process_group("gloo", init_method=f"file://{init}", rank=0, world_size=1)
+        else:  # a world of one: an in-memory store (no /tmp file to guess, race or leave behind)
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     world = dist.get_world_size()
     if tp * pp != world:
         raise ValueError(

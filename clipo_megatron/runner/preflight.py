@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 PATH_KEYS = ("data.path", "eval.path", "output.dir")
+CAP_KEYS = ("data.max_row_chars", "data.max_file_mb")  # the data files' size caps
 
 
 def _writable_dir(path: Path) -> None:
@@ -26,7 +27,8 @@ def _writable_dir(path: Path) -> None:
 
 
 def input_paths(config_path: str | None, overrides: list[str]) -> dict[str, str]:
-    """data.path / eval.path / output.dir as the YAML and the overrides set them ("" if unset)."""
+    """data.path / eval.path / output.dir and the data size caps as the YAML and the overrides
+    set them ("" if unset)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -37,7 +39,7 @@ def input_paths(config_path: str | None, overrides: list[str]) -> dict[str, str]
             OmegaConf.load(config_path) if config_path else OmegaConf.create(),
             OmegaConf.from_dotlist([o for o in overrides if "=" in o]),
         )
-        return {k: str(OmegaConf.select(raw, k, default="") or "") for k in PATH_KEYS}
+        return {k: str(OmegaConf.select(raw, k, default="") or "") for k in PATH_KEYS + CAP_KEYS}
     except OmegaConfBaseException as e:
         raise ValueError(f"config: {str(e).splitlines()[0]}") from None
 
@@ -46,10 +48,11 @@ def check_inputs(paths: dict[str, str]) -> None:
     """The data files exist and their first row parses; the output directory can be written."""
     from clipo_megatron.runner.problems import load_problems
 
+    caps = {k.split(".")[1]: int(v) for k in CAP_KEYS if (v := paths.get(k, "")).isdigit()}
     for key in ("data.path", "eval.path"):
         if paths.get(key):
-            try:  # the data layer's own loader reads the first row
-                load_problems(SimpleNamespace(one_shot=True), 1, path=paths[key])
+            try:  # the data layer's own loader reads the file, within the size caps
+                load_problems(SimpleNamespace(one_shot=True, **caps), 1, path=paths[key])
             except (OSError, ValueError) as e:
                 raise ValueError(f"{key}={paths[key]}: {e}") from None
     if paths.get("output.dir"):

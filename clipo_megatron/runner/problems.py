@@ -15,7 +15,7 @@ import dataclasses
 from pathlib import Path
 
 from clipo_megatron.data.arithmetic import arithmetic_problems
-from clipo_megatron.data.files import load_file
+from clipo_megatron.data.files import SizeCaps, load_file
 from clipo_megatron.data.records import Record
 from clipo_megatron.data.registry import get_spec
 
@@ -23,8 +23,25 @@ from clipo_megatron.data.registry import get_spec
 LOCAL_FILE_DATASET = "gsm8k"
 
 
+def size_caps(data_cfg) -> SizeCaps:
+    """The data block's caps (data.max_row_chars / data.max_file_mb; the defaults where a caller
+    passes no config), named by their config keys in the errors."""
+    d = SizeCaps()
+    return SizeCaps(
+        getattr(data_cfg, "max_row_chars", d.max_row_chars),
+        getattr(data_cfg, "max_file_mb", d.max_file_mb),
+        row_key="data.max_row_chars",
+        file_key="data.max_file_mb",
+    )
+
+
 def jsonl_problems(
-    path: str | Path, size: int, *, offset: int = 0, one_shot: bool = True
+    path: str | Path,
+    size: int,
+    *,
+    offset: int = 0,
+    one_shot: bool = True,
+    caps: SizeCaps | None = None,
 ) -> list[Record]:
     """`size` problems from a local file, starting at row `offset` (size <= 0: all rows)."""
     p = Path(path)
@@ -32,7 +49,7 @@ def jsonl_problems(
         raise FileNotFoundError(
             f"data file {p} does not exist (data.path / eval.path must be a local jsonl)"
         )
-    records = load_file(p, get_spec(LOCAL_FILE_DATASET))[offset:]
+    records = load_file(p, get_spec(LOCAL_FILE_DATASET), caps)[offset:]
     records = records if size <= 0 else records[:size]
     if not records:
         raise ValueError(f"{p}: no rows at offset {offset}")
@@ -44,7 +61,7 @@ def load_problems(data_cfg, size: int, *, seed_offset: int = 0, path: str = "") 
     """Problems from a local file (`path`) or reasoning-gym at seed data.seed + seed_offset
     (training: 0; held-out evaluation: another seed)."""
     if path:
-        return jsonl_problems(path, size, one_shot=data_cfg.one_shot)
+        return jsonl_problems(path, size, one_shot=data_cfg.one_shot, caps=size_caps(data_cfg))
     return arithmetic_problems(
         size, data_cfg.seed + seed_offset, dataset=data_cfg.dataset, one_shot=data_cfg.one_shot
     )

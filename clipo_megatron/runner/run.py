@@ -64,6 +64,8 @@ class Run:
 
         cfg.validate()
         self.cfg, self.clipo = cfg, cfg.clipo
+        # The data first: a file over its size caps is refused before the model loads.
+        self.problems = load_problems(cfg.data, cfg.data.train_size, path=cfg.data.path)
         self.loss_fn = PolicyLoss(
             cfg.objective(), cfg.train.eps_low, cfg.train.eps_high, cfg.effective_kl_coef()
         )
@@ -111,7 +113,6 @@ class Run:
             if self.layout.is_last_stage:
                 attach_head(self.model, head)
                 self.head = HeadTrainer(head, self.clipo.method)
-        self.problems = load_problems(cfg.data, cfg.data.train_size, path=cfg.data.path)
         self.step_idx = 0
         self.history: list[dict] = []
         self.embeddings: dict[str, dict] = {}
@@ -274,6 +275,11 @@ class Run:
                 self.optimizer, self.model, self.arch, self.layout, state["optimizer"]
             )
         )
+        # The config in force, not the saved state's: the optimiser would otherwise keep the old
+        # lr while config.json shows the new one (a change needs --allow-config-change).
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.train.lr
+            group["weight_decay"] = self.cfg.train.weight_decay
         if self.head is not None:  # a baseline run ignores a saved head (older checkpoints)
             if state.get("head") is None:
                 raise ValueError(

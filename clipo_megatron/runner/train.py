@@ -77,6 +77,12 @@ def _parse(argv):
     ap = make_parser(PROG, __doc__)
     ap.add_argument("--config", help="YAML recipe (e.g. examples/configs/cpu_demo.yaml)")
     ap.add_argument("--algo", help=argparse.SUPPRESS)  # gone: named in the error
+    ap.add_argument(
+        "--allow-config-change",
+        action="store_true",
+        help="resume a checkpoint with a changed method / model / objective / data / seed / "
+        "optimiser config (refused otherwise; train.steps and output.* may always change)",
+    )
     ap.add_argument("overrides", nargs="*", help="OmegaConf dotted overrides, key=value")
     args = ap.parse_intermixed_args(argv)
     if args.algo is not None:
@@ -104,10 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         preflight.check_checkpoint(cfg.output.dir)  # a resume must not fail after the model load
     except (ValueError, FileNotFoundError) as e:
         user_error(PROG, str(e))
-    return train_one(cfg)
+    return train_one(cfg, allow_config_change=args.allow_config_change)
 
 
-def train_one(cfg: RunConfig, *, before: dict | None = None) -> int:
+def train_one(
+    cfg: RunConfig, *, before: dict | None = None, allow_config_change: bool = False
+) -> int:
     """One training run from a validated `RunConfig`: build, train (resuming from the run's
     checkpoint), evaluate, write results; the exit status. `clipo-megatron compare` calls it
     per run. `before`: the base policy's held-out results, when another run of the same seed
@@ -120,17 +128,31 @@ def train_one(cfg: RunConfig, *, before: dict | None = None) -> int:
     if cfg.threads or world > 1:
         torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // world))
     from clipo_megatron.runner.run import Run
+    from clipo_megatron.runner.run_dir import claim
 
+    try:  # before any model loads: one run per output.dir, a resume's config checked
+        lock = claim(cfg, allow_config_change=allow_config_change, rank0=_rank0_by_env())
+    except ValueError as e:
+        user_error(PROG, str(e))
     try:
-        run = Run(cfg)
-    except KeyboardInterrupt:
-        print("stopped while loading, before step 0", file=sys.stderr)
-        return 130
-    try:
-        with StopSignals() as stop:
-            return _train(run, cfg, stop, before)
+        try:
+            run = Run(cfg)
+        except KeyboardInterrupt:
+            print("stopped while loading, before step 0", file=sys.stderr)
+            return 130
+        try:
+            with StopSignals() as stop:
+                return _train(run, cfg, stop, before)
+        finally:
+            run.close()  # the generator's engine and the verifier's worker processes
     finally:
-        run.close()  # the generator's engine and the verifier's worker processes
+        if lock is not None:
+            lock.release()
+
+
+def _rank0_by_env() -> bool:
+    """Global rank 0 before torch.distributed starts (torchrun's RANK; a single process is 0)."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
@@ -143,16 +165,18 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
         load_checkpoint,
         save_checkpoint,
     )
-    from clipo_megatron.runner.config import to_dict
     from clipo_megatron.runner.evaluation import evaluate
     from clipo_megatron.runner.parallel import broadcast_from_rank0, is_rank0
-    from clipo_megatron.runner.report import run_label, trim_metrics_log, write_results
+    from clipo_megatron.runner.report import (
+        MetricsLog,
+        MetricsLogError,
+        run_label,
+        trim_metrics_log,
+        write_results,
+    )
 
     out, ckpt = Path(cfg.output.dir), checkpoint_path(cfg.output.dir)
     rank0 = is_rank0()  # only rank 0 writes, prints and evaluates (it alone holds the generator)
-    if rank0:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     results: dict = {}
     evaluates = cfg.eval.size > 0 or cfg.perturbed_eval_size() > 0
     if ckpt.exists():
@@ -180,7 +204,8 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
         dynamic_ncols=True,
         disable=not rank0,
     )
-    log = (out / "metrics.jsonl").open("a") if rank0 else None
+    log = MetricsLog(out / "metrics.jsonl") if rank0 else None  # strict JSON, unbuffered
+    failed = ""
     try:
         while run.step_idx < cfg.train.steps:
             if broadcast_from_rank0(stop.signum) is not None:
@@ -188,8 +213,7 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
             m = run.step()
             nonfinite.count(run.history)  # m is the history's last entry
             if log:
-                log.write(json.dumps(m) + "\n")
-                log.flush()
+                log.write(m)
             if writer:
                 for k, v in m.items():
                     if k != "step" and not isinstance(v, str):  # rollout/token_hash: jsonl only
@@ -206,6 +230,8 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
                 saved_at = run.step_idx
     except KeyboardInterrupt:  # a second signal: abandon the step
         stop.signum = stop.signum or signal.SIGINT
+    except MetricsLogError as e:  # a full disk: said below the bar, with where a rerun resumes
+        failed = f"{e} at step {run.step_idx - 1}"
     except nonfinite.NonFiniteStop as e:  # K updates skipped in a row: a knob poisons every step
         bar.close()  # the bar's line ends first: the error is a line of its own
         if rank0:
@@ -226,6 +252,13 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
             log.close()
         if writer:
             writer.close()
+    if failed:
+        print(
+            f"{PROG}: error: {failed}; free space and rerun the same command to resume "
+            f"from step {saved_at}",
+            file=sys.stderr,
+        )
+        return 1
     if run.step_idx < cfg.train.steps:
         if rank0:
             print(
