@@ -2,7 +2,7 @@
 """HeadTrainer skips a non-finite step (issue 24 item 2): the head step both drivers run
 (the runner and NeMo-RL's workers, through `clipo_step`) leaves weights and AdamW moments
 bit-identical when the loss or a gradient is NaN / inf, flags it in its metrics, and the
-next finite step trains; over DP, one rank's NaN makes every rank skip."""
+next finite step trains; over DP, one rank's non-finite loss makes every rank skip."""
 
 from __future__ import annotations
 
@@ -60,23 +60,35 @@ def test_a_nan_row_skips_the_head_step_and_the_next_step_trains():
 
 
 def _dp_worker(rank: int, world: int) -> dict:
-    """DP = 2: rank 1's rows overflow. Both ranks must skip (their heads stay replicas)."""
+    """DP = 2, finite rows everywhere, but rank 1's loss value is inf (a constant added: its
+    gradients, summed over DP, stay finite). Rank 0 alone sees nothing wrong; both must skip,
+    or the two replicas of the head part ways."""
+    import dataclasses
+
     import torch.distributed as dist
 
+    import clipo_megatron.megatron.head_trainer as ht
+
+    real = ht.group_contrastive_loss
+
+    def loss_inf_on_rank1(*a, **k):
+        res = real(*a, **k)
+        return dataclasses.replace(res, loss=res.loss + math.inf) if rank == 1 else res
+
+    ht.group_contrastive_loss = loss_inf_on_rank1
     torch.manual_seed(0)
     head = torch.nn.Linear(8, 4, bias=False)
     tr = HeadTrainer(head, CLIPOConfig(**CFG), dp_group=dist.group.WORLD)
     w0 = head.weight.detach().clone()
     rows = slice(4 * rank, 4 * rank + 4)  # rank r holds group r
-    pooled = _pooled(5, huge_row=5)[rows]  # row 5 is rank 1's
-    out = tr.step(pooled, VALID[rows], GIDS[rows], IDS[rows], step=0)
+    out = tr.step(_pooled(5)[rows], VALID[rows], GIDS[rows], IDS[rows], step=0)
     return {
         "skipped": out.metrics["clipo/head_skipped_nonfinite"],
         "unchanged": bool(torch.equal(head.weight, w0)),
     }
 
 
-def test_over_dp_one_ranks_nan_makes_every_rank_skip():
+def test_over_dp_one_ranks_non_finite_loss_makes_every_rank_skip():
     results = run_distributed(_dp_worker, 2)
     assert [results[r]["skipped"] for r in (0, 1)] == [1.0, 1.0]
     assert [results[r]["unchanged"] for r in (0, 1)] == [True, True]
