@@ -28,9 +28,16 @@ __all__ = ["EvalSettings", "chunk_seed", "evaluate", "evaluate_dataset", "extrac
 @dataclass
 class EvalSettings:
     n: int = 1
-    temperature: float = 0.6
+    temperature: float = 0.6  # 0: greedy
     top_p: float = 0.95
+    # Every other sampling knob, pinned and recorded (generation/sampling.py): a model's
+    # generation_config never applies (Qwen2.5-Instruct ships top_k 20, repetition_penalty 1.05).
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
     max_tokens: int = 2048
+    # The grader (verify/pool.py GRADERS): math_verify (recommended) | paper (the authors').
+    grader: str = "math_verify"
     seed: int = 0
     chunk: int = 16  # questions per generate call
     # What selects the questions (recorded so a resume with other settings is refused).
@@ -80,6 +87,9 @@ def evaluate_dataset(
             n,
             temperature=settings.temperature,
             top_p=settings.top_p,
+            top_k=settings.top_k,
+            min_p=settings.min_p,
+            repetition_penalty=settings.repetition_penalty,
             max_tokens=settings.max_tokens,
             seed=chunk_seed(settings.seed, name, k),
         )
@@ -89,7 +99,11 @@ def evaluate_dataset(
         responses = [texts[pos[r.index]][s] for r, s in todo]
         # The recorded answer is read in the workers, under the same per-answer deadline.
         verdicts = pool.grade(
-            responses, [r.ground_truth for r, _ in todo], [r.kind for r, _ in todo], extract=True
+            responses,
+            [r.ground_truth for r, _ in todo],
+            [r.kind for r, _ in todo],
+            grader=settings.grader,
+            extract=True,
         )
         t_gen, t_ver = t_gen + t1 - t0, t_ver + time.perf_counter() - t1
         store.append(

@@ -11,7 +11,9 @@
 --model: `smollm2`, an HF model directory, or a `clipo-megatron train` output dir (Megatron checkpoint).
 --backend: auto (vLLM when installed, else HF transformers), hf, vllm.
 Suite defaults are the paper's (temperature 0.6, top-p 0.95; Track I n=1 and 2048 tokens, Track II
-n=16 and 4096 tokens); flags override them. Datasets come from --data-dir (the authors' parquet
+n=16 and 4096 tokens; `track1_greedy`: Track I greedy, as the authors' scripts); flags override them.
+Every sampling knob (top-k, min-p, repetition penalty too) is pinned and recorded with the scores.
+--grader paper grades as the authors' checker. Datasets come from --data-dir (the authors' parquet
 layout, or $CLIPO_DATA_DIR), or per dataset from --source NAME=PATH|hf|hf:repo[:config][@split]|gym.
 Writes OUT/results.json, results.md, scores.png and samples/<dataset>.jsonl (one line per sample:
 prompt, response, extracted answer, verdict). Re-running the same command resumes.
@@ -81,8 +83,17 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--n", type=int, help="samples per question (suite default: 1 Track I, 16 Track II)"
     )
-    ap.add_argument("--temperature", type=float)
+    ap.add_argument("--temperature", type=float, help="0: greedy (suite track1_greedy)")
     ap.add_argument("--top-p", type=float)
+    ap.add_argument("--top-k", type=int, help="default 0 (off); never the model's")
+    ap.add_argument("--min-p", type=float, help="default 0 (off); never the model's")
+    ap.add_argument("--repetition-penalty", type=float, help="default 1 (off); never the model's")
+    ap.add_argument(
+        "--grader",
+        default="math_verify",
+        choices=("math_verify", "paper"),
+        help="math_verify (recommended) or paper (the authors' checker, docs/reproduce.md)",
+    )
     ap.add_argument("--max-tokens", type=int)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
@@ -116,9 +127,21 @@ def _settings(args, datasets: list[str]):
         ("max_tokens", args.max_tokens),
         ("temperature", args.temperature),
         ("top_p", args.top_p),
+        ("top_k", args.top_k),
+        ("min_p", args.min_p),
+        ("repetition_penalty", args.repetition_penalty),
     ):
         if val is not None:
             d[key] = val
+    from clipo_megatron.generation.sampling import Sampling
+
+    Sampling(  # one line naming a bad knob, before any model loads
+        d["temperature"],
+        d["top_p"],
+        d.get("top_k", 0),
+        d.get("min_p", 0.0),
+        d.get("repetition_penalty", 1.0),
+    )
     if d["n"] < 1 or d["max_tokens"] < 1:
         raise ValueError(f"n={d['n']} and max_tokens={d['max_tokens']} must be >= 1")
     return EvalSettings(
@@ -127,6 +150,7 @@ def _settings(args, datasets: list[str]):
         limit=args.limit,
         subset_seed=args.subset_seed,
         model=args.model,
+        grader=args.grader,
         **d,
     )
 
@@ -216,7 +240,9 @@ def run_suite(args) -> int:
     ]
     tp = res["throughput"]
     lines.append(
-        f"\nn={settings.n}, T={settings.temperature}, top-p={settings.top_p}, max_tokens={settings.max_tokens}"
+        f"\nn={settings.n}, T={settings.temperature}, top-p={settings.top_p}, top-k={settings.top_k}"
+        f", min-p={settings.min_p}, repetition_penalty={settings.repetition_penalty}"
+        f", grader={settings.grader}, max_tokens={settings.max_tokens}"
         f", seed={settings.seed}, limit={settings.limit}; {tp['new_samples']} new samples in "
         f"{tp['seconds']:.1f} s ({tp['samples_per_s']:.2f} samples/s), model load {load_s:.1f} s"
     )

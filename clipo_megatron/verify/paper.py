@@ -334,3 +334,12 @@ def grade_paper(response: str, ground_truth: str, kind: str) -> float:
     if kind == "math":
         return paper_math_reward(response, ground_truth)
     raise ValueError(f"unknown answer kind {kind!r}; expected 'math' or 'mc'")
+
+
+def graded_answer(response: str, kind: str) -> str | None:
+    """What the paper grader reads (recorded with eval samples): the boxed answer after the
+    last `</think>`, for multiple choice cut at its first `.`; None when there is no answer."""
+    pred = boxed_answer(answer_part(response))
+    if pred is None or kind != "mc":
+        return pred
+    return pred.split(".")[0].strip()

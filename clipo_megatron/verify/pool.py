@@ -148,10 +148,15 @@ def _grade_timed(
 ) -> Verdict:
     """One answer under this worker's alarm (the worker's main thread)."""
     from clipo_megatron.verify.extract import graded_answer
+    from clipo_megatron.verify.paper import graded_answer as paper_graded_answer
 
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        answer = graded_answer(response, kind) if extract else None
+        if extract:  # what this grader reads
+            read = paper_graded_answer if grader == "paper" else graded_answer
+            answer = read(response, kind)
+        else:
+            answer = None
         score = float(resolve_grader(grader)(response, gt, kind))
         return Verdict(score, "ok", answer=answer)
     except _Timeout:

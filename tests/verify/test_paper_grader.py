@@ -184,3 +184,12 @@ def test_verify_batch_grades_with_the_paper_grader_by_name():
         got = verify_batch(responses, gts, list(kinds), pool=pool, grader="paper")
     assert list(got) == [float(f[4]) for f in rows] == [0.0, 0.0, 1.0]  # table order
     assert got.statuses == ["ok"] * 3
+
+
+def test_the_pool_records_what_the_paper_grader_reads():
+    from clipo_megatron.verify.pool import VerifierPool
+
+    responses = [r"<think>\boxed{A}</think> \boxed{B. Paris}", r"so \boxed 3"]
+    with VerifierPool(1) as pool:
+        v = pool.grade(responses, ["B", "3"], ["mc", "math"], grader="paper", extract=True)
+    assert [x.answer for x in v] == ["B", None] and [x.score for x in v] == [1.0, 0.0]
