@@ -68,7 +68,7 @@ def read_rows(path: str | Path, caps: SizeCaps | None = None) -> list[dict[str, 
     size_mb = p.stat().st_size / 2**20
     if size_mb > caps.max_file_mb:  # before reading a byte of it
         raise ValueError(
-            f"{p}: {size_mb:,.0f} MB, over {caps.file_key}={caps.max_file_mb:,}; "
+            f"{p}: {size_mb:,.1f} MB, over {caps.file_key}={caps.max_file_mb:,} MB; "
             f"split the file or raise {caps.file_key}"
         )
     if p.suffix == ".parquet":

@@ -36,6 +36,7 @@ RESUMABLE = (
     "output.",
     "parallel.",
     "rollout.backend",
+    "rollout.verify_timeout",
     "train.micro_batch",
     "train.shared_prefix",
     "train.max_nonfinite_skips",
