@@ -17,6 +17,7 @@ imported (the driver imports grpo and lm_policy) has its live signatures checked
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -246,7 +247,8 @@ def _import_seam(module: str, name: str, where: str) -> Seam:
                 f"{where} imports it", check)  # fmt: skip
 
 
-def import_seams(root: Path = _HERE) -> list[Seam]:
+@functools.cache  # the product's own source: read once per process
+def import_seams(root: Path = _HERE) -> tuple[Seam, ...]:
     """Every `from nemo_rl... import x` of the product modules (not cpu_*: the CPU stand-ins)."""
     seams: dict[tuple[str, str], Seam] = {}
     for path in sorted(root.glob("*.py")):
@@ -262,7 +264,7 @@ def import_seams(root: Path = _HERE) -> list[Seam]:
                 for a in node.names:
                     key = (str(node.module), a.name)
                     seams.setdefault(key, _import_seam(*key, f"{path.name}:{node.lineno}"))
-    return list(seams.values())
+    return tuple(seams.values())
 
 
 def all_seams() -> list[Seam]:
