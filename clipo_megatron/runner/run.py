@@ -148,7 +148,7 @@ class Run:
 
     def step(self) -> dict:
         t = dict.fromkeys(STAGES, 0.0)
-        batch, ro, rewards_all = sample_rollouts(
+        batch, ro, rewards_all, verified = sample_rollouts(
             self.gen, self.problems, self.cfg.rollout, self.cfg.seed, self.step_idx, t
         )
         ids, mask = pack(ro.prompt_ids, ro.response_ids, self.tok.pad_token_id)
@@ -172,7 +172,7 @@ class Run:
 
         metrics.update(out.metrics if out is not None else {})
         metrics.update(
-            reward_metrics(self.step_idx, rewards_all, r_cl_all, mask, ro.response_ids, t)
+            reward_metrics(self.step_idx, rewards_all, r_cl_all, mask, ro.response_ids, t, verified)
         )
         if out is not None:  # the head's embeddings (the baseline has none)
             emb = {

@@ -1,8 +1,10 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """The runner's per-step metrics (metrics.jsonl / TensorBoard) from the numbers a step has.
 
-Rewards, the sampled tokens' hash (compare's divergence step) and, with CLIPO on, whether CLIPO
-changed the update (`core/diagnostics.py`: A(r) beside the A(r') the update trains on).
+Rewards, the verifier's answers per status (ok, timeout, killed, error, too_long: a timed-out
+answer scores 0 and must show), the sampled tokens' hash (compare's divergence step) and, with
+CLIPO on, whether CLIPO changed the update (`core/diagnostics.py`: A(r) beside the A(r') the
+update trains on).
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ from clipo_megatron.core.rewards import shaped_rewards
 from clipo_megatron.runner.rollouts import token_hash
 
 
-def reward_metrics(step: int, rewards, r_cl, mask, response_ids, t: dict) -> dict:
-    """rewards [B], r_cl [B] (0 where filtered), mask [B, S] -> the step's scalar metrics and
+def reward_metrics(
+    step: int, rewards, r_cl, mask, response_ids, t: dict, verify: dict[str, int] | None = None
+) -> dict:
+    """rewards [B], r_cl [B] (0 where filtered), mask [B, S], the verifier's answers per status
+    -> the step's scalar metrics (`verify/<status>`: every status, zeros too) and
     `rollout/token_hash` (a str: metrics.jsonl only, not TensorBoard)."""
     shaped = shaped_rewards(rewards, r_cl)  # [B] r' = r + r_CL
     return {
+        **{f"verify/{k}": float(v) for k, v in (verify or {}).items()},
         "step": step,
         "reward/mean": float(rewards.mean()),
         "reward/clipo_mean": float(r_cl.mean()),
