@@ -36,8 +36,9 @@ class EvalSettings:
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     max_tokens: int = 2048
-    # The grader (verify/pool.py GRADERS): math_verify (recommended) | paper (the authors').
-    grader: str = "math_verify"
+    # The grader (verify/pool.py GRADERS): math_verify (recommended) | paper (the authors');
+    # None: the pool's own (math_verify unless the pool was built with another).
+    grader: str | None = None
     seed: int = 0
     chunk: int = 16  # questions per generate call
     # What selects the questions (recorded so a resume with other settings is refused).

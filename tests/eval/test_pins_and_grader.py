@@ -54,7 +54,7 @@ def test_every_knob_reaches_the_generator_and_the_results(tmp_path, pool):
     )
     recorded = res["settings"]
     assert (recorded["top_k"], recorded["min_p"], recorded["repetition_penalty"]) == (0, 0.0, 1.0)
-    assert recorded["grader"] == "math_verify" and recorded["temperature"] == 0.0
+    assert recorded["grader"] is None and recorded["temperature"] == 0.0  # None: the pool's
     assert json.dumps(recorded)  # what results.json stores
 
 
