@@ -286,8 +286,10 @@ def check(pkg_dir: str | Path) -> list[str]:
             if (e.rel, e.symbol) not in seen:
                 seen.add((e.rel, e.symbol))
                 near = f" (similar: {', '.join(e.near)})" if e.near else ""
-                what = e.symbol or "this file"
-                lines.append(_line(seam, what, e.rel, f"no {what}{near}"))
+                what, found = (
+                    (e.symbol, f"no {e.symbol}{near}") if e.symbol else ("the file", "none")
+                )
+                lines.append(_line(seam, what, e.rel, found))
             continue
         except SyntaxError as e:
             found = f"unparseable source ({e.msg}, line {e.lineno}; NeMo-RL needs Python >= 3.12)"

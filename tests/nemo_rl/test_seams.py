@@ -215,7 +215,7 @@ def test_a_missing_file_and_a_clash_with_the_mixin(tmp_path):
     (pkg / "models" / "megatron" / "data.py").unlink()
     replace_everywhere(WORKER, "    def train(", "    def clipo_setup(self):\n        pass\n\n    def train(")(pkg)  # fmt: skip
     assert [ln.split(";")[0] for ln in seams.check(pkg)] == [
-        "seam 'microbatch fields' moved: expected this file in nemo_rl/models/megatron/data.py",
+        "seam 'microbatch fields' moved: expected the file in nemo_rl/models/megatron/data.py",
         "seam 'mixin names' moved: expected no member named like ClipoWorkerMixin's own in "
         "nemo_rl/models/policy/workers/megatron_policy_worker.py (MegatronPolicyWorkerImpl)",
     ]
