@@ -4,6 +4,7 @@
 #
 #   NEMO_RL_SRC=<RL checkout> BRIDGE_SRC=<Megatron-Bridge checkout> \
 #   MEGATRON_LM_SRC=<Megatron-LM checkout> bash scripts/test_real_worker.sh [pytest args]
+#   ... bash scripts/test_real_worker.sh --bench [--rows 64] [--repeats 7]   (CLIPO's capture cost)
 #
 # On top of the contract environment (scripts/test_nemo_rl.sh builds it; NEMO_RL_VENV_ONLY=1) an
 # overlay directory holds what the real worker's imports need and the contract suite does not:
@@ -50,6 +51,10 @@ echo "[test_real_worker] NeMo-RL $(rev "$NEMO_RL_SRC"), Bridge $(rev "$BRIDGE_SR
 export NEMO_RL_SRC BRIDGE_SRC MEGATRON_LM_SRC CLIPO_REAL_WORKER_OVERLAY="$(pwd)/$OVERLAY"
 export PYTHONPATH="$MEGATRON_LM_SRC:$BRIDGE_SRC/src:$(pwd)/$OVERLAY:$NEMO_RL_SRC:$(pwd)${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
+if [ "${1:-}" = "--bench" ]; then  # bench/bench_real_worker_capture.py in this environment
+  shift
+  exec "$VENV/bin/python" bench/bench_real_worker_capture.py "$@"
+fi
 paths=(tests/nemo_rl/real_worker)  # unless the caller names test paths
 for a in "$@"; do [[ "$a" == tests/* ]] && paths=(); done
 exec "$VENV/bin/python" -m pytest -q -p no:warnings --timeout=1800 -m nemo_rl "${paths[@]}" "$@"

@@ -1,0 +1,99 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The Ray actor NeMo-RL's `RayWorkerGroup` builds for the real-worker `grpo_train` run (test code).
+
+`RealCpuPolicyWorkerImpl` is the product's `ClipoMegatronPolicyWorkerImpl` (NeMo-RL's real worker +
+the CLIPO mixin) with, in the actor process only: the TE import stub, `cpu_patches` (entered for the
+actor's life), the CPU layer spec through the worker's `_transformer_layer_spec` hook. Generation
+is what cannot run on CPU (`MegatronGenerationMixin`: Megatron-Core's dynamic engine, flashinfer,
+NCCL refit): it stays on the stand-in's CPU sampler (`cpu_worker.CpuMegatronPolicyWorkerImpl.generate`)
+over the real worker's own model, and the engine's phase calls are no-ops.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from tests.nemo_rl.real_worker.te_stub import import_bridge
+
+import_bridge()
+
+from clipo_megatron.nemo_rl.cpu_worker import CpuMegatronPolicyWorkerImpl  # noqa: E402
+from clipo_megatron.nemo_rl.worker_extension import ClipoMegatronPolicyWorkerImpl  # noqa: E402
+from tests.nemo_rl.real_worker.cpu_patches import cpu_worker_patches  # noqa: E402
+from tests.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec  # noqa: E402
+
+REAL_WORKER_FQN = "tests.nemo_rl.real_worker.ray_worker.RealCpuPolicyWorker"
+_GENERATION = "generation.pt"
+
+
+class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
+    _transformer_layer_spec = staticmethod(cpu_thd_layer_spec)
+
+    def __init__(self, config, tokenizer, weights_path=None, optimizer_path=None, *a, **k):
+        torch.set_num_threads(int(os.environ.get("CLIPO_CPU_WORKER_THREADS", "1")))
+        rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
+        self._patches = cpu_worker_patches(rank)
+        self._patches.__enter__()  # for the actor's life
+        super().__init__(config, tokenizer, weights_path, optimizer_path, *a, **k)
+        self.generate_calls, self.packed_streams = 0, 0
+        if weights_path and os.path.exists(os.path.join(weights_path, _GENERATION)):
+            self.generate_calls = torch.load(os.path.join(weights_path, _GENERATION))["calls"]
+
+    # ---- generation: the CPU sampler over this worker's model (colocated: nothing to refit)
+    def generate(self, *, data, greedy: bool = False):
+        self.model.eval()
+        with torch.no_grad():
+            return CpuMegatronPolicyWorkerImpl.generate(self, data=data, greedy=greedy)
+
+    def generate_async(self, *, data, greedy: bool = False):
+        out = self.generate(data=data, greedy=greedy)
+        for i in range(out["output_ids"].shape[0]):
+            yield i, type(out)({k: v[i : i + 1] for k, v in out.items()})
+
+    def _noop(self, *_: Any, **__: Any) -> bool:
+        return True
+
+    prepare_for_generation = finish_generation = invalidate_kv_cache = _noop
+    suspend_for_refit = resume_after_refit = offload_before_refit = offload_after_refit = _noop
+
+    # ---- what the contract suite reads besides NeMo-RL's protocol
+    def get_logprobs(self, *, data, micro_batch_size=None, **kwargs):
+        from nemo_rl.models.policy.workers import megatron_policy_worker as mpw
+
+        original = mpw.get_microbatch_iterator
+
+        def counted(*a, **k):
+            it, *rest = original(*a, **k)
+
+            def gen():
+                for mb in it:
+                    self.packed_streams += mb.cu_seqlens_padded is not None
+                    yield mb
+
+            return (gen(), *rest)
+
+        mpw.get_microbatch_iterator = counted
+        try:
+            return super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)
+        finally:
+            mpw.get_microbatch_iterator = original
+
+    def packed_stream_count(self) -> int:
+        return self.packed_streams
+
+    def save_checkpoint(self, weights_path: str, optimizer_path=None, **kwargs):
+        super().save_checkpoint(weights_path=weights_path, optimizer_path=optimizer_path, **kwargs)
+        if torch.distributed.get_rank() == 0:  # the sampler's counter: a resume samples the same
+            torch.save({"calls": self.generate_calls}, os.path.join(weights_path, _GENERATION))
+        torch.distributed.barrier()
+
+
+try:
+    import ray
+except ImportError:  # pragma: no cover
+    RealCpuPolicyWorker = None
+else:
+    RealCpuPolicyWorker = ray.remote(RealCpuPolicyWorkerImpl)

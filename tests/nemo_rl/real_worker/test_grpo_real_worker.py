@@ -1,0 +1,123 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""NeMo-RL's real `grpo_train` over NeMo-RL's real Megatron policy worker (+ the CLIPO extension).
+
+The contract suite's run (tests/nemo_rl/test_contract.py: the recipe, `Policy` over a real
+`RayWorkerGroup` on a CPU `RayVirtualCluster`, DP = 2, packing on, 3 steps, a checkpoint at step 2
+and a resume in fresh actors that must repeat step 3 exactly, the four `clipo_checks` every step),
+with `ray_worker.RealCpuPolicyWorker` in place of the stand-in: NeMo-RL's own `__init__`,
+`get_logprobs`, `get_reference_policy_logprobs`, `train`, `save_checkpoint` and resume. Generation
+stays on the CPU sampler (ray_worker.py).
+
+Run with `NEMO_RL_SRC=.. BRIDGE_SRC=.. MEGATRON_LM_SRC=.. bash scripts/test_real_worker.sh`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.nemo_rl.real_worker.build import cpu_policy_config, requirements
+from tests.nemo_rl.test_contract import (
+    CHECKPOINT_STEP,
+    SHARED,
+    STEPS,
+    WARMUP,
+    _check_clipo,
+    _print_table,
+    _same,
+)
+
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow]
+DP = 2
+
+
+@pytest.fixture(scope="module")
+def real_worker_cluster(tmp_path_factory):
+    """Ray on this machine with the real-worker actor class registered (the test's own venv)."""
+    missing = requirements()
+    if missing:
+        pytest.skip(missing)
+    if not (SHARED / "train" / "gsm8k.parquet").exists():
+        pytest.skip(f"the shared GSM8K parquet is missing at {SHARED}/train/gsm8k.parquet")
+    import ray
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+
+    from tests.nemo_rl.real_worker.ray_worker import REAL_WORKER_FQN
+
+    os.environ["NEMO_RL_ROOT"] = os.environ["NEMO_RL_SRC"]
+    os.environ["CLIPO_DATA_DIR"] = str(SHARED)
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    # the HF import's Megatron checkpoint, shared by every run of the module (actors inherit it)
+    os.environ["NRL_MEGATRON_CHECKPOINT_DIR"] = str(tmp_path_factory.mktemp("megatron_ckpt"))
+    ACTOR_ENVIRONMENT_REGISTRY[REAL_WORKER_FQN] = PY_EXECUTABLES.SYSTEM
+    ray.init(num_cpus=8, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    yield REAL_WORKER_FQN
+    ray.shutdown()
+    os.environ.pop("RAY_ADDRESS", None)
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    """The contract suite's fine-tuned tiny Llama (cached beside its own)."""
+    from tests.nemo_rl.contract_model import build_contract_model
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    path = cache / "clipo_megatron" / "contract_model_v2"
+    if not (path / "config.json").exists():
+        build_contract_model(path, SHARED)
+    return path
+
+
+def real_worker_config(clipo_on: bool, model_dir: Path, out: Path) -> dict:
+    from tests.nemo_rl.nemo_rl_loop import contract_config
+
+    cfg = contract_config(
+        "grpo",
+        clipo_on,
+        model_dir=model_dir,
+        out_dir=out,
+        max_steps=STEPS,
+        warmup_steps=WARMUP,
+        dp=DP,
+    )
+    cfg["policy"] = cpu_policy_config(cfg["policy"], out)
+    return cfg
+
+
+@pytest.mark.parametrize("clipo_on", [True, False], ids=["clipo", "baseline"])
+def test_grpo_train_on_the_real_worker(real_worker_cluster, model_dir, tmp_path, clipo_on):
+    from tests.nemo_rl.nemo_rl_loop import run_grpo, train_metrics
+
+    full = run_grpo(
+        real_worker_config(clipo_on, model_dir, tmp_path / "full"),
+        worker_fqn=real_worker_cluster,
+    )
+    assert full["resumed_from"] is None
+    assert full["packed_streams"] > 2 * STEPS, full["packed_streams"]
+    for step in range(1, STEPS + 1):
+        m = train_metrics(full, step)
+        assert {"reward", "loss", "global_valid_toks", "token_mult_prob_error"} <= set(m), step
+    if clipo_on:
+        assert full["clipo_step"] == STEPS
+        held = [train_metrics(full, s)["clipo/policy_updated"] == 0.0 for s in range(1, STEPS + 1)]
+        assert held == [True] * WARMUP + [False] * (STEPS - WARMUP)
+        _check_clipo(full, real_worker_config(clipo_on, model_dir, tmp_path / "full"), model_dir)
+    else:
+        assert not any(k.startswith("clipo/") for k in train_metrics(full, 1))
+
+    ckpt = tmp_path / "resumed" / "ckpt"
+    shutil.copytree(tmp_path / "full" / "ckpt" / f"step_{CHECKPOINT_STEP}", ckpt / "step_2")
+    resumed = run_grpo(
+        real_worker_config(clipo_on, model_dir, tmp_path / "resumed"),
+        worker_fqn=real_worker_cluster,
+    )
+    assert resumed["resumed_from"] == f"step_{CHECKPOINT_STEP}"
+    a, b = train_metrics(full, STEPS), train_metrics(resumed, STEPS)
+    differ = {k: (a[k], b[k]) for k in a if not _same(a[k], b[k]) and not k.startswith("timing")}
+    assert not differ, f"resumed step {STEPS} differs: {differ}"
+    _print_table("grpo", clipo_on, full["flavour"], full, resumed)
