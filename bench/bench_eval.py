@@ -76,7 +76,7 @@ def main() -> None:
     dt_serial = time.perf_counter() - t
     with VerifierPool(args.workers) as pool:
         t = time.perf_counter()
-        pool._executor()
+        pool.start()
         dt_start = time.perf_counter() - t
         t = time.perf_counter()
         pooled = [v.score for v in pool.grade(responses, gts, kinds)]

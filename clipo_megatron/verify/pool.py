@@ -245,6 +245,22 @@ class VerifierPool:
         w.kill()
         self._procs[self._procs.index(w)] = _Worker(self._ctx)
 
+    def start(self) -> None:
+        """Start the workers and wait until each is ready (else the first batch starts them)."""
+        with self._lock:
+            while len(self._procs) < self.workers:
+                self._procs.append(_Worker(self._ctx))
+            while not all(w.ready for w in self._procs):
+                starting = [w for w in self._procs if not w.ready]
+                wait([x for w in starting for x in (w.conn, w.proc.sentinel)], timeout=1.0)
+                for w in starting:
+                    if w.conn.poll() and w.conn.recv() == "ready":
+                        w.ready = True
+                    elif not w.proc.is_alive() or time.monotonic() > w.started + START_TIMEOUT:
+                        raise RuntimeError(
+                            f"a verifier worker failed to start (exit code {w.proc.exitcode})"
+                        )
+
     def close(self) -> None:
         """Stop every worker (politely, then by force)."""
         with self._lock:

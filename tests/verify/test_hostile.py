@@ -119,3 +119,12 @@ def test_grader_by_name(pool):
     assert v.status == "error"
     with pytest.raises(ValueError, match="unknown grader"):
         pool.grade(["a"], ["1"], grader="nope")
+
+
+def test_start_waits_for_ready_workers():
+    with VerifierPool(2) as p:
+        p.start()
+        assert len(p.pids()) == 2 and all(w.ready for w in p._procs)
+        pids = p.pids()
+        assert verify_batch(["\\boxed{2}"] * 3, ["2"] * 3, pool=p) == [1.0] * 3
+        assert p.pids() == pids  # the batch used the started workers
