@@ -49,7 +49,8 @@ rev() {  # the checkout's commit, or its directory name when it is not a git wor
 }
 echo "[test_real_worker] NeMo-RL $(rev "$NEMO_RL_SRC"), Bridge $(rev "$BRIDGE_SRC"), Megatron-LM $(rev "$MEGATRON_LM_SRC")"
 export NEMO_RL_SRC BRIDGE_SRC MEGATRON_LM_SRC CLIPO_REAL_WORKER_OVERLAY="$(pwd)/$OVERLAY"
-export PYTHONPATH="$MEGATRON_LM_SRC:$BRIDGE_SRC/src:$(pwd)/$OVERLAY:$NEMO_RL_SRC:$(pwd)${PYTHONPATH:+:$PYTHONPATH}"
+# this checkout first: NeMo-RL has a `tests` package of its own
+export PYTHONPATH="$(pwd):$MEGATRON_LM_SRC:$BRIDGE_SRC/src:$(pwd)/$OVERLAY:$NEMO_RL_SRC${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
 if [ "${1:-}" = "--bench" ]; then  # bench/bench_real_worker_capture.py in this environment
   shift
