@@ -173,8 +173,9 @@ def claim(cfg, *, allow_config_change: bool = False, rank0: bool = True) -> RunL
     from clipo_megatron.runner.config import to_dict
 
     out, now = Path(cfg.output.dir), to_dict(cfg)
-    lock = RunLock(out).acquire() if rank0 else None
+    lock = None
     try:
+        lock = RunLock(out).acquire() if rank0 else None
         changed, step = check_resume(out, now, allow_change=allow_config_change)
         if rank0:
             from clipo_megatron.runner.report import trim_metrics_log
@@ -183,6 +184,14 @@ def claim(cfg, *, allow_config_change: bool = False, rank0: bool = True) -> RunL
             # a broken log is named before the model loads, not after.
             trim_metrics_log(out / "metrics.jsonl", step)
             record_config(out, now, step=step, changed=changed)
+    except OSError as e:  # a full disk, a read-only mount: one line, not a traceback
+        if lock is not None:
+            lock.release()
+        where = e.filename or out
+        raise ValueError(
+            f"output.dir={out}: cannot write {where} ({e.strerror or e}): free space or "
+            "choose another output.dir"
+        ) from None
     except BaseException:
         if lock is not None:
             lock.release()

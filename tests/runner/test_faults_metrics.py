@@ -126,3 +126,21 @@ def test_a_broken_line_mid_file_is_refused_before_the_model_loads(tmp_path, caps
         "delete the line (or the file) and rerun"
     )
     assert log.read_text() == text  # nothing rewritten
+
+
+def test_a_full_disk_before_the_run_is_one_line(tmp_path, capsys, monkeypatch, no_model):
+    """config.json / the history cannot be written: one line naming the file, no model built."""
+    from clipo_megatron.runner import run_dir
+
+    out = tmp_path / "run"
+
+    def full(path, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path / "config.json"))
+
+    monkeypatch.setattr(run_dir, "record_config", full)
+    line = refused(capsys, lambda: train.main(_argv(out, 2)))
+    assert line.endswith(
+        f"output.dir={out}: cannot write {out / 'config.json'} (No space left on device): "
+        "free space or choose another output.dir"
+    )
+    run_dir.RunLock(out).acquire().release()  # released on the way out
