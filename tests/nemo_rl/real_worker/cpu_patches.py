@@ -120,7 +120,7 @@ PATCHES = (
     Patch(
         "no_op_cuda_calls",
         WORKER,
-        "torch.cuda.synchronize()",
+        "torch.cuda.get_device_name(",
         "synchronize / empty_cache / ipc_collect / reset_peak_memory_stats: nothing to wait "
         "for or free; get_device_name, memory stats and mem_get_info: host values",
     ),
@@ -250,7 +250,12 @@ def cpu_worker_patches(local_rank: int = 0) -> Iterator[None]:
         put(cuda, name, lambda *_a, **_k: None)
     put(cuda, "get_device_name", lambda *_a, **_k: "CPU")
     put(cuda, "get_device_properties", lambda *_a, **_k: _Props())
-    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated"):
+    for name in (
+        "memory_allocated",
+        "memory_reserved",
+        "max_memory_allocated",
+        "max_memory_reserved",
+    ):
         put(cuda, name, lambda *_a, **_k: 0)
     put(cuda, "mem_get_info", lambda *_a, **_k: (0, 0))
     put(cuda, "Stream", _NoStream)
