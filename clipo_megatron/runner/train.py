@@ -16,7 +16,10 @@ A run writes to output.dir, by default runs/train/<config file stem> (runs/train
 apart from the folders `clipo-megatron compare --out` fills. Checkpoints
 (output.dir/checkpoints/latest.pt) are written every output.checkpoint_every steps and at the
 end; rerunning the same command resumes bit-for-bit from the last one
-(a corrupted latest.pt is refused before any model loads, naming the file).
+(a corrupted latest.pt is refused before any model loads, naming the file). A rerun that
+changes the method, model, objective, data, seed or optimiser is refused, listing the keys
+(--allow-config-change to mean it); train.steps may change. One run per output.dir (a second
+is refused, naming the first one's pid).
 Short runs need output.checkpoint_every lowered to be resumable mid-run. Ctrl-C / SIGTERM
 finishes the current step (a second signal abandons it) and says where a rerun resumes.
 """
