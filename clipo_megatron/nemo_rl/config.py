@@ -114,8 +114,33 @@ def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()):
             parent_path = root / parent[len(NEMO_RL_PREFIX) :]
         else:
             parent_path = path.parent / parent
-        merged = OmegaConf.merge(merged, _load_with_defaults(parent_path, (*seen, path)))
-    return OmegaConf.merge(merged, node)
+        merged = _merge(merged, _load_with_defaults(parent_path, (*seen, path)))
+    return _merge(merged, node)
+
+
+def _merge(base: Any, child: Any) -> Any:
+    """OmegaConf.merge, except that a list in the child replaces a mapping in the parent (and
+    the other way round) instead of failing: `data.validation` is one set (a mapping) in a
+    parent recipe and a list of sets in a child (examples/configs/reproduce/)."""
+    from omegaconf import OmegaConf
+
+    b = OmegaConf.to_container(base, resolve=False)
+    _drop_replaced(b, OmegaConf.to_container(child, resolve=False))
+    return OmegaConf.merge(OmegaConf.create(b), child)
+
+
+def _drop_replaced(base: Any, child: Any) -> None:
+    """Delete from `base` every key whose value the child gives as the other container kind."""
+    if not (isinstance(base, dict) and isinstance(child, dict)):
+        return
+    for key, c in child.items():
+        b = base.get(key)
+        if isinstance(b, dict) and isinstance(c, dict):
+            _drop_replaced(b, c)
+        elif (isinstance(b, dict) and isinstance(c, list)) or (
+            isinstance(b, list) and isinstance(c, dict)
+        ):
+            del base[key]
 
 
 NEMO_RL_PREFIX = "nemo_rl:"
@@ -185,6 +210,11 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
     clipo = ClipoNemoRLConfig.from_dict(cfg.get("clipo"))
     m = clipo.method
     check_knob_ranges(cfg)
+    env = cfg.get("env") or {}
+    if "clipo_math" in env:  # the verifier's keys, before any actor starts
+        from clipo_megatron.nemo_rl.env_grading import EnvSettings
+
+        EnvSettings.from_cfg(env["clipo_math"])
     if not dotted_get(cfg, "policy.megatron_cfg.enabled", False):
         raise ValueError(
             "policy.megatron_cfg.enabled is false: this integration runs on NeMo-RL's Megatron "

@@ -37,6 +37,8 @@ KNOWN_MODELS = {
     "Qwen/Qwen2.5-3B-Instruct": ModelShape(36, 16, 2, 2048, 151936),
     "Qwen/Qwen2.5-7B-Instruct": ModelShape(28, 28, 4, 3584, 152064),
     "Qwen/Qwen2.5-32B-Instruct": ModelShape(64, 40, 8, 5120, 152064),
+    "meta-llama/Llama-3.1-8B-Instruct": ModelShape(32, 32, 8, 4096, 128256),
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": ModelShape(28, 28, 4, 3584, 152064),
     "meta-llama/Llama-3.1-70B-Instruct": ModelShape(80, 64, 8, 8192, 128256),
     "meta-llama/Llama-3.3-70B-Instruct": ModelShape(80, 64, 8, 8192, 128256),
 }
