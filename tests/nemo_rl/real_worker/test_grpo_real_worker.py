@@ -121,3 +121,51 @@ def test_grpo_train_on_the_real_worker(real_worker_cluster, model_dir, tmp_path,
     differ = {k: (a[k], b[k]) for k in a if not _same(a[k], b[k]) and not k.startswith("timing")}
     assert not differ, f"resumed step {STEPS} differs: {differ}"
     _print_table("grpo", clipo_on, full["flavour"], full, resumed)
+
+
+def _per_step(result: dict) -> list[dict[str, float]]:
+    from tests.nemo_rl.nemo_rl_loop import train_metrics
+
+    rows = []
+    for step, entry in enumerate(result["trace"], 1):
+        m = train_metrics(result, step)
+        mask = entry["advantage_mask"].bool()
+        rows.append(
+            {
+                "reward": float(entry["rewards"].float().mean()),
+                "r_cl": float(entry["r_cl"].float().abs().mean()),
+                "adv": float(entry["advantages"].float()[mask].abs().mean()),
+                "loss": m.get("loss", float("nan")),
+                "grad_norm": m.get("grad_norm", float("nan")),
+            }
+        )
+    return rows
+
+
+def test_real_worker_beside_the_stand_in(real_worker_cluster, model_dir, tmp_path):
+    """Same recipe, same seed, DP = 2: the stand-in (`cpu_worker.py`) and NeMo-RL's worker. Step 1
+    starts from the same weights and samples with the same CPU sampler: the same rollouts, so the
+    same rewards, r_CL and advantages; the losses differ only by float order (packed vs unpacked)."""
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+
+    from clipo_megatron.nemo_rl.cpu_worker import CPU_WORKER_FQN
+    from tests.nemo_rl.nemo_rl_loop import run_grpo
+
+    ACTOR_ENVIRONMENT_REGISTRY[CPU_WORKER_FQN] = PY_EXECUTABLES.SYSTEM
+    stand_in = _per_step(
+        run_grpo(real_worker_config(True, model_dir, tmp_path / "s"), worker_fqn=CPU_WORKER_FQN)
+    )
+    real = _per_step(
+        run_grpo(
+            real_worker_config(True, model_dir, tmp_path / "r"), worker_fqn=real_worker_cluster
+        )
+    )
+    print("\n| step | worker | reward | mean abs r_CL | mean abs advantage | loss | grad norm |")
+    print("|---|---|---|---|---|---|---|")
+    for step, (a, b) in enumerate(zip(stand_in, real), 1):
+        for name, row in (("stand-in", a), ("real", b)):
+            print(f"| {step} | {name} | " + " | ".join(f"{row[k]:.6g}" for k in row) + " |")
+    assert stand_in[0]["reward"] == real[0]["reward"]
+    for key in ("r_cl", "adv"):
+        assert abs(stand_in[0][key] - real[0][key]) <= 1e-4, (key, stand_in[0], real[0])
