@@ -46,9 +46,9 @@ from torch.overrides import _get_current_function_mode_stack
 from torch.utils._pytree import tree_map
 
 from clipo_megatron.testing.emulated_cuda import (
-    EmulatedCudaTensor,
     EmulatedDeviceError,
     _EmulatedCudaMode,
+    _own,
     _plain,
     _tensors,
     is_on_device,
@@ -59,10 +59,8 @@ _ABSENT = object()
 
 
 def _retagged(t: Any) -> Any:
-    """`t` on the device again (an alias: autograd follows it)."""
-    if not isinstance(t, torch.Tensor) or is_on_device(t):
-        return t
-    return t.as_subclass(EmulatedCudaTensor)
+    """`t` (a plain tensor autograd made in C++) on the device again."""
+    return _own(t)
 
 
 def _storage_key(t: torch.Tensor) -> int | None:

@@ -53,7 +53,7 @@ def type_(args: tuple, kwargs: dict) -> Any:
                 return t  # already that type on that device: itself, as torch does
             if out is plain:
                 out = plain.clone()  # a move copies
-    return out.as_subclass(ec.EmulatedCudaTensor) if to_device else out
+    return ec._own(out) if to_device else out
 
 
 def pin_memory(args: tuple, kwargs: dict) -> Any:

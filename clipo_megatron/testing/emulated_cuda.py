@@ -9,7 +9,7 @@ through NCCL never shows. Inside `emulated_cuda()`:
   `device="cuda"`, `nn.Module.to("cuda")`) are CPU tensors of the subclass
   `EmulatedCudaTensor`, which reports `device == cuda:0` and `is_cuda`, and
   everything computed from them stays tagged; `.cpu()` / `.to("cpu")` untag
-  (a copy, as on a GPU);
+  (a copy, as on a GPU; every spelling NeMo-RL uses: testing/emulated_moves.py);
 - an op that mixes tagged and untagged tensors raises as CUDA does (0-dim host
   tensors are allowed as CUDA allows scalars; a host index into a device tensor
   is allowed, a device index into a host tensor is not; `copy_` crosses
@@ -21,7 +21,10 @@ through NCCL never shows. Inside `emulated_cuda()`:
   the tag is lost (testing/emulated_autograd.py says where and what restores it);
 - `.type()` says `torch.cuda.FloatTensor` (Megatron-Core's optimizer checks it),
   `pin_memory` pins nothing, and backward runs under these rules (testing/emulated_calls.py);
-- `torch.cuda.is_available()` is True and `current_device()` is 0;
+- `torch.cuda.is_available()` is True, `current_device()` is 0, and the device's one stream
+  runs in order with the host (`current_stream()` waits and `synchronize()` are no-ops);
+- a device tensor is the op's own result retyped in place, not an alias, so autograd's
+  graph is the one a GPU run builds (Megatron-Core's DDP hooks AccumulateGrad nodes);
 - stricter than CUDA: ops that CUDA accumulates with atomics (`index_add`,
   `scatter_add`, ...) raise on device tensors unless deterministic algorithms
   are on, since on a GPU their sums differ from run to run and between replicas.
@@ -73,19 +76,6 @@ _SPECIAL: dict[Any, Callable] = {}  # (args, kwargs) -> result, for both handler
 _ENGINE: dict[Any, Callable] = {}  # (func, args, kwargs) -> result, for the mode
 
 
-def _is_cuda_device(d: Any) -> bool | None:
-    """True for a CUDA device spec, False for a CPU one, None for no device spec."""
-    if d is None:
-        return None
-    if isinstance(d, int):
-        return True
-    if isinstance(d, str):
-        return d.startswith("cuda")
-    if isinstance(d, torch.device):
-        return d.type == "cuda"
-    return None
-
-
 def is_on_device(t: Any) -> bool:
     return isinstance(t, EmulatedCudaTensor)
 
@@ -95,17 +85,18 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
         return t.as_subclass(torch.Tensor) if isinstance(t, EmulatedCudaTensor) else t
 
 
+def _own(t: Any) -> Any:
+    """A plain tensor made by an op marked a device tensor in place: an alias (`as_subclass`)
+    would add a node per op to autograd's graph and hide the AccumulateGrad node that
+    Megatron-Core's DDP hooks (`param.expand_as(param).grad_fn.next_functions[0][0]`)."""
+    if type(t) is torch.Tensor:
+        t.__class__ = EmulatedCudaTensor
+    return t
+
+
 def _tag(x: Any) -> Any:
     """Tag every tensor in `x` (already on the host, freshly made) as a device tensor."""
-
-    def one(t):
-        if not isinstance(t, torch.Tensor) or isinstance(t, EmulatedCudaTensor):
-            return t
-        if isinstance(t, torch.nn.Parameter):
-            return t
-        return t.as_subclass(EmulatedCudaTensor)
-
-    return tree_map(one, x)
+    return tree_map(_own, x)
 
 
 def _tensors(args, kwargs) -> list[torch.Tensor]:
@@ -129,29 +120,10 @@ _GETTERS: dict[Any, Callable] = {
     torch.Tensor.is_cuda.__get__: lambda t: True,  # type: ignore[attr-defined]
     _GRAD_GET: _grad_of,
 }
+_NOWRAP = torch.overrides.get_default_nowrap_functions()
 _INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}
 # cross the devices on a GPU too (copies), or compute nothing (Module.to's bookkeeping)
 _CROSS_DEVICE = {torch.Tensor.copy_, torch._has_compatible_shallow_copy_type}
-
-
-def _device_target(func, args, kwargs) -> bool | None:
-    """For .to / .cuda / .cpu / .type: True to the device, False to the host, None: stays."""
-    name = getattr(func, "__name__", "")
-    if name == "cuda":
-        return True
-    if name == "cpu":
-        return False
-    if name == "to":
-        spec = kwargs.get("device")
-        if spec is None:
-            for a in args[1:]:
-                if isinstance(a, str | int | torch.device):
-                    spec = a
-                    break
-                if isinstance(a, torch.Tensor):  # .to(other): other's device
-                    return is_on_device(a)
-        return _is_cuda_device(spec)
-    return None
 
 
 def _check_mix(func, args, kwargs) -> None:
@@ -200,9 +172,9 @@ class EmulatedCudaTensor(torch.Tensor):
                 "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
                 "tensor to host memory first. (emulated CUDA)"
             )
-        target = _device_target(func, args, kwargs)
+        target = _moves.device_target(func, args, kwargs)
         if target is not None and isinstance(args[0], torch.Tensor):
-            return _move(func, args, kwargs, target)
+            return _moves.move(func, args, kwargs, target)
         _check_mix(func, args, kwargs)
         if (
             name in _ATOMIC_ON_CUDA
@@ -215,36 +187,14 @@ class EmulatedCudaTensor(torch.Tensor):
                 "torch.use_deterministic_algorithms(True) (core.pooling.deterministic_algorithms). "
                 "(emulated CUDA)"
             )
-        return super().__torch_function__(func, types, args, kwargs)
-
-
-def _strip_device(func, args, kwargs):
-    """The same .to call without its device argument (dtype / copy / non_blocking kept)."""
-    kwargs = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking")}
-    rest = [a for a in args[1:] if not isinstance(a, str | int | torch.device | torch.Tensor)]
-    for a in args[1:]:
-        if isinstance(a, torch.Tensor):
-            kwargs.setdefault("dtype", a.dtype)
-    return rest, kwargs
-
-
-def _move(func, args, kwargs, to_device: bool):
-    t = args[0]
-    name = getattr(func, "__name__", "")
-    if name in ("cuda", "cpu"):
-        rest, kw = [], {}
-    else:
-        rest, kw = _strip_device(func, args, kwargs)
-    with torch._C.DisableTorchFunctionSubclass():
-        base = t.as_subclass(torch.Tensor) if isinstance(t, EmulatedCudaTensor) else t
-        out = base.to(*rest, **kw) if (rest or kw) else base
-        if to_device:
-            if is_on_device(t) and out is base:
-                return t
-            out = out.clone() if out is base else out
-            return out.as_subclass(EmulatedCudaTensor)
-        if is_on_device(t):
-            return out.clone() if out is base else out
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        if func in _NOWRAP:
+            return out
+        given = {id(t) for t in _tensors(args, kwargs)}  # in-place ops return an input as-is
+        for t in out if isinstance(out, tuple | list) else (out,):  # torch.Size stays one
+            if id(t) not in given:
+                _own(t)
         return out
 
 
@@ -260,21 +210,13 @@ class _EmulatedCudaMode(TorchFunctionMode):
         if kwargs.get("pin_memory"):  # pinned memory is host memory (a CPU build has none)
             kwargs = {**kwargs, "pin_memory": False}
         if func is torch._C._nn._parse_to:  # Module.to(0 / "cuda"): parse on the host, answer cuda
-            cuda = any(_is_cuda_device(a) for a in (*args, kwargs.get("device")))
-            args = tuple("cpu" if _is_cuda_device(a) else a for a in args)
-            if _is_cuda_device(kwargs.get("device")):
-                kwargs = {**kwargs, "device": "cpu"}
-            device, *rest = func(*args, **kwargs)
-            return (CUDA if cuda else device, *rest)
-        if "device" in kwargs and _is_cuda_device(kwargs["device"]) is not None:
-            on_device = bool(_is_cuda_device(kwargs["device"]))
-            kw = {**kwargs, "device": "cpu"}
-            out = func(*args, **kw)
-            return _tag(out) if on_device else tree_map(_untag_if_tensor, out)
-        target = _device_target(func, args, kwargs)
+            return _moves.parse_to(func, args, kwargs)
+        target = _moves.device_target(func, args, kwargs)
         if target is not None and args and isinstance(args[0], torch.Tensor):
             # every move is answered here: a mode below (cpu_shims) must not rewrite it
-            return _move(func, args, kwargs, target)
+            return _moves.move(func, args, kwargs, target)
+        if "device" in kwargs and _moves.is_cuda_device(kwargs["device"]) is not None:
+            return _moves.factory(func, args, kwargs)
         return func(*args, **kwargs)
 
 
@@ -282,7 +224,17 @@ def _untag_if_tensor(t):
     return _plain(t) if isinstance(t, torch.Tensor) else t
 
 
-_NO_STREAM = SimpleNamespace(is_capturing=lambda: False)  # the device's stream: never capturing
+_NOOP = lambda *a, **k: None  # noqa: E731
+# The device's one stream: in order with the host (waits are no-ops), never capturing a graph.
+_NO_STREAM = SimpleNamespace(
+    is_capturing=lambda: False, wait_event=_NOOP, wait_stream=_NOOP, synchronize=_NOOP
+)
+_CUDA_CALLS = {  # torch.cuda answers for the emulated device (Megatron-Core's DDP waits on it)
+    "is_available": lambda: True,
+    "current_device": lambda: 0,
+    "current_stream": lambda *a, **k: _NO_STREAM,
+    "synchronize": _NOOP,
+}
 
 
 @contextlib.contextmanager
@@ -296,7 +248,7 @@ def emulated_cuda(
     if isinstance(nccl_groups, str):  # "all" / "none" (a KeyError names anything else)
         on = {"all": True, "none": False}[nccl_groups]
     nccl = (lambda g: on) if isinstance(nccl_groups, str) else nccl_groups
-    saved_cuda = {k: getattr(torch.cuda, k) for k in ("is_available", "current_device")}
+    saved_cuda = {k: getattr(torch.cuda, k) for k in _CUDA_CALLS}
     from clipo_megatron.testing.emulated_nccl import COLLECTIVES, nccl_guard
 
     saved_dist = {n: getattr(dist, n) for n in COLLECTIVES if hasattr(dist, n)}
@@ -304,8 +256,8 @@ def emulated_cuda(
     # accelerator whether a graph is being captured; no stream exists, none is.
     saved_stream = getattr(torch, "accelerator", None) and torch.accelerator.current_stream
     swap = torch.__future__.get_swap_module_params_on_conversion()
-    torch.cuda.is_available = lambda: True
-    torch.cuda.current_device = lambda: 0
+    for k, f in _CUDA_CALLS.items():
+        setattr(torch.cuda, k, f)
     if saved_stream is not None:
         torch.accelerator.current_stream = lambda *a, **k: _NO_STREAM  # type: ignore[assignment]
     for n, f in saved_dist.items():
@@ -328,3 +280,6 @@ def emulated_cuda(
             torch.accelerator.current_stream = saved_stream
         for n, f in saved_dist.items():
             setattr(dist, n, f)
+
+
+from clipo_megatron.testing import emulated_moves as _moves  # noqa: E402  (it reads the above)

@@ -122,3 +122,66 @@ def test_nccl_groups_refuse_host_tensors():
     for r in (0, 1):
         assert res[r]["ok"] == [2.0, 2.0] and res[r]["gathered"] == [[2.0, 2.0]] * 2
         assert "NCCL takes device tensors only" in res[r]["host"]
+
+
+def test_the_device_spellings_nemo_rl_and_megatron_use():
+    """Each way NeMo-RL's worker and Megatron-Core put a tensor on the GPU lands on the emulated
+    device with its values; the host spellings (pinned buffers, meta, copies back) stay off it."""
+    h = torch.arange(4.0)
+    with emulated_cuda():
+        dev = torch.cuda.current_device()
+        placed = {
+            '.to("cuda")': h.to("cuda"),
+            ".cuda(non_blocking=True)": h.cuda(non_blocking=True),
+            ".to(current_device())": h.to(dev),
+            ".to(device=dev, non_blocking=True)": h.to(device=dev, non_blocking=True),
+            'torch.device("cuda", 0)': h.to(torch.device("cuda", 0)),
+            '.to("cuda:0", float64, False, True)': h.to("cuda:0", torch.float64, False, True),
+            'zeros(device="cuda")': torch.zeros(4, device="cuda") + h.cuda(),
+            "empty(device=0)": torch.empty(4, device=0).copy_(h),
+            "tensor(device=current_device())": torch.tensor(h.tolist(), device=dev),
+            "pinned then .cuda(non_blocking)": torch.tensor(h.tolist(), pin_memory=True).cuda(
+                non_blocking=True
+            ),
+            '.type("torch.cuda.FloatTensor")': h.type("torch.cuda.FloatTensor"),
+            "dict .to('cuda') (BatchedDataDict)": {"x": h}["x"].to("cuda"),
+        }
+        assert [k for k, v in placed.items() if not is_on_device(v)] == []
+        assert all(v.cpu().tolist() == h.tolist() for v in placed.values())
+        assert not is_on_device(h.to(torch.float64, False, True))  # bools are not devices
+        assert not is_on_device(torch.empty(2, device="cpu", pin_memory=True))
+        meta = torch.empty(2, device="meta")
+        assert meta.is_meta and not is_on_device(meta)
+        x = placed['.to("cuda")']
+        back = x.to(device="cpu", non_blocking=True, copy=True)
+        assert not is_on_device(back) and back.tolist() == h.tolist()
+        assert (x.type(), x.long().type(), h.type()) == (
+            "torch.cuda.FloatTensor",
+            "torch.cuda.LongTensor",
+            "torch.FloatTensor",
+        )
+        assert not is_on_device(x.type("torch.FloatTensor"))
+        with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
+            x.pin_memory()
+        m = torch.nn.Linear(2, 2).to(device=dev, non_blocking=True)
+        assert is_on_device(m.weight) and m.weight.type() == "torch.cuda.FloatTensor"
+
+
+def test_autograd_graph_is_the_real_one_and_moves_copy():
+    """A device result is the op's own tensor, not an alias: Megatron-Core's DDP hooks the node
+    `param.expand_as(param).grad_fn.next_functions[0][0]` (AccumulateGrad on a GPU); an alias
+    per op put an AliasBackward there and its grads never reached main_grad (grad norm 0)."""
+    h = torch.arange(3.0)
+    with emulated_cuda():
+        p = torch.nn.Linear(3, 1).cuda().weight
+        acc = p.expand_as(p).grad_fn.next_functions[0][0]
+        assert type(acc).__name__ == "AccumulateGrad" and acc.variable is p
+        y = p * 2
+        assert type(y.grad_fn).__name__ == "MulBackward0"
+        leaf = torch.zeros(3, device="cuda", requires_grad=True)
+        assert leaf.is_leaf and is_on_device(leaf)
+        for moved in (h.to(device=0, non_blocking=True), torch.as_tensor(h, device="cuda")):
+            moved += 1.0  # a copy on the device: the host tensor is untouched
+            assert is_on_device(moved) and not is_on_device(h) and h.tolist() == [0.0, 1.0, 2.0]
+        c = torch.empty(3).copy_(p[0].detach())  # an in-place op returns its (host) self
+        assert not is_on_device(c)

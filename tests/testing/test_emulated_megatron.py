@@ -135,3 +135,35 @@ def test_megatron_fp32_optimizer_step(mcore_single_process):
         torch.testing.assert_close(p.grad.cpu(), g, rtol=1e-5, atol=1e-9)
     for ph, pd in zip(host.parameters(), dev.parameters(), strict=True):
         torch.testing.assert_close(pd.detach().cpu(), ph.detach(), rtol=0, atol=1e-7)
+
+
+def test_megatron_ddp_and_optimizer_step(mcore_single_process):
+    """NeMo-RL's training path: Megatron-Core's DDP (grads into main_grad through its hooks on
+    AccumulateGrad, the grad sync over a group declared NCCL) and `get_megatron_optimizer`
+    (torch Adam, grad clipping), against the host hand reference of the test above."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+    ids, pos = _batch()
+    clip, lr = 0.05, 1e-2
+    host = _model()
+    _forward_backward(host, ids, pos)
+    grads = [p.grad for p in host.parameters()]
+    norm = torch.cat([g.double().flatten() for g in grads]).norm().item()
+    for g in grads:
+        g.mul_(clip / (norm + 1.0e-6))
+    torch.optim.Adam(host.parameters(), lr=lr).step()
+    with emulated_cuda():
+        model = _model().cuda()
+        ddp = DistributedDataParallel(model.config, DistributedDataParallelConfig(), model)
+        cfg = OptimizerConfig(optimizer="adam", lr=lr, clip_grad=clip, weight_decay=0.0)
+        opt = get_megatron_optimizer(cfg, [ddp])
+        ddp.zero_grad_buffer()
+        ddp(ids.cuda(), pos.cuda(), None).float().logsumexp(-1).mean().backward()
+        ddp.finish_grad_sync()
+        assert all(is_on_device(p.main_grad) for p in model.parameters())
+        ok, grad_norm, _ = opt.step()
+        assert ok and all(is_on_device(p) for p in model.parameters())
+    assert grad_norm == pytest.approx(norm, rel=1e-6)
+    for ph, pd in zip(host.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(pd.detach().cpu(), ph.detach(), rtol=0, atol=1e-7)
