@@ -300,6 +300,24 @@ def check_knob_ranges(cfg: dict[str, Any]) -> None:
             rule.check(key, value)
 
 
+ENV_NAME = "clipo_math"  # the environment the recipes' data sections name
+
+
+def with_env_grader(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the resolved config whose `env.clipo_math.grader` is `clipo.grader`: the
+    environment (a Ray actor that sees only its own `env:` entry) grades with the one key."""
+    clipo = ClipoNemoRLConfig.from_dict(cfg.get("clipo"))
+    env = {**(cfg.get("env") or {})}
+    own = env.get(ENV_NAME) or {}
+    if "grader" in own and own["grader"] != clipo.grader:
+        raise ValueError(
+            f"env.{ENV_NAME}.grader={own['grader']!r} but clipo.grader={clipo.grader!r}: the "
+            f"grader is one key; set clipo.grader and drop env.{ENV_NAME}.grader"
+        )
+    env[ENV_NAME] = {**own, "grader": clipo.grader}
+    return {**cfg, "env": env}
+
+
 def leave_one_out_key(cfg: dict[str, Any]) -> str | None:
     """The key that turns NeMo-RL's leave-one-out baseline on, None when it is off. Both are
     read (the estimator's and the dynamic-sampling std's); NeMo-RL's default for each is on."""

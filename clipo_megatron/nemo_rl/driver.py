@@ -81,8 +81,10 @@ def prepare(config: dict[str, Any]):
     from nemo_rl.data.utils import setup_response_data
     from nemo_rl.models.generation import configure_generation_config
 
+    from clipo_megatron.nemo_rl.config import with_env_grader
     from clipo_megatron.nemo_rl.data import register_with_nemo_rl
 
+    config = with_env_grader(config)  # the environment grades with clipo.grader
     master = grpo.MasterConfig(**{k: v for k, v in config.items() if k != "clipo"})
     register_with_nemo_rl()
     tokenizer = get_tokenizer(master.policy["tokenizer"])

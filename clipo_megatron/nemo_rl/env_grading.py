@@ -22,6 +22,7 @@ import torch
 from clipo_megatron.verify.pool import (
     DEFAULT_MAX_CHARS,
     DEFAULT_TIMEOUT,
+    GRADERS,
     STATUSES,
     VerifierPool,
     status_counts,
@@ -32,26 +33,33 @@ _OBSERVATION = re.compile(r"^Environment: (?:correct|incorrect)(?: \(verifier (\
 
 @dataclass(frozen=True)
 class EnvSettings:
-    """`env.clipo_math` keys: num_workers, timeout (s per answer), max_answer_chars (0: no cap)."""
+    """`env.clipo_math` keys: num_workers, timeout (s per answer), max_answer_chars (0: no cap),
+    grader (written by the driver from `clipo.grader`, the one key: nemo_rl/config.py)."""
 
     num_workers: int = 8
     timeout: float = DEFAULT_TIMEOUT
     max_answer_chars: int = DEFAULT_MAX_CHARS
+    grader: str = "math_verify"
 
     @classmethod
     def from_cfg(cls, cfg: dict[str, Any] | None) -> EnvSettings:
         cfg = dict(cfg or {})
-        unknown = sorted(set(cfg) - {"num_workers", "timeout", "max_answer_chars"})
+        unknown = sorted(set(cfg) - {"num_workers", "timeout", "max_answer_chars", "grader"})
         if unknown:
             raise ValueError(
                 f"env.clipo_math.{unknown[0]}: unknown key (known: num_workers, timeout, "
-                "max_answer_chars)"
+                "max_answer_chars, grader)"
             )
         s = cls(**cfg)
         if not (isinstance(s.num_workers, int) and s.num_workers >= 1):
             raise ValueError(f"env.clipo_math.num_workers={s.num_workers!r} must be an int >= 1")
         if not (isinstance(s.timeout, int | float) and 0 < s.timeout < float("inf")):
             raise ValueError(f"env.clipo_math.timeout={s.timeout!r} must be a finite number > 0")
+        if s.grader not in GRADERS:
+            raise ValueError(
+                f"env.clipo_math.grader={s.grader!r} is not one of {sorted(GRADERS)} (set "
+                "clipo.grader: the driver writes it here)"
+            )
         if not (isinstance(s.max_answer_chars, int) and s.max_answer_chars >= 0):
             raise ValueError(
                 f"env.clipo_math.max_answer_chars={s.max_answer_chars!r} must be an int >= 0 "

@@ -50,7 +50,9 @@ def post_process_metrics(batch) -> dict[str, float]:
 class ClipoMathEnvironment(EnvironmentInterface):
     def __init__(self, cfg: dict[str, Any]):
         s = EnvSettings.from_cfg(cfg)
-        self.pool = VerifierPool(s.num_workers, timeout=s.timeout, max_chars=s.max_answer_chars)
+        self.pool = VerifierPool(
+            s.num_workers, timeout=s.timeout, max_chars=s.max_answer_chars, grader=s.grader
+        )
 
     def shutdown(self) -> None:
         self.pool.close()
