@@ -225,9 +225,18 @@ class _Props:
 
 
 @contextlib.contextmanager
-def cpu_worker_patches(local_rank: int = 0) -> Iterator[None]:
-    """Apply every patch in PATCHES (after checking each still matches its source line)."""
+def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterator[None]:
+    """Apply every patch in PATCHES (after checking each still matches its source line).
+
+    emulated: instead of mapping "cuda" onto the host (`device_literals`), run under
+    `testing.emulated_cuda` (CUDA's device rules on CPU; every collective on a group declared
+    NCCL refuses host tensors): the worker's "cuda" tensors are tagged device tensors."""
     check_sources()
+    stack = contextlib.ExitStack()
+    if emulated:
+        from clipo_megatron.testing.emulated_cuda import emulated_cuda
+
+        stack.enter_context(emulated_cuda(nccl_groups="all"))
     import megatron.core.optimizer.clip_grads as clip_grads
     import megatron.core.optimizer.optimizer as mcore_optimizer
     import ray
@@ -311,11 +320,11 @@ def cpu_worker_patches(local_rank: int = 0) -> Iterator[None]:
     for mod in (clip_grads, mcore_optimizer):
         if hasattr(mod, "clip_grad_by_total_norm_fp32"):
             put(mod, "clip_grad_by_total_norm_fp32", _cpu_clip_grad_by_total_norm_fp32)
-    mode = _CudaToCpu()
-    mode.__enter__()
+    if not emulated:
+        stack.enter_context(_CudaToCpu())
     try:
-        yield
+        with stack:
+            yield
     finally:
-        mode.__exit__(None, None, None)
         for obj, attr, value in reversed(saved):
             setattr(obj, attr, value)

@@ -97,7 +97,9 @@ def _state(worker) -> dict[str, torch.Tensor]:
     }
 
 
-def worker_methods(rank: int, world: int, out_dir: str, model_dir: str) -> dict[str, Any]:
+def worker_methods(
+    rank: int, world: int, out_dir: str, model_dir: str, checkpoint: bool = True
+) -> dict[str, Any]:
     from nemo_rl.algorithms.loss.loss_functions import NLLLossFn
 
     from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
@@ -148,13 +150,15 @@ def worker_methods(rank: int, world: int, out_dir: str, model_dir: str) -> dict[
     after = _state(worker)
     res["moved"] = sum(not torch.equal(before[k], after[k]) for k in after)
 
+    res["state_before"], res["state_after"] = before, after
+    if not checkpoint:
+        return res
     # checkpoint: NeMo-RL's save (Bridge's torch_dist), the head beside it; resume by construction
     step_dir = out / "ckpt" / "step_1"
     weights, optim = step_dir / "policy" / "weights", step_dir / "policy" / "optimizer"
     worker.save_checkpoint(weights_path=str(weights), optimizer_path=str(optim))
     worker.clipo_save_head(step_dir=str(step_dir), extra={"step": 1})
     res["head"] = worker.clipo_head_state()["head"]
-    res["state_before"], res["state_after"] = before, after
     return res
 
 

@@ -24,7 +24,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank, world, port, fn, args, queue):
+def _entry(rank, world, port, fn, args, queue, emulated=False):
     try:
         os.environ.update(
             RANK=str(rank),
@@ -40,7 +40,7 @@ def _entry(rank, world, port, fn, args, queue):
         from tests.nemo_rl.real_worker.te_stub import import_bridge
 
         import_bridge()
-        with cpu_worker_patches(rank):
+        with cpu_worker_patches(rank, emulated=emulated):
             out = fn(rank, world, *args)
         buf = io.BytesIO()  # bytes, not shared-memory tensors: this process exits right after
         torch.save(out, buf)
@@ -49,8 +49,9 @@ def _entry(rank, world, port, fn, args, queue):
         queue.put((rank, "error", traceback.format_exc()))
 
 
-def run_ranks(fn, world: int, *args, timeout: float = 1500.0) -> dict:
-    """fn(rank, world, *args) in `world` spawned processes (inside cpu_worker_patches) -> {rank: out}."""
+def run_ranks(fn, world: int, *args, timeout: float = 1500.0, emulated: bool = False) -> dict:
+    """fn(rank, world, *args) in `world` spawned processes (inside cpu_worker_patches) -> {rank: out}.
+    emulated: under `testing.emulated_cuda` (cpu_worker_patches)."""
     import queue as queue_mod
 
     import torch.multiprocessing as mp
@@ -59,7 +60,8 @@ def run_ranks(fn, world: int, *args, timeout: float = 1500.0) -> dict:
     queue = ctx.Queue()
     port = _free_port()
     procs = [
-        ctx.Process(target=_entry, args=(r, world, port, fn, args, queue)) for r in range(world)
+        ctx.Process(target=_entry, args=(r, world, port, fn, args, queue, emulated))
+        for r in range(world)
     ]
     for p in procs:
         p.start()
