@@ -29,7 +29,7 @@ from clipo_megatron.core.bounds import (
     Range,
 )
 from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
-from clipo_megatron.core.objectives import Objective, get_objective
+from clipo_megatron.core.objectives import Objective
 from clipo_megatron.core.policy_loss import KL_GRADIENTS
 from clipo_megatron.data.files import SizeCaps
 from clipo_megatron.generation import BACKENDS
@@ -140,8 +140,8 @@ class RunConfig:
     clipo: ClipoBlock = field(default_factory=lambda: ClipoBlock(method=CLIPOConfig(embed_dim=128)))
 
     def objective(self) -> Objective:
-        """The registry objective, with train.kl_gradient where set."""
-        obj = get_objective(self.clipo.objective)
+        """The registry objective, with clipo.dynamic_sampling and train.kl_gradient where set."""
+        obj = self.clipo.policy_objective()
         kl_gradient = self.train.kl_gradient
         return obj if kl_gradient is None else dataclasses.replace(obj, kl_gradient=kl_gradient)
 

@@ -29,7 +29,9 @@ def _pass_matrix(run, probs, max_tokens: int, seed: int) -> tuple[torch.Tensor, 
         seed=seed,
     )
     ok = torch.tensor(
-        verify_batch(ro.texts, [probs[i].ground_truth for i in ro.prompt_index]),
+        verify_batch(
+            ro.texts, [probs[i].ground_truth for i in ro.prompt_index], grader=run.cfg.clipo.grader
+        ),
         dtype=torch.float64,
     ).view(len(probs), e.n)  # [P, n]
     return ok, time.perf_counter() - t0

@@ -18,11 +18,13 @@ from clipo_megatron.runner import parallel
 from clipo_megatron.runner.problems import step_problems
 
 
-def sample_rollouts(gen, problems: list, rollout_cfg, seed: int, step: int, t: dict):
+def sample_rollouts(
+    gen, problems: list, rollout_cfg, seed: int, step: int, t: dict, *, grader: str = "math_verify"
+):
     """(prompts, rollouts, verifiable rewards [B], verifier status counts) on every rank; `gen`
     is None off rank 0.
 
-    Rewards are math-verify's 0 / 1 per rollout, in the rollouts' row order, each answer under
+    Rewards are the grader's (`clipo.grader`: math_verify or paper) 0 / 1 per rollout, in the rollouts' row order, each answer under
     the verifier's per-answer deadline (rollout.verify_timeout, rollout.max_answer_chars); the
     counts are answers per status (`verify.pool.STATUSES`: a timed-out answer scores 0 and is
     counted, not hidden); `t` gets the `generate` and `verify` wall times."""
@@ -47,7 +49,9 @@ def sample_rollouts(gen, problems: list, rollout_cfg, seed: int, step: int, t: d
     t0 = time.perf_counter()
     if gen is not None:
         shared_pool(timeout=rollout_cfg.verify_timeout, max_chars=rollout_cfg.max_answer_chars)
-        scores = boxed.verify_batch(ro.texts, [batch[i].ground_truth for i in ro.prompt_index])
+        scores = boxed.verify_batch(
+            ro.texts, [batch[i].ground_truth for i in ro.prompt_index], grader=grader
+        )
         rewards = torch.tensor(scores)
         # A stand-in grader (tests) returns plain floats: every answer graded.
         counts = status_counts(getattr(scores, "statuses", ["ok"] * len(scores)))

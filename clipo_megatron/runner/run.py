@@ -149,7 +149,13 @@ class Run:
     def step(self) -> dict:
         t = dict.fromkeys(STAGES, 0.0)
         batch, ro, rewards_all, verified = sample_rollouts(
-            self.gen, self.problems, self.cfg.rollout, self.cfg.seed, self.step_idx, t
+            self.gen,
+            self.problems,
+            self.cfg.rollout,
+            self.cfg.seed,
+            self.step_idx,
+            t,
+            grader=self.cfg.clipo.grader,
         )
         ids, mask = pack(ro.prompt_ids, ro.response_ids, self.tok.pad_token_id)
         group_ids = torch.tensor([batch[i].index for i in ro.prompt_index])

@@ -81,7 +81,7 @@ def _train(objective: str, enabled: bool, out_dir, monkeypatch) -> dict:
 
     calls = iter(PSEUDO_REWARDS)
     monkeypatch.setattr(
-        boxed, "verify_batch", lambda texts, answers: [float(x) for x in next(calls)]
+        boxed, "verify_batch", lambda texts, answers, **kw: [float(x) for x in next(calls)]
     )
     updates = []
     real_update = run_mod.policy_update
@@ -207,7 +207,7 @@ def test_dapo_skips_the_step_when_every_group_is_filtered(trained, monkeypatch):
     import clipo_megatron.verify.boxed as boxed
 
     run = trained("dapo", True)["run"]
-    monkeypatch.setattr(boxed, "verify_batch", lambda texts, answers: [1.0] * len(texts))
+    monkeypatch.setattr(boxed, "verify_batch", lambda texts, answers, **kw: [1.0] * len(texts))
     before = {k: v.clone() for k, v in run.model.state_dict().items() if torch.is_tensor(v)}
     head = {k: v.clone() for k, v in run.head.head.state_dict().items()}
     m = run.step()
@@ -228,7 +228,7 @@ def test_runner_correct_is_the_threshold(trained, monkeypatch):
 
     run = trained("grpo", True)["run"]
     frac = [0.3, 0.7, 0.7, 0.3] * P
-    monkeypatch.setattr(boxed, "verify_batch", lambda texts, answers: frac[: len(texts)])
+    monkeypatch.setattr(boxed, "verify_batch", lambda texts, answers, **kw: frac[: len(texts)])
     seen, real = [], run_mod.clipo_step
     monkeypatch.setattr(
         run_mod, "clipo_step", lambda *a, **kw: seen.append(a[2].clone()) or real(*a, **kw)
@@ -261,7 +261,7 @@ def test_runner_logs_whether_clipo_changed_the_update(trained, monkeypatch):
 
     run = trained("grpo", True)["run"]
     r = [1, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0]  # valid, valid (2 correct), all wrong
-    monkeypatch.setattr(boxed, "verify_batch", lambda texts, answers: [float(x) for x in r])
+    monkeypatch.setattr(boxed, "verify_batch", lambda texts, answers, **kw: [float(x) for x in r])
     seen, real = [], run_mod.clipo_step
     monkeypatch.setattr(
         run_mod, "clipo_step", lambda *a, **kw: (lambda o: seen.append(o) or o)(real(*a, **kw))
@@ -286,3 +286,26 @@ def test_runner_logs_whether_clipo_changed_the_update(trained, monkeypatch):
     assert m["clipo/ranked_frac"] == sum(x > 1e-5 for x in ranked) / 2
     h = [x["rollout/token_hash"] for x in trained("grpo", False)["history"] + [m]]
     assert all(isinstance(x, str) and len(x) == 16 for x in h) and len(set(h)) == len(h)
+
+
+@pytest.mark.parametrize("grader, expected", [("math_verify", 1.0), ("paper", 0.0)])
+def test_runner_step_rewards_with_the_configured_grader(trained, monkeypatch, grader, expected):
+    """`clipo.grader` sets the runner's rewards: every rollout answers its integer gold answer
+    X as `\\frac{2X}{2}`, which math-verify counts and the authors' checker does not (an
+    integer gold answer needs an integer answer: docs/reproduce.md's grader)."""
+    run = trained("grpo", True)["run"]
+    gold = {str(p.messages): p.ground_truth for p in run.problems}
+    real = run.gen.generate
+
+    def as_fraction(prompts, n, **kw):
+        ro = real(prompts, n, **kw)
+        ro.texts = [
+            f"so \\boxed{{\\frac{{{2 * int(gold[str(prompts[i])])}}}{{2}}}}"
+            for i in ro.prompt_index
+        ]
+        return ro
+
+    monkeypatch.setattr(run.gen, "generate", as_fraction)
+    monkeypatch.setattr(run.cfg.clipo, "grader", grader)
+    assert all(str(int(g)) == g for g in gold.values())  # integer gold answers
+    assert run.step()["reward/mean"] == expected

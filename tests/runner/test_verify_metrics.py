@@ -43,7 +43,7 @@ def test_sample_rollouts_count_a_hostile_answer(monkeypatch):
 
     cfg = RolloutConfig(prompts_per_step=2, n=3, verify_timeout=1.0)
     with VerifierPool(2, timeout=1.0, slack=1.0, grader=slow_graders.deaf) as pool:
-        monkeypatch.setattr(boxed, "verify_batch", lambda t, a: verify_batch(t, a, pool=pool))
+        monkeypatch.setattr(boxed, "verify_batch", lambda t, a, **kw: verify_batch(t, a, pool=pool))
         _, _, rewards, counts = sample_rollouts(Gen(), problems, cfg, 0, 0, {})
     assert rewards.tolist() == [1.0, 1.0, 0.0, 1.0, 1.0, 1.0]
     assert counts == {**ZERO, "ok": 5, "timeout": 1}
