@@ -140,7 +140,7 @@ def test_perturbed_size_config():
 
     assert load_config(None, ["eval.perturbed_size=5"]).perturbed_eval_size() == 5
     assert load_config(None, ["eval.size=0"]).perturbed_eval_size() == 0
-    with pytest.raises(ValueError, match="eval.perturbed_size=-1 must be >= 0"):
+    with pytest.raises(ValueError, match=r"eval.perturbed_size=-1 must be an int in \[0, "):
         load_config(None, ["eval.perturbed_size=-1"])
     with pytest.raises(ValueError, match="eval.perturbed_size=4: the perturbed set perturbs"):
         load_config(None, ["eval.perturbed_size=4", "data.path=x.jsonl"])

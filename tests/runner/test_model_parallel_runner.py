@@ -45,7 +45,7 @@ TOL = dict(rtol=1e-5, atol=1e-6)
 # all weights within 1e-4 (5 % of the two steps' 2e-3), and all but 1e-4 of them within 1e-6.
 
 
-def _pseudo_rewards(texts, answers):
+def _pseudo_rewards(texts, answers, kind="math", **kw):  # verify_batch's signature (grader=, pool=)
     return [
         float(sum(t.encode()) % 3 != 0) for t in texts
     ]  # ~2/3 "correct": mixed groups, CLIPO active
