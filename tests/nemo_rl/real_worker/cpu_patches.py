@@ -87,6 +87,14 @@ PATCHES = (
         "dataset index helpers are never used: a no-op",
     ),
     Patch(
+        "jit_warmup_emulated",
+        "bridge:training/initialize.py",
+        "_warmup_jit_function(model_config, micro_batch_size)",
+        "emulated mode only: with torch.cuda.is_available() true Bridge warms up torch.compile'd "
+        "fused kernels on 'cuda' and dynamo reads the CUDA stream, which the emulator has not; "
+        "those fusions are off in this config (on the host mapping the warmup runs on CPU)",
+    ),
+    Patch(
         "cpu_provider",
         "nemo_rl:models/megatron/community_import.py",
         "model_provider = bridge.to_megatron_provider(load_weights=True)",
@@ -294,6 +302,8 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
     import megatron.bridge.training.initialize as bridge_initialize
 
     put(bridge_initialize, "compile_helpers", lambda: None)
+    if emulated:
+        put(bridge_initialize, "_warmup_jit_function", lambda *_a, **_k: None)
     set_seed = bridge_initialize._set_random_seed
 
     @functools.wraps(set_seed)
