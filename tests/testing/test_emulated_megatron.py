@@ -137,10 +137,12 @@ def test_megatron_fp32_optimizer_step(mcore_single_process):
         torch.testing.assert_close(pd.detach().cpu(), ph.detach(), rtol=0, atol=1e-7)
 
 
-def test_megatron_ddp_and_optimizer_step(mcore_single_process):
+@pytest.mark.parametrize("distributed", [False, True], ids=["optimizer", "distrib_optimizer"])
+def test_megatron_ddp_and_optimizer_step(mcore_single_process, distributed):
     """NeMo-RL's training path: Megatron-Core's DDP (grads into main_grad through its hooks on
     AccumulateGrad, the grad sync over a group declared NCCL) and `get_megatron_optimizer`
-    (torch Adam, grad clipping), against the host hand reference of the test above."""
+    (torch Adam, grad clipping; the distributed optimizer's param buffers and type checks),
+    against the host hand reference of the test above."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
@@ -155,8 +157,15 @@ def test_megatron_ddp_and_optimizer_step(mcore_single_process):
     torch.optim.Adam(host.parameters(), lr=lr).step()
     with emulated_cuda():
         model = _model().cuda()
-        ddp = DistributedDataParallel(model.config, DistributedDataParallelConfig(), model)
-        cfg = OptimizerConfig(optimizer="adam", lr=lr, clip_grad=clip, weight_decay=0.0)
+        ddp_cfg = DistributedDataParallelConfig(use_distributed_optimizer=distributed)
+        ddp = DistributedDataParallel(model.config, ddp_cfg, model)
+        cfg = OptimizerConfig(
+            optimizer="adam",
+            lr=lr,
+            clip_grad=clip,
+            weight_decay=0.0,
+            use_distributed_optimizer=distributed,
+        )
         opt = get_megatron_optimizer(cfg, [ddp])
         ddp.zero_grad_buffer()
         ddp(ids.cuda(), pos.cuda(), None).float().logsumexp(-1).mean().backward()
