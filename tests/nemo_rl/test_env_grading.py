@@ -18,6 +18,7 @@ from clipo_megatron.nemo_rl.env_grading import (
 from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunState, HeadStepResult
 from clipo_megatron.verify.pool import STATUSES
 from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
+from tests.nemo_rl.test_contract import contract_model, nemo_rl_cpu  # noqa: F401 (fixtures)
 
 N = 5
 
@@ -91,3 +92,30 @@ def test_n_correct_beside_a_hostile_answer_counted_in_the_step_metrics(enabled):
         "verify/ok": float(N), "verify/timeout": 1.0, "verify/killed": 0.0,
         "verify/error": 0.0, "verify/too_long": 0.0,
     }  # fmt: skip
+
+
+@pytest.mark.nemo_rl
+@pytest.mark.slow
+@pytest.mark.parametrize("clipo_on", [True, False], ids=["clipo", "baseline"])
+def test_grpo_train_logs_the_verifier_statuses(nemo_rl_cpu, contract_model, tmp_path, clipo_on):  # noqa: F811
+    """NeMo-RL's real loop (scripts/test_nemo_rl.sh): the `clipo_math` actor grades through the
+    pool, its observations reach the advantage step, and grpo_train's logger gets
+    train/verify/<status>, one count per rollout, in both arms."""
+    from tests.nemo_rl.nemo_rl_loop import contract_config, run_grpo, train_metrics
+
+    cfg = contract_config("grpo", clipo_on, model_dir=contract_model, out_dir=tmp_path, max_steps=1)
+    m = train_metrics(run_grpo(cfg, worker_fqn=nemo_rl_cpu), 1)
+    counts = {s: m[f"verify/{s}"] for s in STATUSES}
+    # grpo.num_prompts_per_step * generations per prompt: 16 short answers, all graded
+    assert counts == {"ok": 16.0, "timeout": 0.0, "killed": 0.0, "error": 0.0, "too_long": 0.0}
+
+
+def test_recipe_verifier_keys_checked_before_anything_starts():
+    from pathlib import Path
+
+    from clipo_megatron.nemo_rl.config import load_recipe, validate_master_config
+
+    recipe = Path(__file__).resolve().parents[2] / "examples" / "configs" / "track1_qwen3b.yaml"
+    validate_master_config(load_recipe(recipe, ["+env.clipo_math.timeout=5"]))
+    with pytest.raises(ValueError, match="env.clipo_math.timeout=0"):
+        validate_master_config(load_recipe(recipe, ["+env.clipo_math.timeout=0"]))
