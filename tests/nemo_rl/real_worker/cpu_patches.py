@@ -244,7 +244,9 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
     if emulated:
         from clipo_megatron.testing.emulated_cuda import emulated_cuda
 
-        stack.enter_context(emulated_cuda(nccl_groups="all"))
+        # strict_order off: NeMo-RL's logprob backward (distributed/model_utils.py:197) scatter_adds
+        # one chosen-token gradient per position -- unique indices, no atomic race on a GPU
+        stack.enter_context(emulated_cuda(nccl_groups="all", strict_order=False))
     import megatron.core.optimizer.clip_grads as clip_grads
     import megatron.core.optimizer.optimizer as mcore_optimizer
     import ray
