@@ -2,8 +2,8 @@
 """Device tags through custom `torch.autograd.Function`s under `emulated_cuda()`.
 
 The tag is the Python subclass `EmulatedCudaTensor`: it lives in the tensor's Python object,
-not in its storage. Three places in a custom Function make a new Python object for a tensor
-in C++, where no `__torch_function__` runs, and so drop the tag (found on torch 2.13):
+not in its storage. Autograd makes new Python objects for tensors in C++, where no
+`__torch_function__` runs, and so drops the tag (found on torch 2.13):
 
 - outputs: a Function that returns one of its inputs as-is (Megatron-Core's
   `copy_to_tensor_model_parallel_region` at TP = 1) while that output takes no gradient
@@ -19,11 +19,13 @@ in C++, where no `__torch_function__` runs, and so drop the tag (found on torch 
 - backward: `Tensor.backward` / `torch.autograd.backward` dispatch through torch function,
   so the engine runs inside the mode's handler (the mode popped) and inside the subclass's
   default handler (subclass torch function off): custom backwards would compute untagged
-  results and `device="cuda"` factories there would reach the real (absent) CUDA.
+  results and `device="cuda"` factories there would reach the real (absent) CUDA;
+- grads between built-in backward nodes are made in C++: a tensor hook sees them plain.
 
 Not lost: inputs, tensors stashed on `ctx` (plain attributes keep the Python object) and
 tensors a forward creates (returned as they are). The engine runs CPU graphs on the calling
-thread, so no thread-local state is lost there.
+thread (checked: a custom backward's thread id is the caller's), so no thread-local state
+(the mode stack) is lost to engine threads.
 
 The fix, while `emulated_cuda()` is active: `Function.apply` re-tags any output that shares
 storage with a tagged input (one storage cannot be on both devices) and notes on the ctx the
@@ -31,7 +33,8 @@ devices of the inputs and outputs; `save_for_backward` notes the devices of what
 and `saved_tensors` restores them; each custom backward runs with torch function on and the
 emulated mode pushed, gets its grads on the devices of the forward's outputs, and must return
 each input's grad on that input's device (CUDA's engine check: "returned an invalid
-gradient"; 0-dim grads are moved, as the engine does).
+gradient"; 0-dim grads are moved, as the engine does); hooks registered on a device tensor
+get device grads. testing/emulated_calls.py runs `backward` itself under the rules.
 """
 
 from __future__ import annotations
