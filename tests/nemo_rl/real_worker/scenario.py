@@ -86,12 +86,12 @@ def hf_train_reference(model_dir: Path, data, lr: float, max_norm: float) -> dic
 def _final_norm_weight(worker) -> torch.Tensor:
     from clipo_megatron.megatron.microbatch_pooler import find_final_norm
 
-    return find_final_norm(worker.model).weight.detach().clone()
+    return find_final_norm(worker.model).weight.detach().cpu().clone()  # .cpu(): untagged
 
 
 def _state(worker) -> dict[str, torch.Tensor]:
     return {
-        k: v.detach().clone()
+        k: v.detach().cpu().clone()
         for k, v in worker.model.state_dict().items()
         if isinstance(v, torch.Tensor) and not k.endswith("_extra_state")
     }
