@@ -32,6 +32,10 @@ from tests.nemo_rl.test_contract import (
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow]
 DP = 2
+# By name only: importing ray_worker here would import NeMo-RL's worker module into the driver,
+# where Ray's decoration of its actor classes rewrites get_logprobs' signature (`_ray_trace_ctx`)
+# and the preflight's seam check (compat.check_supported) then reads a moved seam.
+REAL_WORKER_FQN = "tests.nemo_rl.real_worker.ray_worker.RealCpuPolicyWorker"
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +49,6 @@ def real_worker_cluster(tmp_path_factory):
     import ray
     from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
     from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
-
-    from tests.nemo_rl.real_worker.ray_worker import REAL_WORKER_FQN
 
     os.environ["NEMO_RL_ROOT"] = os.environ["NEMO_RL_SRC"]
     os.environ["CLIPO_DATA_DIR"] = str(SHARED)
