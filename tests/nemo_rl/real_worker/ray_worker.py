@@ -11,6 +11,7 @@ over the real worker's own model, and the engine's phase calls are no-ops.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -90,6 +91,44 @@ class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
             torch.save({"calls": self.generate_calls}, os.path.join(weights_path, _GENERATION))
         torch.distributed.barrier()
 
+
+def _in_device_mode(fn):
+    """Ray runs actor methods on another thread than __init__, and torch's function modes are
+    per thread: the host mapping of "cuda" (cpu_patches' device_literals) is entered per call."""
+
+    @functools.wraps(fn)
+    def wrapped(self, *a, **k):
+        from clipo_megatron.megatron.cpu_shims import _CudaToCpu
+
+        with _CudaToCpu():
+            return fn(self, *a, **k)
+
+    return wrapped
+
+
+for _name in (
+    "generate",
+    "get_logprobs",
+    "get_reference_policy_logprobs",
+    "train",
+    "save_checkpoint",
+    "prepare_for_lp_inference",
+    "prepare_for_training",
+    "finish_training",
+    "finish_inference",
+    "clipo_setup",
+    "clipo_head_step",
+    "clipo_save_head",
+    "clipo_load_head",
+    "clipo_head_state",
+    "clipo_last_pooled",
+):
+    if hasattr(RealCpuPolicyWorkerImpl, _name):
+        setattr(
+            RealCpuPolicyWorkerImpl,
+            _name,
+            _in_device_mode(getattr(RealCpuPolicyWorkerImpl, _name)),
+        )
 
 try:
     import ray
