@@ -16,9 +16,9 @@ def sleepy(response: str, ground_truth: str, kind: str) -> float:
 
 
 def deaf(response: str, ground_truth: str, kind: str) -> float:
-    """'deaf' answers block SIGALRM and hang, like C code that never returns to the interpreter."""
+    """'deaf' answers ignore SIGALRM and hang, like C code that never returns to the interpreter."""
     if response == "deaf":
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)  # in every thread: the alarm is lost
         time.sleep(60)
     return grade_one(response, ground_truth, kind)
 

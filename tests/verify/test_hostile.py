@@ -59,6 +59,7 @@ def test_n_correct_beside_a_tower_of_powers(pool):
     assert (v.status, v.detail) == ("timeout", "over 2 s (alarm)") and pool.pids() == pids
 
 
+@pytest.mark.timeout(300)  # without the hard deadline: hours
 def test_a_hog_holding_the_gil_costs_only_its_answer(pool):
     responses, gts = _correct(3)
     v = pool.grade(["hog"] + responses, ["1"] + gts, grader=slow_graders.hog)
