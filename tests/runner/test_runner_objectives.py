@@ -31,6 +31,10 @@ TINY = [
     "model.tiny_hidden=32",
     "model.tiny_layers=1",
     "clipo.method.embed_dim=8",
+    # No floor on r_CL: the tiny random policy samples from its whole vocabulary (no top_k since
+    # every sampling knob is pinned), its rollouts are far apart, and at the paper's -0.5 floor
+    # every correct rollout got r_CL = -0.5 exactly, a group with no spread to check.
+    "clipo.method.reward_clip_min=-100",
     "threads=1",
 ]
 # Per step, rows in prompt order (groups of N): step 0 has an all-correct and an all-wrong group.
