@@ -175,7 +175,6 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
         MetricsLogError,
         run_label,
         trim_metrics_log,
-        write_results,
     )
 
     out, ckpt = Path(cfg.output.dir), checkpoint_path(cfg.output.dir)
@@ -190,7 +189,16 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
             print(f"[clipo-megatron] resumed from {ckpt} at step {run.step_idx}")
     elif cfg.eval.before_training and evaluates and rank0:
         results = before if before is not None else evaluate(run)
-        (out / "eval_before.json").write_text(json.dumps(results, indent=2))
+        try:
+            (out / "eval_before.json").write_text(json.dumps(results, indent=2))
+        except OSError as e:  # a full disk before step 0: nothing trained yet, nothing lost
+            (out / "eval_before.json").unlink(missing_ok=True)
+            print(
+                f"{PROG}: error: cannot write {out / 'eval_before.json'}: {e.strerror or e}; "
+                "free space and rerun the same command",
+                file=sys.stderr,
+            )
+            return 1
         print(f"[clipo-megatron] before training: {_scores(results)}")
     saved_at = run.step_idx  # a rerun resumes here
     if rank0:
@@ -272,6 +280,24 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
     if not rank0:
         return 0
     final = evaluate(run) if evaluates else {}
+    try:
+        _write_outputs(cfg, run, out, results, final)
+    except OSError as e:  # a full disk after the last step: training is saved, the outputs are not
+        (out / "results.json.tmp").unlink(missing_ok=True)
+        print(
+            f"{PROG}: error: cannot write the run's outputs in {out}: {e.strerror or e}; training "
+            f"is checkpointed at step {saved_at}: free space and rerun the same command to write them",
+            file=sys.stderr,
+        )
+        return 1
+    print((out / "results.md").read_text())
+    return 0
+
+
+def _write_outputs(cfg, run, out, results: dict, final: dict) -> None:
+    """Plots, results.md, then results.json (last: it marks a finished run)."""
+    from clipo_megatron.runner.report import run_label, write_results
+
     if cfg.output.plots:
         from clipo_megatron.runner.plots import plot_curves, plot_tsne
 
@@ -280,9 +306,7 @@ def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
             plot_tsne(run.embeddings, out / "tsne.png")
         else:  # the baseline arm (CLIPO off) builds no head
             print("[clipo-megatron] no tsne.png: this run has no head embeddings (CLIPO off)")
-    write_results(out, cfg, run.history, results, final)  # results.json last: the run is done
-    print((out / "results.md").read_text())
-    return 0
+    write_results(out, cfg, run.history, results, final)
 
 
 def _scores(res: dict) -> str:

@@ -144,3 +144,28 @@ def test_a_full_disk_before_the_run_is_one_line(tmp_path, capsys, monkeypatch, n
         "free space or choose another output.dir"
     )
     run_dir.RunLock(out).acquire().release()  # released on the way out
+
+
+def test_a_full_disk_writing_the_final_outputs_is_one_line_and_a_rerun_writes_them(
+    tmp_path, capsys, monkeypatch, fake_run
+):
+    """ENOSPC after the last step (plots, results.md / results.json) was a traceback; now one line
+    saying training is checkpointed, no results.json(.tmp) left, and the rerun writes them."""
+    out = tmp_path / "run"
+
+    def full_disk(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report, "write_results", full_disk)
+    assert train.main(_argv(out, 2)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"clipo-megatron train: error: cannot write the run's outputs in {out}: No space left on "
+        "device; training is checkpointed at step 2: free space and rerun the same command to "
+        "write them"
+    )
+    assert not (out / "results.json").exists() and not (out / "results.json.tmp").exists()
+    monkeypatch.undo()
+    monkeypatch.setattr("clipo_megatron.runner.run.Run", fake_run)
+    assert train.main(_argv(out, 2)) == 0
+    json.loads((out / "results.json").read_text(), parse_constant=_no_constant)
