@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import difflib
 import inspect
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,9 +119,23 @@ def ast_params(fn: ast.FunctionDef) -> list[Param]:
 _KINDS = {"POSITIONAL_ONLY": "posonly", "POSITIONAL_OR_KEYWORD": "pos", "KEYWORD_ONLY": "kwonly"}
 
 
+def code_signature(fn: Callable) -> inspect.Signature:
+    """The signature that `fn`'s code takes, not one pasted onto it: Ray's `@ray.remote` sets
+    `__signature__` (with `_ray_trace_ctx`) on the unwrapped function of every method of an actor
+    class, and NeMo-RL's module decorates `MegatronPolicyWorker(MegatronPolicyWorkerImpl)`, so in
+    a process that made the actor class the base's own methods report Ray's signature."""
+    if isinstance(fn, types.FunctionType) and "__signature__" in vars(fn):
+        bare = types.FunctionType(
+            fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+        )
+        bare.__kwdefaults__ = fn.__kwdefaults__
+        return inspect.signature(bare)
+    return inspect.signature(fn)
+
+
 def live_params(fn: Callable) -> list[Param]:
     out = []
-    for p in inspect.signature(fn).parameters.values():
+    for p in code_signature(fn).parameters.values():
         kind = {"VAR_POSITIONAL": "*", "VAR_KEYWORD": "**"}.get(
             p.kind.name, _KINDS.get(p.kind.name)
         )

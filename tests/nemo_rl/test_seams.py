@@ -311,3 +311,40 @@ def test_validate_only_names_the_moved_seam_and_exits_2(tmp_path, version, moved
     assert len(nemo) == len(want) and all(w in ln for w, ln in zip(want, nemo))
     if want:
         assert out.returncode == 2 and nemo[0].startswith(f"  - NeMo-RL: NeMo-RL {version} (")
+
+
+def _ray_like(fn):
+    """What `@ray.remote` does to every method of an actor class (ray/util/tracing/
+    tracing_helper.py, `_inject_tracing_into_class`): a `__signature__` pasted on the function."""
+    import inspect
+
+    fn.__signature__ = inspect.Signature(
+        [
+            inspect.Parameter("_ray_trace_ctx", inspect.Parameter.KEYWORD_ONLY, default=None),
+            inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+        ]
+    )
+    return fn
+
+
+def test_the_live_check_reads_the_code_not_a_signature_ray_pasted_on_it():
+    """In a process that made NeMo-RL's actor class, the base worker's get_logprobs reports Ray's
+    `(*, _ray_trace_ctx=None, **kwargs)`; the seam is the code's signature (a false 'moved' seam
+    stopped NeMo-RL's real grpo_train over the real worker after its last step)."""
+    from clipo_megatron.nemo_rl.seam_source import live_params
+
+    def get_logprobs(self, *, data, micro_batch_size=None, timer=None):
+        return data
+
+    names = [p.name for p in live_params(_ray_like(get_logprobs))]
+    assert names == ["self", "data", "micro_batch_size", "timer"]
+    assert get_logprobs(None, data=3) == 3  # the function itself untouched
+
+
+def test_the_live_check_still_reads_a_real_change_under_ray():
+    from clipo_megatron.nemo_rl.seam_source import live_params
+
+    def get_logprobs(self, *, batch, timer=None):  # `data` renamed: a real move
+        return batch
+
+    assert "data" not in [p.name for p in live_params(_ray_like(get_logprobs))]
