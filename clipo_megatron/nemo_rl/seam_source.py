@@ -124,11 +124,12 @@ def code_signature(fn: Callable) -> inspect.Signature:
     `__signature__` (with `_ray_trace_ctx`) on the unwrapped function of every method of an actor
     class, and NeMo-RL's module decorates `MegatronPolicyWorker(MegatronPolicyWorkerImpl)`, so in
     a process that made the actor class the base's own methods report Ray's signature."""
-    if isinstance(fn, types.FunctionType) and "__signature__" in vars(fn):
+    inner = inspect.unwrap(fn)  # through decorators (NeMo-RL's wrap_with_nvtx_name) to the code
+    if isinstance(inner, types.FunctionType) and "__signature__" in vars(inner):
         bare = types.FunctionType(
-            fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+            inner.__code__, inner.__globals__, inner.__name__, inner.__defaults__, inner.__closure__
         )
-        bare.__kwdefaults__ = fn.__kwdefaults__
+        bare.__kwdefaults__ = inner.__kwdefaults__
         return inspect.signature(bare)
     return inspect.signature(fn)
 

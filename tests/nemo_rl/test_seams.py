@@ -313,6 +313,9 @@ def test_validate_only_names_the_moved_seam_and_exits_2(tmp_path, version, moved
         assert out.returncode == 2 and nemo[0].startswith(f"  - NeMo-RL: NeMo-RL {version} (")
 
 
+import functools  # noqa: E402
+
+
 def _ray_like(fn):
     """What `@ray.remote` does to every method of an actor class (ray/util/tracing/
     tracing_helper.py, `_inject_tracing_into_class`): a `__signature__` pasted on the function."""
@@ -339,6 +342,12 @@ def test_the_live_check_reads_the_code_not_a_signature_ray_pasted_on_it():
     names = [p.name for p in live_params(_ray_like(get_logprobs))]
     assert names == ["self", "data", "micro_batch_size", "timer"]
     assert get_logprobs(None, data=3) == 3  # the function itself untouched
+
+    @functools.wraps(get_logprobs)  # as NeMo-RL's wrap_with_nvtx_name decorates it
+    def wrapped(self, **kwargs):
+        return get_logprobs(self, **kwargs)
+
+    assert [p.name for p in live_params(wrapped)] == names  # Ray pasted on the inner function
 
 
 def test_the_live_check_still_reads_a_real_change_under_ray():
