@@ -17,6 +17,7 @@ from clipo_megatron.nemo_rl.seam_source import (
     called_names,
     calls,
     live_params,
+    opaque,
     render,
     self_attrs,
     signature_gap,
@@ -57,8 +58,9 @@ def method_seam(name: str, rel: str, cls: str, meth: str, fix: str, *, positiona
         gap = signature_gap(params, positional, keywords, var_kw, complete)
         module = sys.modules.get("nemo_rl." + rel[:-3].replace("/", "."))
         live = getattr(getattr(module, cls, None), meth, None) if module else None
-        if gap is None and callable(live):
-            params = live_params(live)[1:]
+        live_ps = live_params(live) if gap is None and callable(live) else []
+        if gap is None and live_ps and not opaque(live_ps):
+            params = live_ps[1:]
             gap = signature_gap(params, positional, keywords, var_kw, complete)
             gap = gap and f"the imported {cls}.{meth} differs from its source: {gap}"
         return gap and f"{meth}{render(params)}: {gap}"

@@ -134,6 +134,13 @@ def code_signature(fn: Callable) -> inspect.Signature:
     return inspect.signature(fn)
 
 
+def opaque(params: list[Param]) -> bool:
+    """A signature of only `*args, **kwargs` says nothing of the method it stands for: NeMo-RL
+    decorates get_logprobs with `wrap_with_nvtx_name`, whose `wrapper(*args, **kwargs)` keeps no
+    `__wrapped__`; the source check (ast) stands for it alone."""
+    return all(p.kind in ("*", "**") for p in params)
+
+
 def live_params(fn: Callable) -> list[Param]:
     out = []
     for p in code_signature(fn).parameters.values():

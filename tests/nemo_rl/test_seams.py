@@ -357,3 +357,31 @@ def test_the_live_check_still_reads_a_real_change_under_ray():
         return batch
 
     assert "data" not in [p.name for p in live_params(_ray_like(get_logprobs))]
+
+
+def test_an_opaque_decorator_under_ray_is_left_to_the_source_check(tmp_path, monkeypatch):
+    """NeMo-RL's `wrap_with_nvtx_name` returns `wrapper(*args, **kwargs)` without `__wrapped__`,
+    and Ray pastes `_ray_trace_ctx` onto it: NeMo-RL's real grpo_train over the real worker
+    stopped on a false "worker get_logprobs moved" at its resume. Such a wrapper says nothing of
+    the method: the source (ast) decides, and the tree's source is intact."""
+    pkg = write_tree(tmp_path / "nemo_rl")
+    live = types.ModuleType("nemo_rl.models.policy.lm_policy")
+
+    def nvtx(func):
+        def wrapper(*args, **kwargs):
+            return func(*args, **kwargs)
+
+        return wrapper
+
+    class Policy:
+        def __init__(self, cluster, config, weights_path=None, worker_extension_cls_fqn=None):
+            pass
+
+        def get_logprobs(self, data, timer=None):
+            pass
+
+        train = _ray_like(nvtx(lambda self, data, loss_fn: None))
+
+    live.Policy = Policy  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, live.__name__, live)
+    assert seams.check(pkg) == []
