@@ -119,10 +119,29 @@ def test_grpo_train_on_the_real_worker(real_worker_cluster, model_dir, tmp_path,
         worker_fqn=real_worker_cluster,
     )
     assert resumed["resumed_from"] == f"step_{CHECKPOINT_STEP}"
+    if clipo_on:  # the baseline records no per-row trace
+        stage = _first_difference(full["trace"][STEPS - 1], resumed["trace"][-1])
+        assert stage is None, f"resumed step {STEPS} first differs at {stage}"
     a, b = train_metrics(full, STEPS), train_metrics(resumed, STEPS)
     differ = {k: (a[k], b[k]) for k in a if not _same(a[k], b[k]) and not k.startswith("timing")}
     assert not differ, f"resumed step {STEPS} differs: {differ}"
     _print_table("grpo", clipo_on, full["flavour"], full, resumed)
+
+
+def _first_difference(full: dict, resumed: dict) -> str | None:
+    """The first per-row value of a step, in the order the step makes them, that a resume did not
+    repeat exactly (the rollouts, the pooled states, r_CL, the advantages): names where a resume
+    drifts, where the step's metrics only say that it did."""
+    import torch
+
+    for key in ("input_ids", "input_lengths", "rewards", "pooled", "r_cl", "advantages"):
+        if key not in full and key not in resumed:
+            continue
+        a, b = full.get(key), resumed.get(key)
+        if a is None or b is None or a.shape != b.shape or not torch.equal(a, b):
+            diff = None if a is None or b is None or a.shape != b.shape else (a - b).abs().max()
+            return f"{key} (max abs difference {diff})"
+    return None
 
 
 def _per_step(result: dict) -> list[dict[str, float]]:
