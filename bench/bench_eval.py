@@ -57,7 +57,8 @@ def main() -> None:
         )
         return
     from clipo_megatron.data import load_dataset
-    from clipo_megatron.verify.pool import VerifierPool, grade_one
+    from clipo_megatron.verify.graders import grade_one
+    from clipo_megatron.verify.pool import VerifierPool
 
     recs = []
     for name in ("math500", "gsm8k", "theoremqa", "mmlu"):

@@ -192,7 +192,7 @@ class ClipoBlock:
     # A rollout is "correct" (a CLIPO positive) when its verifiable reward >= this
     # (authors: reward > 0 on 0 / 1 rewards).
     correct_reward_threshold: float = 0.5
-    # The verifiable reward's grader, a name in verify/pool.py's GRADERS: "math_verify"
+    # The verifiable reward's grader, a name in verify/graders.py's GRADERS: "math_verify"
     # (recommended: math-verify, lenient option letters) or "paper" (the authors' checker,
     # verify/paper.py; the reproduction recipes). Both drivers' rewards and their evaluation.
     grader: str = "math_verify"
@@ -211,7 +211,7 @@ class ClipoBlock:
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
             raise ValueError(f"clipo.correct_reward_threshold={t!r} must be a finite number")
         get_objective(self.objective)  # one error naming the registered objectives
-        from clipo_megatron.verify.pool import GRADERS
+        from clipo_megatron.verify.graders import GRADERS
 
         if self.grader not in GRADERS:
             raise ValueError(f"clipo.grader={self.grader!r} is not one of {sorted(GRADERS)}")

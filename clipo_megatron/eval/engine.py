@@ -20,7 +20,8 @@ from clipo_megatron.eval.aggregate import averages, dataset_score
 from clipo_megatron.eval.generator import Generator, texts_per_prompt
 from clipo_megatron.eval.store import SampleStore
 from clipo_megatron.verify.extract import graded_answer as extracted_answer
-from clipo_megatron.verify.pool import VerifierPool, status_counts
+from clipo_megatron.verify.graders import status_counts
+from clipo_megatron.verify.pool import VerifierPool
 
 __all__ = ["EvalSettings", "chunk_seed", "evaluate", "evaluate_dataset", "extracted_answer"]
 
@@ -36,7 +37,7 @@ class EvalSettings:
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     max_tokens: int = 2048
-    # The grader (verify/pool.py GRADERS): math_verify (recommended) | paper (the authors');
+    # The grader (verify/graders.py GRADERS): math_verify (recommended) | paper (the authors');
     # None: the pool's own (math_verify unless the pool was built with another).
     grader: str | None = None
     seed: int = 0

@@ -19,14 +19,8 @@ from typing import Any
 
 import torch
 
-from clipo_megatron.verify.pool import (
-    DEFAULT_MAX_CHARS,
-    DEFAULT_TIMEOUT,
-    GRADERS,
-    STATUSES,
-    VerifierPool,
-    status_counts,
-)
+from clipo_megatron.verify.graders import GRADERS, STATUSES, status_counts
+from clipo_megatron.verify.pool import DEFAULT_MAX_CHARS, DEFAULT_TIMEOUT, VerifierPool
 
 _OBSERVATION = re.compile(r"^Environment: (?:correct|incorrect)(?: \(verifier (\w+)\))?$")
 

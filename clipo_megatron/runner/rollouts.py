@@ -26,10 +26,11 @@ def sample_rollouts(
 
     Rewards are the grader's (`clipo.grader`: math_verify or paper) 0 / 1 per rollout, in the rollouts' row order, each answer under
     the verifier's per-answer deadline (rollout.verify_timeout, rollout.max_answer_chars); the
-    counts are answers per status (`verify.pool.STATUSES`: a timed-out answer scores 0 and is
+    counts are answers per status (`verify.graders.STATUSES`: a timed-out answer scores 0 and is
     counted, not hidden); `t` gets the `generate` and `verify` wall times."""
     from clipo_megatron.verify import boxed
-    from clipo_megatron.verify.pool import shared_pool, status_counts
+    from clipo_megatron.verify.graders import status_counts
+    from clipo_megatron.verify.pool import shared_pool
 
     batch = step_problems(problems, step, rollout_cfg.prompts_per_step)  # no prompt twice
     t0 = time.perf_counter()

@@ -6,27 +6,25 @@
     verify_batch(["... \\\\boxed{(B)}"], ["B"], "mc")     # [1.0]
 
 `extract` finds the last `\\boxed{}` (linear in the text), `math` grades with
-math-verify, `choice` matches option letters, `pool` runs batches in worker
-processes with a per-answer deadline (math-verify's own signal timeouts fail
-in threads) and returns each answer's status (`STATUSES`).
+math-verify, `choice` matches option letters, `graders` names the graders and
+what a verdict is, `pool` runs batches in worker processes (`pool_worker`) with a
+per-answer deadline (math-verify's own signal timeouts fail in threads) and
+returns each answer's status (`STATUSES`).
 """
 
 from clipo_megatron.verify.choice import extract_choice, verify_choice
 from clipo_megatron.verify.extract import all_boxed, graded_answer, last_boxed, normalize_text
-from clipo_megatron.verify.math import grade_math_answer, verify_math
-from clipo_megatron.verify.pool import (
+from clipo_megatron.verify.graders import (
     GRADERS,
     KINDS,
     STATUSES,
     Scores,
     Verdict,
-    VerifierPool,
-    grade_batch,
     grade_one,
-    shared_pool,
     status_counts,
-    verify_batch,
 )
+from clipo_megatron.verify.math import grade_math_answer, verify_math
+from clipo_megatron.verify.pool import VerifierPool, grade_batch, shared_pool, verify_batch
 
 __all__ = [
     "GRADERS",

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from clipo_megatron.verify.extract import last_boxed
+from clipo_megatron.verify.graders import Scores
 from clipo_megatron.verify.math import verify_math
-from clipo_megatron.verify.pool import Scores
 from clipo_megatron.verify.pool import verify_batch as _verify_batch
 
 __all__ = ["last_boxed", "verify_math", "verify_batch"]

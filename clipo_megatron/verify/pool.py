@@ -16,7 +16,8 @@ can spin for minutes on adversarial answers, some of it in C code no signal reac
 - an answer longer than `max_chars` is never sent: "too_long" (parsing is where the time goes).
 
 Statuses: "ok", "timeout", "killed", "error" (the grader raised; the message in `detail`),
-"too_long". `status_counts` gives the per-status counts the drivers log.
+"too_long" (`verify/graders.py`, with `status_counts`, the per-status counts the drivers log).
+The worker's own side (its loop, its alarm) is `verify/pool_worker.py`.
 
 Workers are started with `spawn` (never fork: forking a process with torch threads running can
 deadlock) and are the parent's own children, so the kernel kills them when it dies, SIGKILL
@@ -29,184 +30,20 @@ short-lived thread restarts its workers on the next batch (no answer is lost).
 
 from __future__ import annotations
 
-import ctypes
-import importlib
-import logging
 import multiprocessing as mp
 import os
-import signal
-import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from collections.abc import Sequence
+from multiprocessing.connection import wait
 
-KINDS = ("math", "mc")
-STATUSES = ("ok", "timeout", "killed", "error", "too_long")
+from clipo_megatron.verify.graders import KINDS, Grader, Scores, Verdict, grade_one, resolve_grader
+from clipo_megatron.verify.pool_worker import WorkerProcess
+
 DEFAULT_TIMEOUT = 10.0  # seconds per answer
 DEFAULT_MAX_CHARS = 100_000  # ~25k tokens of text: past any max_tokens the recipes use
 START_TIMEOUT = 300.0  # seconds for a fresh worker to import math-verify (a loaded box is slow)
-
-# Graders by name: "module:function", the function taking (response, ground_truth, kind) -> float.
-# The config key `clipo.grader` names one (core/config.py): math_verify (recommended) | paper.
-GRADERS: dict[str, str] = {
-    "math_verify": "clipo_megatron.verify.pool:grade_one",  # math-verify + option letters
-    "paper": "clipo_megatron.verify.paper:grade_paper",  # the authors' checker (verify/paper.py)
-}
-
-Grader = Callable[[str, str, str], float]
-
-
-@dataclass(frozen=True)
-class Verdict:
-    score: float  # 1.0 correct, 0.0 otherwise
-    status: str  # one of STATUSES
-    detail: str = ""  # why, for a status other than "ok"
-    answer: str | None = None  # what was graded (`graded_answer`), when the batch asked for it
-
-
-class Scores(list):
-    """The scores of a batch (a plain list of floats) that also carries each answer's status."""
-
-    def __init__(self, verdicts: Iterable[Verdict]):
-        verdicts = list(verdicts)
-        super().__init__(v.score for v in verdicts)
-        self.statuses = [v.status for v in verdicts]
-
-
-def status_counts(statuses: Iterable[str]) -> dict[str, int]:
-    """Answers per status, every status present (a zero is a reading, not a missing key)."""
-    c = Counter(statuses)
-    unknown = set(c) - set(STATUSES)
-    if unknown:
-        raise ValueError(f"unknown verifier status(es) {sorted(unknown)}; expected {STATUSES}")
-    return {s: c[s] for s in STATUSES}
-
-
-def _quiet_math_verify() -> None:
-    """math-verify logs a warning on every call made with its timeouts off; ours replaces them."""
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-
-
-def grade_one(response: str, ground_truth: str, kind: str) -> float:
-    """The verdict of one response, in this process, without any timeout."""
-    _quiet_math_verify()
-    if kind == "mc":
-        from clipo_megatron.verify.choice import verify_choice
-
-        return verify_choice(response, ground_truth)
-    if kind == "math":
-        from clipo_megatron.verify.math import verify_math
-
-        return verify_math(response, ground_truth, timeout_seconds=None)
-    raise ValueError(f"unknown answer kind {kind!r}; expected one of {KINDS}")
-
-
-def resolve_grader(grader: str | Grader) -> Grader:
-    """A grader function from itself, a name in GRADERS, or "module:function"."""
-    if callable(grader):
-        return grader
-    spec = GRADERS.get(grader, grader)
-    if ":" not in spec:
-        raise ValueError(f"unknown grader {grader!r}; expected one of {sorted(GRADERS)}")
-    module, name = spec.split(":", 1)
-    return getattr(importlib.import_module(module), name)
-
-
-# ----------------------------------------------------------------------------- worker side
-
-
-class _Timeout(BaseException):
-    """Not an Exception: math-verify and sympy catch `Exception` around their steps, which
-    swallowed the alarm and let a hostile answer run on to the parent's hard deadline."""
-
-
-def _on_alarm(signum, frame):  # pragma: no cover - runs in worker processes
-    raise _Timeout()
-
-
-def _die_with_parent(parent_pid: int) -> None:  # pragma: no cover - runs in worker processes
-    """SIGKILL this worker when its parent dies, even mid C call (kernel side, Linux)."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    if os.getppid() != parent_pid:  # it died before the prctl
-        os._exit(1)
-
-    def watch() -> None:  # elsewhere (no prctl), a parent-pid watchdog while Python runs
-        while os.getppid() == parent_pid:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
-def _grade_timed(
-    response: str, gt: str, kind: str, grader: str | Grader, timeout: float, extract: bool
-) -> Verdict:
-    """One answer under this worker's alarm (the worker's main thread)."""
-    from clipo_megatron.verify.extract import graded_answer
-    from clipo_megatron.verify.paper import graded_answer as paper_graded_answer
-
-    signal.setitimer(signal.ITIMER_REAL, timeout)
-    try:
-        if extract:  # what this grader reads
-            read = paper_graded_answer if grader == "paper" else graded_answer
-            answer = read(response, kind)
-        else:
-            answer = None
-        score = float(resolve_grader(grader)(response, gt, kind))
-        return Verdict(score, "ok", answer=answer)
-    except _Timeout:
-        return Verdict(0.0, "timeout", f"over {timeout:g} s (alarm)")
-    except Exception as e:  # a malformed answer is a wrong answer, not a crash
-        return Verdict(0.0, "error", f"{type(e).__name__}: {e}"[:200])
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-
-
-def _worker_main(conn: Connection, parent_pid: int) -> None:  # pragma: no cover - worker process
-    _die_with_parent(parent_pid)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    import math_verify  # noqa: F401  (sympy's import, before the first deadline)
-
-    _quiet_math_verify()
-    signal.signal(signal.SIGALRM, _on_alarm)
-    conn.send("ready")
-    while True:
-        try:
-            task = conn.recv()
-        except (EOFError, OSError):  # the parent closed its end or died
-            return
-        if task is None:
-            return
-        try:
-            verdict = _grade_timed(*task)
-        except _Timeout:  # the alarm went off between the grade and its reset
-            verdict = Verdict(0.0, "timeout", "alarm at the deadline")
-        conn.send(verdict)
-
-
-# ----------------------------------------------------------------------------- parent side
-
-
-class _Worker:
-    def __init__(self, ctx):
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, os.getpid()), daemon=True)
-        self.proc.start()
-        child.close()
-        self.started = time.monotonic()
-        self.ready = False
-        self.item: int | None = None  # index of the answer it holds
-        self.deadline = 0.0
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.join(5)
-        self.conn.close()
 
 
 class VerifierPool:
@@ -236,20 +73,20 @@ class VerifierPool:
         self.max_chars = int(max_chars)
         self.slack = slack
         self._ctx = mp.get_context("spawn")
-        self._procs: list[_Worker] = []
+        self._procs: list[WorkerProcess] = []
         self._lock = threading.Lock()
 
     # -- lifecycle
 
-    def _replace(self, w: _Worker) -> None:
+    def _replace(self, w: WorkerProcess) -> None:
         w.kill()
-        self._procs[self._procs.index(w)] = _Worker(self._ctx)
+        self._procs[self._procs.index(w)] = WorkerProcess(self._ctx)
 
     def start(self) -> None:
         """Start the workers and wait until each is ready (else the first batch starts them)."""
         with self._lock:
             while len(self._procs) < self.workers:
-                self._procs.append(_Worker(self._ctx))
+                self._procs.append(WorkerProcess(self._ctx))
             while not all(w.ready for w in self._procs):
                 starting = [w for w in self._procs if not w.ready]
                 wait([x for w in starting for x in (w.conn, w.proc.sentinel)], timeout=1.0)
@@ -332,7 +169,7 @@ class VerifierPool:
     def _run(self, tasks: list[tuple], todo: deque[int], out: list[Verdict | None]) -> None:
         """Dispatch one answer per ready worker until every answer has a verdict."""
         while len(self._procs) < self.workers:
-            self._procs.append(_Worker(self._ctx))
+            self._procs.append(WorkerProcess(self._ctx))
         tries = Counter[int]()
         busy = 0
         while todo or busy:

@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""`clipo.grader`: one key, the names of verify/pool.py's GRADERS, one error line otherwise."""
+"""`clipo.grader`: one key, the names of verify/graders.py's GRADERS, one error line otherwise."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from clipo_megatron.nemo_rl.env_grading import (
     status_of,
 )
 from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunState, HeadStepResult
-from clipo_megatron.verify.pool import STATUSES
+from clipo_megatron.verify.graders import STATUSES
 from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
 from tests.nemo_rl.test_contract import contract_model, nemo_rl_cpu  # noqa: F401 (fixtures)
 

@@ -5,7 +5,7 @@ import os
 import signal
 import time
 
-from clipo_megatron.verify.pool import grade_one
+from clipo_megatron.verify.graders import grade_one
 
 
 def sleepy(response: str, ground_truth: str, kind: str) -> float:

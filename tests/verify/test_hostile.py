@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("math_verify")
 pytestmark = pytest.mark.runner
 
-from clipo_megatron.verify.pool import STATUSES, VerifierPool, status_counts, verify_batch  # noqa: E402
+from clipo_megatron.verify.graders import STATUSES, status_counts  # noqa: E402
+from clipo_megatron.verify.pool import VerifierPool, verify_batch  # noqa: E402
 from tests.verify import slow_graders  # noqa: E402
 
 N = 7

@@ -92,7 +92,7 @@ def test_paper_grader_gives_the_authors_verdict(form):
 def test_math_verify_column(form):
     """The recommended grader's verdicts as docs/reproduce.md's table prints them."""
     pytest.importorskip("math_verify")
-    from clipo_megatron.verify.pool import grade_one
+    from clipo_megatron.verify.graders import grade_one
 
     _, response, gt, kind, _, math_verify = form
     assert grade_one(response, gt, kind) == float(math_verify)
@@ -175,7 +175,8 @@ def test_unknown_kind_is_refused():
 
 def test_verify_batch_grades_with_the_paper_grader_by_name():
     """`verify_batch(..., grader="paper")` runs the paper grader in the pool's workers."""
-    from clipo_megatron.verify.pool import GRADERS, VerifierPool, verify_batch
+    from clipo_megatron.verify.graders import GRADERS
+    from clipo_megatron.verify.pool import VerifierPool, verify_batch
 
     assert set(GRADERS) == {"math_verify", "paper"}
     rows = [f for f in FORMS if f[0] in ("mc_parens", "near_integer", "frac_unreduced")]

@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("math_verify")
 pytestmark = pytest.mark.runner
 
-from clipo_megatron.verify.pool import Verdict, VerifierPool, verify_batch  # noqa: E402
+from clipo_megatron.verify.graders import Verdict  # noqa: E402
+from clipo_megatron.verify.pool import VerifierPool, verify_batch  # noqa: E402
 from tests.verify import slow_graders  # noqa: E402
 
 
