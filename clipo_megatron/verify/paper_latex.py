@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""LaTeX -> plain text, as the paper grader's sympy step needs it (`verify/paper.py`).
+"""LaTeX -> plain text, as the paper grader's sympy step needs it (`verify/paper_normalize.py`).
 
 The authors' checker turns a LaTeX answer into text with a generic LaTeX-to-text converter
 before sympy reads it. What that step does to answer-shaped LaTeX decides verdicts, so this

@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from clipo_megatron.verify.paper import (
-    boxed_answer,
-    grade_paper,
-    normalize_mathd,
-    normalize_sympy,
-)
+from clipo_megatron.verify.paper import boxed_answer, grade_paper
+from clipo_megatron.verify.paper_normalize import normalize_mathd, normalize_sympy
 
 # id, response, ground truth, kind, authors' verdict, math-verify's verdict
 FORMS = [
