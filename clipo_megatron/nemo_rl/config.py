@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The `clipo:` block of a NeMo-RL master config, recipe loading, cross-field validation.
+"""The `clipo:` block of a NeMo-RL master config and its cross-field validation.
 
 A NeMo-RL GRPO recipe gains one block:
 
@@ -10,18 +10,13 @@ A NeMo-RL GRPO recipe gains one block:
       head_tensor_parallel: false  # column-parallel head over TP (embed_dim % tp == 0)
       method: {...}                # clipo_megatron.core.CLIPOConfig keys (loss_type, temperature, ...)
 
-Recipes are YAML with NeMo-RL's conventions: `defaults:` names a parent
-recipe (path relative to the file, a string or a list; `nemo_rl:<path>` is a
-recipe of the NeMo-RL checkout, merged when NeMo-RL is found and skipped
-otherwise), children override
-parents, OmegaConf interpolation (`${policy.model_name}`, `${mul:a,b}`), and
-dotted command-line overrides (`grpo.max_num_steps=10`).
+Recipes (YAML with NeMo-RL's `defaults:` chain and overrides) are loaded by
+`nemo_rl/recipes.py` `load_recipe`; this module checks the merged result.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from clipo_megatron.core.bounds import (
@@ -57,134 +52,6 @@ class ClipoNemoRLConfig(ClipoBlock):
             raise ValueError(
                 f"clipo.head_checkpoint_dir={self.head_checkpoint_dir!r} must be a plain directory name"
             )
-
-
-# ----------------------------------------------------------------------------- recipes
-
-
-def _register_resolvers() -> None:
-    """NeMo-RL's arithmetic resolvers, registered as its `register_omegaconf_resolvers` does.
-
-    On omegaconf 2.3 (NeMo-RL's lock) only `register_new_resolver` resolves nested `${mul:${a},
-    ${b}}`; 2.3's `register_resolver` is the legacy API that rejects them (2.4 renamed the new
-    API to `register_resolver`). The `has_resolver` guard lets NeMo-RL's registration and ours
-    run in one process in either order."""
-    import omegaconf
-    from omegaconf import OmegaConf
-
-    new_api = tuple(int(x) for x in omegaconf.__version__.split(".")[:2]) >= (2, 4)
-    register = OmegaConf.register_resolver if new_api else OmegaConf.register_new_resolver
-    for name, fn in RESOLVERS.items():
-        if not OmegaConf.has_resolver(name):
-            register(name, fn)
-
-
-RESOLVERS = {
-    "add": lambda a, b: a + b,
-    "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b,
-    "max": lambda a, b: max(a, b),
-}
-
-
-def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()):
-    from omegaconf import DictConfig, OmegaConf
-
-    path = path.resolve()
-    if path in seen:
-        raise ValueError(f"recipe `defaults:` cycle: {' -> '.join(str(p) for p in (*seen, path))}")
-    if not path.exists():
-        raise ValueError(
-            f"recipe {path} does not exist (named by {seen[-1] if seen else 'the caller'})"
-        )
-    node = OmegaConf.load(path)
-    assert isinstance(node, DictConfig), f"recipe {path} must be a mapping"
-    parents = node.pop("defaults", None)
-    if parents is None:
-        return node
-    if isinstance(parents, str):
-        parents = [parents]
-    merged: Any = OmegaConf.create({})
-    for parent in parents:
-        parent = str(parent)
-        if parent.startswith(NEMO_RL_PREFIX):
-            root = nemo_rl_root()
-            if root is None:  # CI / no NeMo-RL: our recipes set every key they interpolate
-                continue
-            parent_path = root / parent[len(NEMO_RL_PREFIX) :]
-        else:
-            parent_path = path.parent / parent
-        merged = _merge(merged, _load_with_defaults(parent_path, (*seen, path)))
-    return _merge(merged, node)
-
-
-def _merge(base: Any, child: Any) -> Any:
-    """OmegaConf.merge, except that a list in the child replaces a mapping in the parent (and
-    the other way round) instead of failing: `data.validation` is one set (a mapping) in a
-    parent recipe and a list of sets in a child (examples/configs/reproduce/)."""
-    from omegaconf import OmegaConf
-
-    b = OmegaConf.to_container(base, resolve=False)
-    _drop_replaced(b, OmegaConf.to_container(child, resolve=False))
-    return OmegaConf.merge(OmegaConf.create(b), child)
-
-
-def _drop_replaced(base: Any, child: Any) -> None:
-    """Delete from `base` every key whose value the child gives as the other container kind."""
-    if not (isinstance(base, dict) and isinstance(child, dict)):
-        return
-    for key, c in child.items():
-        b = base.get(key)
-        if isinstance(b, dict) and isinstance(c, dict):
-            _drop_replaced(b, c)
-        elif (isinstance(b, dict) and isinstance(c, list)) or (
-            isinstance(b, list) and isinstance(c, dict)
-        ):
-            del base[key]
-
-
-NEMO_RL_PREFIX = "nemo_rl:"
-
-
-def nemo_rl_root() -> Path | None:
-    """NeMo-RL's checkout (for `defaults: nemo_rl:examples/configs/...`): $NEMO_RL_ROOT, else the installed package's."""
-    import importlib.util
-    import os
-
-    env = os.environ.get("NEMO_RL_ROOT")
-    if env:
-        return Path(env)
-    spec = importlib.util.find_spec("nemo_rl")
-    if spec is None or not spec.origin:
-        return None
-    root = Path(spec.origin).parent.parent
-    return root if (root / "examples" / "configs").is_dir() else None
-
-
-def load_recipe(
-    path: str | Path, overrides: list[str] | None = None, *, resolve: bool = True
-) -> dict[str, Any]:
-    """Load a recipe with its `defaults:` chain and dotted overrides; return a plain dict.
-
-    A dotted override of a key absent from the recipe is an error (a typo
-    would otherwise be silently ignored); prefix it with `+` to add a key.
-    """
-    from omegaconf import OmegaConf
-
-    _register_resolvers()
-    cfg = _load_with_defaults(Path(path))
-    for ov in overrides or []:
-        if "=" not in ov:
-            raise ValueError(f"override {ov!r} must look like key.path=value")
-        key, _ = ov.split("=", 1)
-        add = key.startswith("+")
-        key = key.lstrip("+")
-        if not add and OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
-            raise ValueError(
-                f"override {ov!r}: key {key!r} is not in the recipe; write +{ov} to add it"
-            )
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([ov.lstrip("+")]))
-    return OmegaConf.to_container(cfg, resolve=resolve)  # type: ignore[return-value]
 
 
 # ----------------------------------------------------------------------------- validation

@@ -27,15 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clipo_megatron.nemo_rl.config import (
-    NEMO_RL_PREFIX,
-    ClipoNemoRLConfig,
-    load_recipe,
-    nemo_rl_root,
-    validate_master_config,
-)
+from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
 from clipo_megatron.nemo_rl.preflight_data import check_files, check_overlap
 from clipo_megatron.nemo_rl.preflight_parallel import check_parallel
+from clipo_megatron.nemo_rl.recipes import NEMO_RL_PREFIX, load_recipe, nemo_rl_root
 
 
 @dataclass

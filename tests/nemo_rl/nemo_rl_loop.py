@@ -43,7 +43,7 @@ def contract_config(
     """The objective's track-1 recipe (with NeMo-RL's parent merged), shrunk to a CPU run (and to
     the GPU kit's tier 2). `packing`: the recipes' sequence packing (on in both)."""
     from clipo_megatron.core.objectives import get_objective
-    from clipo_megatron.nemo_rl.config import load_recipe
+    from clipo_megatron.nemo_rl.recipes import load_recipe
 
     prompts, gens = 2, 8
     overrides = [

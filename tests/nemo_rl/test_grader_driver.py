@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from clipo_megatron.nemo_rl.config import load_recipe, validate_master_config, with_env_grader
+from clipo_megatron.nemo_rl.config import validate_master_config, with_env_grader
 from clipo_megatron.nemo_rl.env_grading import EnvSettings, grade_messages
+from clipo_megatron.nemo_rl.recipes import load_recipe
 from clipo_megatron.verify.pool import VerifierPool
 from tests.nemo_rl.test_contract import contract_model, nemo_rl_cpu  # noqa: F401 (fixtures)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from clipo_megatron.nemo_rl.config import nemo_rl_root
+from clipo_megatron.nemo_rl.recipes import nemo_rl_root
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "configs"
@@ -184,7 +184,7 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 
 def _recipe(path: Path) -> dict:
-    from clipo_megatron.nemo_rl.config import load_recipe
+    from clipo_megatron.nemo_rl.recipes import load_recipe
 
     return load_recipe(path)
 
@@ -255,7 +255,7 @@ def test_recommended_recipes_keep_the_projects_settings(recipe, monkeypatch):
 def test_a_child_list_replaces_a_parent_mapping(tmp_path):
     """`data.validation` is one set in a parent recipe and a list of sets in a child: the child's
     list replaces it (OmegaConf alone refuses the merge); interpolations still resolve."""
-    from clipo_megatron.nemo_rl.config import load_recipe
+    from clipo_megatron.nemo_rl.recipes import load_recipe
 
     (tmp_path / "parent.yaml").write_text(
         "root: /d\ndata:\n  validation: {data_path: '${root}/a.parquet', processor: p}\n"
