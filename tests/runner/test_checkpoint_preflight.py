@@ -13,20 +13,7 @@ from clipo_megatron.runner import compare, train  # noqa: E402
 from clipo_megatron.runner.checkpoint import check_readable, checkpoint_path  # noqa: E402
 from clipo_megatron.runner.compare_report import run_dir  # noqa: E402
 
-
-class ModelBuilt(Exception):
-    pass
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """Building the run (model, engine) or a GPTModel raises: the tests see if it was reached."""
-
-    def boom(*a, **k):
-        raise ModelBuilt
-
-    monkeypatch.setattr("clipo_megatron.runner.run.Run", boom)
-    monkeypatch.setattr("clipo_megatron.megatron.model_builder.build_gpt_model", boom)
+from .faults import ModelBuilt  # noqa: E402  (`no_model`: tests/runner/conftest.py)
 
 
 def _state() -> dict:

@@ -31,21 +31,6 @@ from clipo_megatron.runner.config import load_config, to_dict  # noqa: E402
 PACKAGE = Path(__file__).resolve().parents[2] / "clipo_megatron"
 
 
-class ModelBuilt(Exception):
-    pass
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """Building the run or a GPTModel raises: a test sees whether it was reached."""
-
-    def boom(*a, **k):
-        raise ModelBuilt
-
-    monkeypatch.setattr("clipo_megatron.runner.run.Run", boom)
-    monkeypatch.setattr("clipo_megatron.megatron.model_builder.build_gpt_model", boom)
-
-
 class _Payload:
     """Unpickling this calls exec(code): with weights_only=False it writes `marker`."""
 
