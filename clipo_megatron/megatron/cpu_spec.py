@@ -69,7 +69,9 @@ class SDPACoreAttention(MegatronModule):
         packed_seq_params=None,
     ):
         if packed_seq_params is not None:
-            raise ValueError("SDPACoreAttention does not support packed (THD) sequences")
+            query, key, value, attention_mask = self.packed_inputs(
+                query, key, value, packed_seq_params
+            )
         sq, b, np_, hn = query.shape
         if self.groups != np_:
             rep = np_ // key.shape[2]
@@ -96,9 +98,17 @@ class SDPACoreAttention(MegatronModule):
             )
         return out.permute(2, 0, 1, 3).reshape(sq, b, np_ * hn)  # [sq, b, np * hn]
 
+    def packed_inputs(self, query, key, value, packed_seq_params):
+        """(query, key, value, mask) laid out for `forward` from a packed (THD) stream: refused
+        here; a subclass that runs packed streams (the NeMo-RL real-worker tests') overrides
+        this alone and keeps this class's forward."""
+        raise ValueError("SDPACoreAttention does not support packed (THD) sequences")
 
-def get_cpu_gpt_layer_spec(normalization: str = "RMSNorm") -> ModuleSpec:
-    """Megatron-Core's local GPT layer spec with SDPA core attention."""
+
+def get_cpu_gpt_layer_spec(
+    normalization: str = "RMSNorm", core_attention: type = SDPACoreAttention
+) -> ModuleSpec:
+    """Megatron-Core's local GPT layer spec with SDPA core attention (or a subclass of it)."""
     spec = get_gpt_layer_local_spec(normalization=normalization)
-    spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
+    spec.submodules.self_attention.submodules.core_attention = core_attention
     return spec

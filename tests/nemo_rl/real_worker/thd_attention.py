@@ -29,32 +29,19 @@ def slot_mask(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
 
 
 class PackedSDPAAttention(SDPACoreAttention):
-    """SDPACoreAttention + THD: a packed stream is one row with a block-diagonal causal mask."""
+    """SDPACoreAttention + THD: a packed stream is one row with a block-diagonal causal mask
+    (the parent's forward runs it; this lays the stream out)."""
 
-    def forward(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        attn_mask_type=None,
-        attention_bias=None,
-        packed_seq_params=None,
-    ):
-        if packed_seq_params is None:
-            return super().forward(query, key, value, attention_mask, attn_mask_type)
+    def packed_inputs(self, query, key, value, packed_seq_params):
         if query.dim() == 3:  # [T, np, hn] (THD squeezed): the batch dim of one
             query, key, value = (t.unsqueeze(1) for t in (query, key, value))
         cu = packed_seq_params.cu_seqlens_q_padded
         if cu is None:
             cu = packed_seq_params.cu_seqlens_q
-        mask = slot_mask(cu, query.shape[0]).to(query.device)
-        return super().forward(query, key, value, mask, attn_mask_type)
+        return query, key, value, slot_mask(cu, query.shape[0]).to(query.device)
 
 
 def cpu_thd_layer_spec(*_args, **_kwargs):
     """Megatron-Core's local GPT layer spec with the packed-capable SDPA attention (a provider's
     `transformer_layer_spec` callable: Bridge calls it with the provider's config)."""
-    spec = get_cpu_gpt_layer_spec()
-    spec.submodules.self_attention.submodules.core_attention = PackedSDPAAttention
-    return spec
+    return get_cpu_gpt_layer_spec(core_attention=PackedSDPAAttention)
