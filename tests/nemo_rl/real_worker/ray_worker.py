@@ -60,6 +60,19 @@ class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
     prepare_for_generation = finish_generation = invalidate_kv_cache = _noop
     suspend_for_refit = resume_after_refit = offload_before_refit = offload_after_refit = _noop
 
+    # The inference engine's coroutines (MegatronGenerationMixin, CUDA-only) go: with any `async
+    # def` left on the class Ray makes the actor an async actor, which runs calls in no guaranteed
+    # order, and NeMo-RL's async rollout sends one generate_async per sample, concurrently: rows of
+    # a group reached the seeded sampler in another order on a resume and came back permuted
+    # (found by the resume check: the same weights, the same samples, other rows). A sync actor
+    # runs one caller's calls in the order sent, as the stand-in's does.
+    def _engine_only(self, *_: Any, **__: Any) -> None:
+        raise RuntimeError("the Megatron inference engine is CUDA-only; not on the CPU worker")
+
+    _generate_with_persistent_engine = _sleep_engine = _wake_engine = _engine_only
+    _start_inference_coordinator = checkpoint_engine_rpc = _engine_only
+    send_weights_via_checkpoint_engine = _engine_only
+
     # ---- what the contract suite reads besides NeMo-RL's protocol
     def get_logprobs(self, *, data, micro_batch_size=None, **kwargs):
         from nemo_rl.models.policy.workers import megatron_policy_worker as mpw

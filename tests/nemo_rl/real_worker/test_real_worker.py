@@ -134,3 +134,21 @@ def test_real_worker_under_emulated_cuda(sources, tmp_path):
         scenario.worker_methods, 1, str(tmp_path), str(model_dir), False, emulated=True
     )
     _check_methods(first, None, model_dir, 1)
+
+
+def test_the_grpo_actor_has_no_coroutines(sources):
+    """Ray runs an actor with any `async def` as an async actor, in no guaranteed call order; the
+    CPU sampler is seeded per call, so NeMo-RL's concurrent per-sample generate_async calls would
+    permute a group's rows on a resume (seen: test_grpo_real_worker's resume). A NeMo-RL that adds
+    a coroutine to the worker fails here, naming it."""
+    import inspect
+
+    from tests.nemo_rl.real_worker.ray_worker import RealCpuPolicyWorkerImpl as cls
+
+    coroutines = [
+        n
+        for n in dir(cls)
+        if inspect.iscoroutinefunction(getattr(cls, n, None))
+        or inspect.isasyncgenfunction(getattr(cls, n, None))
+    ]
+    assert not coroutines, f"make these sync on the CPU actor (ray_worker.py): {coroutines}"
