@@ -20,6 +20,7 @@ The NeMo-RL-free pieces (`collect_head_step`, `warmup_train_result`) are tested 
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -53,6 +54,38 @@ def assemble_pooled(results: list[dict[str, Any]], batch_size: int) -> torch.Ten
 def step_dir_of(weights_path: str) -> str:
     """grpo_train saves weights to <step dir>/policy/weights."""
     return os.path.dirname(os.path.dirname(os.path.normpath(weights_path)))
+
+
+RUN_STATE_FILE = "clipo_run_state.json"  # the baseline's step counter (the head's files hold it
+# when CLIPO is on)
+
+
+def save_run_state(step_dir: str, state: dict[str, int]) -> None:
+    """Write {"step": n} beside NeMo-RL's checkpoint (whole or not at all: temp file + rename)."""
+    os.makedirs(step_dir, exist_ok=True)
+    tmp = os.path.join(step_dir, RUN_STATE_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+    os.replace(tmp, os.path.join(step_dir, RUN_STATE_FILE))
+
+
+def load_run_state(step_dir: str) -> dict[str, int] | None:
+    """The saved {"step": n}, None when the checkpoint has none (one written before the file
+    existed); a malformed file is one error naming it."""
+    path = os.path.join(step_dir, RUN_STATE_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            state = json.load(f)
+        step = state["step"]
+        if type(step) is not int or step < 0:
+            raise ValueError(f"step {step!r} is not a count")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(
+            f"{path}: not a CLIPO run state ({e}); delete it or resume from another step"
+        ) from None
+    return {"step": step}
 
 
 def warmup_train_result(data, loss_fn) -> dict[str, Any]:
@@ -114,7 +147,12 @@ def make_clipo_policy_class(
             super().__init__(*args, **kwargs)
             self.clipo_cfg = cfg
             self.clipo_state = state
-            if not cfg.head_runs:  # the baseline: no head built, loaded or saved
+            if not cfg.head_runs:  # the baseline: no head built, loaded or saved; the step counter
+                # (the verifier metrics' step) is restored, or a resumed run logs them at step 1
+                weights_path = kwargs.get("weights_path")
+                saved = load_run_state(step_dir_of(str(weights_path))) if weights_path else None
+                if saved:
+                    state.load_state_dict(saved)
                 return
             # NeMo-RL's worker group takes keyword arguments only (worker_groups.py, "Please use
             # kwargs instead"): every worker call below names its arguments.
@@ -163,5 +201,7 @@ def make_clipo_policy_class(
                 self.run_all_workers_single_data(
                     "clipo_save_head", step_dir=step_dir_of(weights_path), extra=state.state_dict()
                 )
+            else:
+                save_run_state(step_dir_of(weights_path), state.state_dict())
 
     return ClipoPolicy

@@ -118,9 +118,9 @@ class ClipoRunState:
     """Shared between the estimator (driver) and the policy wrapper: the CLIPO step counter.
 
     `step` counts advantage computations, one per grpo_train step, so before a step's
-    advantages it equals grpo_train's 0-based `total_steps` (restored from the head
-    checkpoint on resume; it counts in the baseline too, where nothing restores it and
-    nothing needs it). The warm-up rule is `ClipoBlock.policy_updates_at(step)`.
+    advantages it equals grpo_train's 0-based `total_steps` (restored on resume from the head's
+    checkpoint, in the baseline from `policy.RUN_STATE_FILE`: the verifier metrics' step). The
+    warm-up rule is `ClipoBlock.policy_updates_at(step)`.
     """
 
     step: int = 0  # CLIPO steps completed (advantage computations)
