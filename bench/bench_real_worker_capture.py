@@ -9,7 +9,7 @@ straight to NeMo-RL's), alternated `--repeats` times so both see the same machin
 head step (`clipo_head_step`: DP gather, contrastive loss, rewards, one AdamW step).
 
     NEMO_RL_SRC=.. BRIDGE_SRC=.. MEGATRON_LM_SRC=.. \
-      bash scripts/test_real_worker.sh --bench [--rows 64] [--repeats 7]
+      bash scripts/test_nemo_rl.sh --bench [--rows 64] [--repeats 7]
 
 (`--bench` runs this file with the real-worker environment instead of pytest.)
 """

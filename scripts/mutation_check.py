@@ -1,16 +1,14 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Break CLIPO on purpose and show that the NeMo-RL contract suite goes red (docs/nemo_rl.md).
 
-    NEMO_RL_SRC=<checkout> python scripts/mutation_check.py [--only NAME ...] [--keep]
-    NEMO_RL_SRC=.. BRIDGE_SRC=.. MEGATRON_LM_SRC=.. python scripts/mutation_check.py --real-worker
-
---real-worker: the same mutations against NeMo-RL's own Megatron worker (DP = 2) inside grpo_train
-(tests/nemo_rl/real_worker/test_grpo_real_worker.py via scripts/test_real_worker.sh).
+    NEMO_RL_SRC=<checkout> [BRIDGE_SRC=..] [MEGATRON_LM_SRC=..] \
+      python scripts/mutation_check.py [--only NAME ...] [--keep]
 
 For the unmutated tree and then for each mutation: copy this checkout to a scratch directory
 (no .git, the `.venv_nemo_rl-*` environments linked, not rebuilt), apply the mutation (an exact
 string replacement that must match once), run the minimal contract test (GRPO with CLIPO on,
-NeMo-RL's real grpo_train; `scripts/test_nemo_rl.sh`) there and report green / red with the
+NeMo-RL's real grpo_train over NeMo-RL's own Megatron worker with the extension;
+`scripts/test_nemo_rl.sh`) there and report green / red with the
 first failing assertion. Exit status 0 iff the unmutated copy is green and every mutation red.
 """
 
@@ -30,10 +28,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TEST = "tests/nemo_rl/test_contract.py::test_grpo_train_checkpoint_and_resume[grpo-clipo]"
 SCRIPT = "scripts/test_nemo_rl.sh"
-REAL_TEST = (
-    "tests/nemo_rl/real_worker/test_grpo_real_worker.py::test_grpo_train_on_the_real_worker[clipo]"
-)
-REAL_SCRIPT = "scripts/test_real_worker.sh"
 
 
 @dataclass(frozen=True)
@@ -101,12 +95,12 @@ def apply(dest: Path, m: Mutation) -> None:
     f.write_text(text.replace(m.old, m.new))
 
 
-def run(dest: Path, log: Path, script: str = SCRIPT, test: str = TEST) -> tuple[str, str, float]:
+def run(dest: Path, log: Path) -> tuple[str, str, float]:
     """("green" | "RED" | "skipped/error", first failing line, seconds) of the contract test."""
     t0 = time.time()
     with log.open("w") as out:
         proc = subprocess.Popen(
-            ["bash", script, test, "-x", "--tb=short", "-p", "no:cacheprovider"],
+            ["bash", SCRIPT, TEST, "-x", "--tb=short", "-p", "no:cacheprovider"],
             cwd=dest,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -135,9 +129,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--only", nargs="*", help="mutation names (default: all)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch copies and logs")
-    ap.add_argument("--real-worker", action="store_true", help="NeMo-RL's own worker (BRIDGE_SRC)")
     args = ap.parse_args()
-    script, test = (REAL_SCRIPT, REAL_TEST) if args.real_worker else (SCRIPT, TEST)
     if not os.environ.get("NEMO_RL_SRC"):
         print("set NEMO_RL_SRC to a NeMo-RL checkout (see docs/nemo_rl.md)", file=sys.stderr)
         return 2
@@ -152,7 +144,7 @@ def main() -> int:
         scratch_copy(dest)
         if m is not None:
             apply(dest, m)
-        result, reason, secs = run(dest, work / f"{dest.name}.log", script, test)
+        result, reason, secs = run(dest, work / f"{dest.name}.log")
         expected = "green" if m is None else "RED"
         ok &= result == expected
         verdict = result + ("" if result == expected else "  <-- NOT AS EXPECTED")
@@ -161,7 +153,7 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(dest)
             (work / f"{dest.name}.log").unlink()
-    print(f"\nNeMo-RL: {os.environ['NEMO_RL_SRC']}; test: {test}")
+    print(f"\nNeMo-RL: {os.environ['NEMO_RL_SRC']}; test: {TEST}")
     print(
         "| mutation | what | contract test | wall | first failing assertion |\n|---|---|---|---|---|"
     )

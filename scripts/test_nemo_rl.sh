@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # The NeMo-RL contract suite: this project against NeMo-RL's own code, on CPU.
 #
-#   NEMO_RL_SRC=/path/to/RL bash scripts/test_nemo_rl.sh [pytest args]
+#   NEMO_RL_SRC=/path/to/RL [BRIDGE_SRC=..] [MEGATRON_LM_SRC=..] bash scripts/test_nemo_rl.sh [pytest args]
+#   ... bash scripts/test_nemo_rl.sh --bench [--rows 64] [--repeats 7]   (CLIPO's capture cost)
 #
 # NEMO_RL_SRC is a checkout of https://github.com/NVIDIA-NeMo/RL (any commit: the suite states which
-# it ran against). The script builds .venv_nemo_rl (Python >= 3.12, NeMo-RL's light dependencies at the
-# versions of NEMO_RL_SRC/uv.lock, this package with its Megatron-Core CPU policy), puts NEMO_RL_SRC on
-# PYTHONPATH (NeMo-RL is never copied into this project) and runs `pytest -m nemo_rl tests/nemo_rl`:
-# NeMo-RL's real grpo_train, Policy, RayWorkerGroup on a CPU RayVirtualCluster, setup_response_data,
+# it ran against); BRIDGE_SRC and MEGATRON_LM_SRC default to its submodules
+# (3rdparty/Megatron-Bridge-workspace/Megatron-Bridge and that one's 3rdparty/Megatron-LM, as
+# `git clone --recursive` makes them). The script builds .venv_nemo_rl (Python >= 3.12, NeMo-RL's
+# light dependencies at the versions of NEMO_RL_SRC/uv.lock, this package) and over it an overlay with
+# what NeMo-RL's Megatron worker imports and the light set lacks: transformers in the range both
+# NeMo-RL's uv.lock and Bridge accept (Bridge: >= 5.8; the lock lists 5.8.1), einops,
+# nvidia-modelopt 0.47.0 with pulp / orloge / cpsat-logutils (all --no-deps: their GPU dependencies
+# stay out). NeMo-RL, Bridge (BRIDGE_SRC/src) and Megatron-Core (MEGATRON_LM_SRC/megatron/core:
+# Bridge's pin; megatron-core from PyPI lacks FullyShardedDataParallelV1, which the worker imports)
+# go on PYTHONPATH, never copied here; TransformerEngine is not installed (the tests hand Bridge an
+# import stub that raises the moment a TE layer is used). Then `pytest -m nemo_rl tests/nemo_rl`:
+# NeMo-RL's real grpo_train, Policy, RayWorkerGroup on a CPU RayVirtualCluster, NeMo-RL's own
+# Megatron policy worker with the CLIPO extension (tests/nemo_rl/real_worker), setup_response_data,
 # Logger and CheckpointManager, for every objective with CLIPO on and off (docs/nemo_rl.md).
-# NEMO_RL_VENV_ONLY=1: build the environment, print its path as the last line and exit (the
-# real-worker overlay of scripts/test_real_worker.sh sits on top of it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${NEMO_RL_SRC:-}" ] || [ ! -f "${NEMO_RL_SRC}/nemo_rl/__init__.py" ]; then
@@ -19,6 +27,20 @@ if [ -z "${NEMO_RL_SRC:-}" ] || [ ! -f "${NEMO_RL_SRC}/nemo_rl/__init__.py" ]; t
   exit 2
 fi
 NEMO_RL_SRC=$(cd "$NEMO_RL_SRC" && pwd)
+BRIDGE_SRC=${BRIDGE_SRC:-$NEMO_RL_SRC/3rdparty/Megatron-Bridge-workspace/Megatron-Bridge}
+MEGATRON_LM_SRC=${MEGATRON_LM_SRC:-$BRIDGE_SRC/3rdparty/Megatron-LM}
+need() {  # need VAR file-inside -> exit 2 with one line if the checkout is missing
+  local v=$1 f=$2
+  if [ ! -e "${!v}/$f" ]; then
+    echo "$v must point at a checkout containing $f (got '${!v}'; NeMo-RL's submodule when unset:" \
+      "git -C \$NEMO_RL_SRC submodule update --init --recursive); see docs/nemo_rl.md" >&2
+    exit 2
+  fi
+}
+need BRIDGE_SRC src/megatron/bridge/__init__.py
+need MEGATRON_LM_SRC megatron/core/__init__.py
+BRIDGE_SRC=$(cd "$BRIDGE_SRC" && pwd)
+MEGATRON_LM_SRC=$(cd "$MEGATRON_LM_SRC" && pwd)
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 find_python() {  # the first Python >= 3.12 (NeMo-RL's grpo module needs pydantic on typing_extensions' TypedDict)
@@ -67,14 +89,30 @@ else
   "$VENV/bin/pip" install -q -e ".[megatron,test]" "megatron-core>=0.18" "${pins[@]}"
   stamp > "$VENV/.stamp"
 fi
-if [ -n "${NEMO_RL_VENV_ONLY:-}" ]; then  # scripts/test_real_worker.sh: build, name the venv, stop
-  echo "$VENV"; exit 0
+OVERLAY_PKGS="transformers==${TRANSFORMERS_REAL_WORKER:-5.8.1} einops nvidia-modelopt==0.47.0 pulp orloge cpsat-logutils"
+OVERLAY=.venv_real_worker-$(echo "$VENV $OVERLAY_PKGS" | sha256sum | cut -c1-16)
+if [ -f "$OVERLAY/.stamp" ]; then
+  echo "[test_nemo_rl] $OVERLAY is up to date"
+else
+  echo "[test_nemo_rl] building $OVERLAY over $VENV: $OVERLAY_PKGS (--no-deps)"
+  rm -rf "$OVERLAY"
+  # shellcheck disable=SC2086
+  "$VENV/bin/pip" install -q --no-deps --target "$OVERLAY" $OVERLAY_PKGS
+  echo "$OVERLAY_PKGS" > "$OVERLAY/.stamp"
 fi
-echo "[test_nemo_rl] NeMo-RL: $NEMO_RL_SRC ($(git -C "$NEMO_RL_SRC" rev-parse --short HEAD 2>/dev/null || echo 'not a git checkout'))"
-"$VENV/bin/python" -c 'import omegaconf, pydantic, ray, transformers, torch; print("[test_nemo_rl] omegaconf", omegaconf.__version__, "pydantic", pydantic.__version__, "ray", ray.__version__, "transformers", transformers.__version__, "torch", torch.__version__)'
-# NeMo-RL from its checkout, this project from this checkout -- in the driver and in every Ray actor.
-export NEMO_RL_SRC PYTHONPATH="$NEMO_RL_SRC:$(pwd)${PYTHONPATH:+:$PYTHONPATH}"
+rev() {  # the checkout's commit, or its directory name when it is not a git work tree of its own
+  if [ -e "$1/.git" ]; then git -C "$1" rev-parse --short HEAD; else basename "$1"; fi
+}
+echo "[test_nemo_rl] NeMo-RL $NEMO_RL_SRC ($(rev "$NEMO_RL_SRC")), Bridge $(rev "$BRIDGE_SRC"), Megatron-LM $(rev "$MEGATRON_LM_SRC")"
+export NEMO_RL_SRC BRIDGE_SRC MEGATRON_LM_SRC CLIPO_REAL_WORKER_OVERLAY="$(pwd)/$OVERLAY"
+# this checkout first: NeMo-RL has a `tests` package of its own
+export PYTHONPATH="$(pwd):$MEGATRON_LM_SRC:$BRIDGE_SRC/src:$(pwd)/$OVERLAY:$NEMO_RL_SRC${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
+"$VENV/bin/python" -c 'import omegaconf, pydantic, ray, transformers, torch; print("[test_nemo_rl] omegaconf", omegaconf.__version__, "pydantic", pydantic.__version__, "ray", ray.__version__, "transformers", transformers.__version__, "torch", torch.__version__)'
+if [ "${1:-}" = "--bench" ]; then  # bench/bench_real_worker_capture.py in this environment
+  shift
+  exec "$VENV/bin/python" bench/bench_real_worker_capture.py "$@"
+fi
 paths=(tests/nemo_rl)  # unless the caller names test paths
 for a in "$@"; do [[ "$a" == tests/* ]] && paths=(); done
 exec "$VENV/bin/python" -m pytest -q -p no:warnings --timeout=1800 -m nemo_rl "${paths[@]}" "$@"

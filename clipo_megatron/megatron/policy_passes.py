@@ -1,9 +1,9 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """The policy's plain passes on a Megatron-Core GPTModel (TP = PP = 1 path), shared by both drivers.
 
-The single-machine runner and the NeMo-RL CPU policy worker
-(`nemo_rl/cpu_worker.py`) run the same model through the same functions:
-token logprobs of a right-padded batch, and sampling. The CLIPO capture rides
+The single-machine runner runs its model through these functions (token logprobs of a
+right-padded batch, and sampling); the NeMo-RL contract suite samples with the same `sample`
+over NeMo-RL's own worker's model on CPU (Megatron-Core's inference engine is CUDA-only). The CLIPO capture rides
 these forwards from outside (a final-norm hook, `megatron/microbatch_pooler.py`),
 so the passes themselves know nothing of CLIPO.
 

@@ -121,8 +121,8 @@ def warmup_train_result(data, loss_fn) -> dict[str, Any]:
 def make_clipo_policy_class(
     cfg: ClipoNemoRLConfig, state: ClipoRunState, *, worker_fqn: str = WORKER_FQN
 ):
-    """`worker_fqn`: the worker class (the GPU extension by default; the contract suite passes the
-    CPU worker, `cpu_worker.CPU_WORKER_FQN`). Used with CLIPO on and off, so the baseline runs
+    """`worker_fqn`: the worker class (the GPU extension by default; the contract suite passes
+    the same class made CPU-ready in test code). Used with CLIPO on and off, so the baseline runs
     the same worker code path with the CLIPO methods idle."""
     from clipo_megatron.nemo_rl import require_nemo_rl
 

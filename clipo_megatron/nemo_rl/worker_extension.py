@@ -6,9 +6,9 @@ Registered as NeMo-RL's `worker_extension_cls_fqn` (see `policy.py`):
     clipo_megatron.nemo_rl.worker_extension.ClipoMegatronPolicyWorker
 
 = `worker.ClipoWorkerMixin` over NeMo-RL's `MegatronPolicyWorkerImpl`. The
-CPU policy worker (`cpu_worker.py`) mixes the very same class over this
-project's CPU Megatron-Core policy; the contract suite (tests/nemo_rl/) runs
-that one inside NeMo-RL's real `grpo_train`.
+contract suite (tests/nemo_rl/, `scripts/test_nemo_rl.sh`) builds this very class on CPU
+through NeMo-RL's own `__init__` (CUDA / NCCL calls patched from test code) and runs it
+inside NeMo-RL's real `grpo_train`.
 
 How the pooling rides the stock forward: NeMo-RL's `get_logprobs` reads its
 microbatches from `get_microbatch_iterator`, a name in the worker module's

@@ -10,8 +10,10 @@ project's processor and environment (a Ray actor); `Policy` (our
 (colocated) and, where it exists, its `MegatronWeightSynchronizer`;
 `StatefulDataLoader` + `rl_collate_fn`; `Logger`; `CheckpointManager` with
 its resume paths and dataloader state; `ClippedPGLossFn`.
-Ours: the CPU policy worker (`cpu_worker.py`) in place of the GPU-only
-`MegatronPolicyWorker`, and the CLIPO seams the driver installs.
+The policy worker is NeMo-RL's own `MegatronPolicyWorkerImpl` with the CLIPO extension
+(`real_worker/ray_worker.py`: CUDA / NCCL calls patched from outside, a CPU layer spec, fp32).
+Ours: generation (a seeded CPU sampler over the worker's own model, in place of Megatron-Core's
+CUDA inference engine) and the CLIPO seams the driver installs.
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ def _field(block, key: str):
 
 def run_grpo(config: dict[str, Any], *, worker_fqn: str, use_gpus: bool = False) -> dict[str, Any]:
     """Run NeMo-RL's grpo_train with the CLIPO seams; return what the test compares.
-    use_gpus: a GPU RayVirtualCluster (the GPU kit's tier 2, with NeMo-RL's real worker)."""
+    use_gpus: a GPU RayVirtualCluster (the GPU kit's tier 2); on CPU the policy section is made
+    CPU-ready for NeMo-RL's worker (`real_worker.build.cpu_policy_config`: fp32, torch Adam)."""
     import ray
     from nemo_rl.algorithms import grpo
     from nemo_rl.data.collate_fn import rl_collate_fn
@@ -128,6 +131,10 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str, use_gpus: bool = False)
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
     from clipo_megatron.nemo_rl.rewards import ClipoRunState
 
+    if not use_gpus:
+        from tests.nemo_rl.real_worker.build import cpu_policy_config
+
+        config = {**config, "policy": cpu_policy_config(config["policy"])}
     flavour = check_supported()
     clipo = validate_master_config(config)
     master, tokenizer, (dataset, val_dataset, task_to_env, val_task_to_env) = prepare(config)

@@ -30,25 +30,31 @@ STEPS, CHECKPOINT_STEP, WARMUP = 3, 2, 1
 
 
 def _requirements() -> str | None:
-    src = os.environ.get("NEMO_RL_SRC")
-    if not src or not Path(src, "nemo_rl", "__init__.py").exists():
-        return (
-            "NEMO_RL_SRC is not set to a NeMo-RL checkout: run "
-            "`NEMO_RL_SRC=<checkout> bash scripts/test_nemo_rl.sh` (docs/nemo_rl.md)"
-        )
+    from tests.nemo_rl.real_worker.build import requirements
+
+    missing = requirements()
+    if missing:
+        return missing
     if not (SHARED / "train" / "gsm8k.parquet").exists():
         return f"the shared GSM8K parquet is missing at {SHARED}/train/gsm8k.parquet"
     try:
         import nemo_rl.algorithms.grpo  # noqa: F401
         import ray  # noqa: F401
     except ImportError as e:  # pragma: no cover - wrong environment
-        return f"NeMo-RL at {src} does not import here ({e}); use scripts/test_nemo_rl.sh"
+        return f"NeMo-RL does not import here ({e}); use scripts/test_nemo_rl.sh"
     return None
 
 
+# By name only: importing ray_worker here would import NeMo-RL's worker module into the driver,
+# where Ray's decoration of its actor classes rewrites get_logprobs' signature (`_ray_trace_ctx`)
+# and the preflight's seam check (compat.check_supported) then reads a moved seam.
+REAL_WORKER_FQN = "tests.nemo_rl.real_worker.ray_worker.RealCpuPolicyWorker"
+
+
 @pytest.fixture(scope="module")
-def nemo_rl_cpu():
-    """Ray on this machine, NEMO_RL_ROOT / CLIPO_DATA_DIR for the recipes, the CPU worker registered."""
+def nemo_rl_cpu(tmp_path_factory):
+    """Ray on this machine, NEMO_RL_ROOT / CLIPO_DATA_DIR for the recipes, and NeMo-RL's own
+    Megatron worker with the CLIPO extension (`real_worker/ray_worker.py`) registered."""
     missing = _requirements()
     if missing:
         pytest.skip(missing)
@@ -56,19 +62,20 @@ def nemo_rl_cpu():
     from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
     from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
 
-    from clipo_megatron.nemo_rl.cpu_worker import CPU_WORKER_FQN
-
     os.environ["NEMO_RL_ROOT"] = os.environ["NEMO_RL_SRC"]
     os.environ["CLIPO_DATA_DIR"] = str(SHARED)
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")  # Policy asks for it on the Megatron path
-    ACTOR_ENVIRONMENT_REGISTRY[CPU_WORKER_FQN] = PY_EXECUTABLES.SYSTEM  # the test's own venv
+    # the HF import's Megatron checkpoint, shared by every run of the module (actors inherit it)
+    os.environ["NRL_MEGATRON_CHECKPOINT_DIR"] = str(tmp_path_factory.mktemp("megatron_ckpt"))
+    ACTOR_ENVIRONMENT_REGISTRY[REAL_WORKER_FQN] = PY_EXECUTABLES.SYSTEM  # the test's own venv
     ray.init(num_cpus=8, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
     # NeMo-RL's memory tracker asks Ray for "the" local cluster (address auto): name ours, so a
     # second Ray instance on the machine (another suite, another version) is not ambiguous.
     os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
-    yield CPU_WORKER_FQN
+    yield REAL_WORKER_FQN
     ray.shutdown()
     os.environ.pop("RAY_ADDRESS", None)
+    os.environ.pop("NRL_MEGATRON_CHECKPOINT_DIR", None)
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +91,22 @@ def contract_model(tmp_path_factory):
 
 def _same(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def _first_difference(full: dict, resumed: dict) -> str | None:
+    """The first per-row value of a step, in the order the step makes them, that a resume did not
+    repeat exactly (the rollouts, the pooled states, r_CL, the advantages): names where a resume
+    drifts, where the step's metrics only say that it did."""
+    import torch
+
+    for key in ("input_ids", "input_lengths", "rewards", "pooled", "r_cl", "advantages"):
+        if key not in full and key not in resumed:
+            continue
+        a, b = full.get(key), resumed.get(key)
+        if a is None or b is None or a.shape != b.shape or not torch.equal(a, b):
+            diff = None if a is None or b is None or a.shape != b.shape else (a - b).abs().max()
+            return f"{key} (max abs difference {diff})"
+    return None
 
 
 def _check_clipo(full, cfg, model_dir) -> None:
@@ -172,8 +195,11 @@ def test_grpo_train_checkpoint_and_resume(
     shutil.copytree(tmp_path / "full" / "ckpt" / f"step_{CHECKPOINT_STEP}", ckpt / "step_2")
     resumed = run_grpo(config(tmp_path / "resumed"), worker_fqn=nemo_rl_cpu)
     assert resumed["resumed_from"] == f"step_{CHECKPOINT_STEP}"
+    if clipo_on:  # the baseline records no per-row trace
+        stage = _first_difference(full["trace"][STEPS - 1], resumed["trace"][-1])
+        assert stage is None, f"resumed step {STEPS} first differs at {stage}"
     a, b = _train_metrics(full, STEPS), _train_metrics(resumed, STEPS)
-    assert set(a) == set(b)
+    assert set(a) == set(b), f"only one run logged {sorted(set(a) ^ set(b))} at step {STEPS}"
     differ = {k: (a[k], b[k]) for k in a if not _same(a[k], b[k]) and not k.startswith("timing")}
     assert not differ, f"resumed step {STEPS} differs: {differ}"
     if clipo_on:
@@ -186,9 +212,9 @@ def test_grpo_train_checkpoint_and_resume(
 
 
 def test_data_parallel_workers_match_one_worker(nemo_rl_cpu, contract_model, tmp_path):
-    """Two CPU policy workers (DP = 2) in NeMo-RL's RayWorkerGroup: logprobs sharded by NeMo-RL,
-    the CLIPO head step gathering embeddings over DP (gloo), gradients summed over DP. Every
-    logged number equals the one-worker run to float tolerance."""
+    """Two of NeMo-RL's Megatron workers (DP = 2, on CPU) in its RayWorkerGroup: logprobs sharded
+    by NeMo-RL, the CLIPO head step gathering embeddings over DP (gloo), gradients summed over DP
+    by mcore DDP. Every logged number equals the one-worker run to float tolerance."""
     from tests.nemo_rl.nemo_rl_loop import contract_config, run_grpo
 
     def run(dp: int):

@@ -112,15 +112,6 @@ def test_the_eval_package_refuses_it(tmp_path, monkeypatch):
     assert not marker.exists()
 
 
-def test_the_nemo_rl_cpu_worker_refuses_it(tmp_path):
-    cpu_worker = pytest.importorskip("clipo_megatron.nemo_rl.cpu_worker")
-    marker = tmp_path / "marker"
-    _crafted(tmp_path / "model.pt", marker)
-    with pytest.raises(UnsafeCheckpoint):
-        cpu_worker._load(str(tmp_path), "model.pt")
-    assert not marker.exists()
-
-
 def test_every_load_goes_through_the_one_safe_loader():
     """No `torch.load` in the package outside core/safe_load.py (a new one would bypass it)."""
     found = [

@@ -32,12 +32,13 @@ def requirements() -> str | None:
         if not src or not Path(src, inner).exists():
             return (
                 f"{env} is not set to a checkout with {inner}: run "
-                "`NEMO_RL_SRC=.. BRIDGE_SRC=.. MEGATRON_LM_SRC=.. bash scripts/test_real_worker.sh`"
+                "`NEMO_RL_SRC=<checkout> bash scripts/test_nemo_rl.sh` (BRIDGE_SRC, MEGATRON_LM_SRC: "
+                "NeMo-RL's submodules unless set)"
             )
     try:
         import nemo_rl  # noqa: F401
     except ImportError as e:  # pragma: no cover - wrong environment
-        return f"NeMo-RL does not import here ({e}); use scripts/test_real_worker.sh"
+        return f"NeMo-RL does not import here ({e}); use scripts/test_nemo_rl.sh"
     return None
 
 
@@ -57,8 +58,10 @@ def tiny_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Path:
     return path
 
 
-def cpu_policy_config(policy: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    """The recipe's policy section with what only a GPU runs switched off (fp32, torch Adam)."""
+def cpu_policy_config(policy: dict[str, Any], out_dir: Path | None = None) -> dict[str, Any]:
+    """The recipe's policy section with what only a GPU runs switched off (fp32, torch Adam).
+    out_dir: where the HF import's Megatron checkpoint goes unless NRL_MEGATRON_CHECKPOINT_DIR is
+    set (the contract fixture sets it once for all runs)."""
     policy = dict(policy)
     policy["precision"] = "float32"
     mc = policy["megatron_cfg"] = dict(policy["megatron_cfg"])
@@ -86,7 +89,8 @@ def cpu_policy_config(policy: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         "grad_reduce_in_fp32": False,
     }
     mc["checkpoint"] = {**(mc.get("checkpoint") or {}), "async_save": False}
-    os.environ.setdefault("NRL_MEGATRON_CHECKPOINT_DIR", str(out_dir / "megatron_ckpt"))
+    if out_dir is not None:
+        os.environ.setdefault("NRL_MEGATRON_CHECKPOINT_DIR", str(out_dir / "megatron_ckpt"))
     return policy
 
 

@@ -5,14 +5,15 @@
 the CLIPO mixin) with, in the actor process only: the TE import stub, `cpu_patches` (entered for the
 actor's life), the CPU layer spec through the worker's `_transformer_layer_spec` hook. Generation
 is what cannot run on CPU (`MegatronGenerationMixin`: Megatron-Core's dynamic engine, flashinfer,
-NCCL refit): it stays on the stand-in's CPU sampler (`cpu_worker.CpuMegatronPolicyWorkerImpl.generate`)
-over the real worker's own model, and the engine's phase calls are no-ops.
+NCCL refit): it is the runner's seeded sampler (`megatron.policy_passes.sample`) over the worker's
+own model (colocated: nothing to refit), and the engine's phase calls are no-ops.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import zlib
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ from tests.nemo_rl.real_worker.te_stub import import_bridge
 
 import_bridge()
 
-from clipo_megatron.nemo_rl.cpu_worker import CpuMegatronPolicyWorkerImpl  # noqa: E402
+from clipo_megatron.megatron.policy_passes import sample  # noqa: E402
 from clipo_megatron.nemo_rl.worker_extension import ClipoMegatronPolicyWorkerImpl  # noqa: E402
 from tests.nemo_rl.real_worker.cpu_patches import cpu_worker_patches  # noqa: E402
 from tests.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec  # noqa: E402
@@ -45,11 +46,33 @@ class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
 
     # ---- generation: the CPU sampler over this worker's model (colocated: nothing to refit)
     def generate(self, *, data, greedy: bool = False):
+        from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+        gen = self.cfg["generation"]
+        ids = data["input_ids"]
+        # Seeded per call (a counter saved with the weights) and prompt: a resumed run samples
+        # exactly what the uninterrupted run sampled, and repeated prompts still differ.
+        self.generate_calls += 1
+        seed = zlib.crc32(ids.numpy().tobytes() + self.generate_calls.to_bytes(8, "little"))
         self.model.eval()
         with torch.no_grad():
-            return CpuMegatronPolicyWorkerImpl.generate(self, data=data, greedy=greedy)
+            out = sample(
+                self.model,
+                ids,
+                data["input_lengths"],
+                max_new_tokens=int(gen["max_new_tokens"]),
+                stop_token_ids=list(gen.get("stop_token_ids") or [self.tokenizer.eos_token_id]),
+                pad_id=self.tokenizer.pad_token_id,
+                temperature=float(gen.get("temperature", 1.0)),
+                top_k=gen.get("top_k"),
+                greedy=greedy,
+                generator=torch.Generator().manual_seed(seed),
+            )
+        return BatchedDataDict(out)
 
     def generate_async(self, *, data, greedy: bool = False):
+        """Main's Megatron generation always streams (`MegatronGeneration.generate_async`):
+        one (row index, one-row batch) per sample, the GPU worker's streaming contract."""
         out = self.generate(data=data, greedy=greedy)
         for i in range(out["output_ids"].shape[0]):
             yield i, type(out)({k: v[i : i + 1] for k, v in out.items()})

@@ -10,7 +10,7 @@ real `get_logprobs` (NeMo-RL's packing, `get_microbatch_iterator`, `megatron_for
 the optimizer step), `save_checkpoint` and a resume by construction in fresh processes are compared
 with a Hugging Face reference computed by hand in `scenario.py`.
 
-Run with `NEMO_RL_SRC=.. BRIDGE_SRC=.. MEGATRON_LM_SRC=.. bash scripts/test_real_worker.sh`.
+Run with `NEMO_RL_SRC=<checkout> bash scripts/test_nemo_rl.sh` (BRIDGE_SRC, MEGATRON_LM_SRC: its submodules unless set).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def test_real_worker_under_emulated_cuda(sources, tmp_path):
 def test_the_grpo_actor_has_no_coroutines(sources):
     """Ray runs an actor with any `async def` as an async actor, in no guaranteed call order; the
     CPU sampler is seeded per call, so NeMo-RL's concurrent per-sample generate_async calls would
-    permute a group's rows on a resume (seen: test_grpo_real_worker's resume). A NeMo-RL that adds
+    permute a group's rows on a resume (seen: the contract suite's resume). A NeMo-RL that adds
     a coroutine to the worker fails here, naming it."""
     import inspect
 
