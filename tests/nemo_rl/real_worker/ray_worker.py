@@ -88,7 +88,7 @@ class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
     # order, and NeMo-RL's async rollout sends one generate_async per sample, concurrently: rows of
     # a group reached the seeded sampler in another order on a resume and came back permuted
     # (found by the resume check: the same weights, the same samples, other rows). A sync actor
-    # runs one caller's calls in the order sent, as the stand-in's does.
+    # runs one caller's calls in the order sent.
     def _engine_only(self, *_: Any, **__: Any) -> None:
         raise RuntimeError("the Megatron inference engine is CUDA-only; not on the CPU worker")
 
