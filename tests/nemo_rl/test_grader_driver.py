@@ -65,7 +65,15 @@ def test_grpo_train_rewards_with_the_paper_grader(nemo_rl_cpu, contract_model, t
     the actor grades every rollout through the paper grader, the advantage step gets 0 / 1."""
     from tests.nemo_rl.nemo_rl_loop import contract_config, run_grpo, train_metrics
 
-    cfg = contract_config("grpo", True, model_dir=contract_model, out_dir=tmp_path, max_steps=1)
+    cfg = contract_config(  # one step: no head-only warm-up (the preflight refuses one that
+        # would leave the policy never updated)
+        "grpo",
+        True,
+        model_dir=contract_model,
+        out_dir=tmp_path,
+        max_steps=1,
+        warmup_steps=0,
+    )
     cfg["clipo"]["grader"] = "paper"
     out = run_grpo(cfg, worker_fqn=nemo_rl_cpu)
     m = train_metrics(out, 1)
