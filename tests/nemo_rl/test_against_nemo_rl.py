@@ -142,3 +142,27 @@ def test_gmpo_speaks_nemo_rls_enums_and_metrics():
     _, m_ours = gmpo(lp[:, 1:], data, n_seq, n_tok)
     for key in ("token_mult_prob_error", "gen_kl_error"):
         assert abs(m_ours[key] - m_theirs[key]) < 1e-6, key
+
+
+@pytest.mark.parametrize("objective", sorted(OBJECTIVES))
+def test_one_sequence_at_a_time_sums_to_the_batch_loss(objective):
+    """NeMo-RL's `SequencePackingLossWrapper` (the packed path of its Megatron worker's `train`)
+    calls the loss once per sequence with the global counts and sums the losses and the metrics.
+    Our objectives must give the batch call's loss that way (GMPO: a sequence-level mean)."""
+    from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossConfig, ClippedPGLossFn
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+    lp, data, _ = _data(seed=3)
+    if OBJECTIVES[objective].in_nemo_rl:
+        fn = ClippedPGLossFn(ClippedPGLossConfig(**policy_loss_config(objective)))
+    else:
+        fn = ObjectiveLossFn(objective)
+    mask = (data["token_mask"] * data["sample_mask"].unsqueeze(1))[:, 1:]
+    n_tok, n_seq = mask.sum(), (mask.sum(1) > 0).sum().float()
+    whole, _ = fn(lp[:, 1:], BatchedDataDict(data), n_seq, n_tok)
+    parts = 0.0
+    for i in range(lp.shape[0]):
+        one = BatchedDataDict({k: v[i : i + 1] for k, v in data.items()})
+        loss, _ = fn(lp[i : i + 1, 1:], one, n_seq, n_tok)
+        parts = parts + loss
+    assert abs(float(parts) - float(whole)) <= 1e-6 * max(1.0, abs(float(whole))), (parts, whole)
