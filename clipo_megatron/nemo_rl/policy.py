@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 import torch
@@ -88,6 +89,20 @@ def load_run_state(step_dir: str) -> dict[str, int] | None:
     return {"step": step}
 
 
+def resume_without_optimizer(weights_path: Any, optimizer_path: Any) -> str | None:
+    """The line to print when NeMo-RL resumes the policy's weights but hands it no optimizer state
+    (Adam restarts; the CLIPO head resumes with its own): NeMo-RL only `warnings.warn`s it, and
+    v0.7.0 does it on every resume with a newer Megatron-Core than its pin."""
+    if not weights_path or optimizer_path:
+        return None
+    return (
+        f"[clipo] WARNING: resuming the policy from {weights_path} without its optimizer state "
+        "(NeMo-RL's get_resume_paths found none): Adam restarts from zero. NeMo-RL v0.7.0 does "
+        "this on every resume with a Megatron-Core newer than its pin (torch_dist checkpoints "
+        "without common.pt; docs/nemo_rl.md); NeMo-RL main reads both layouts."
+    )
+
+
 def warmup_train_result(data, loss_fn) -> dict[str, Any]:
     """What `Policy.train` returns while the policy is held (warm-up): no update, the same metrics.
 
@@ -147,6 +162,11 @@ def make_clipo_policy_class(
             super().__init__(*args, **kwargs)
             self.clipo_cfg = cfg
             self.clipo_state = state
+            lost = resume_without_optimizer(
+                kwargs.get("weights_path"), kwargs.get("optimizer_path")
+            )
+            if lost:
+                print(lost, file=sys.stderr)
             if not cfg.head_runs:  # the baseline: no head built, loaded or saved; the step counter
                 # (the verifier metrics' step) is restored, or a resumed run logs them at step 1
                 weights_path = kwargs.get("weights_path")

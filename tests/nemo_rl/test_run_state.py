@@ -32,3 +32,17 @@ def test_a_malformed_file_is_one_error_naming_it(tmp_path, text):
     (tmp_path / RUN_STATE_FILE).write_text(text)
     with pytest.raises(ValueError, match=rf"{RUN_STATE_FILE}: not a CLIPO run state"):
         load_run_state(str(tmp_path))
+
+
+def test_a_resume_without_optimizer_state_is_said_in_one_line():
+    from clipo_megatron.nemo_rl.policy import resume_without_optimizer
+
+    assert resume_without_optimizer(None, None) is None  # a fresh run
+    assert (
+        resume_without_optimizer("ckpt/step_2/policy/weights", "ckpt/step_2/policy/optimizer")
+        is None
+    )
+    line = resume_without_optimizer("ckpt/step_2/policy/weights", None)
+    assert (
+        line.count("\n") == 0 and "ckpt/step_2/policy/weights" in line and "Adam restarts" in line
+    )
