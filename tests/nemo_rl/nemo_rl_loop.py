@@ -105,6 +105,14 @@ def contract_config(
     return cfg
 
 
+def one_step_config(clipo_on: bool, *, model_dir: Path, out_dir: Path) -> dict[str, Any]:
+    """The GRPO contract recipe for one step: no head-only warm-up (the preflight refuses a warm-up
+    that would leave the policy never updated)."""
+    return contract_config(
+        "grpo", clipo_on, model_dir=model_dir, out_dir=out_dir, max_steps=1, warmup_steps=0
+    )
+
+
 def _field(block, key: str):
     """A `grpo:` field: a pydantic model on main, a TypedDict (plain dict) on v0.7.0."""
     return block[key] if isinstance(block, dict) else getattr(block, key)

@@ -101,17 +101,9 @@ def test_grpo_train_logs_the_verifier_statuses(nemo_rl_cpu, contract_model, tmp_
     """NeMo-RL's real loop (scripts/test_nemo_rl.sh): the `clipo_math` actor grades through the
     pool, its observations reach the advantage step, and grpo_train's logger gets
     train/verify/<status>, one count per rollout, in both arms."""
-    from tests.nemo_rl.nemo_rl_loop import contract_config, run_grpo, train_metrics
+    from tests.nemo_rl.nemo_rl_loop import one_step_config, run_grpo, train_metrics
 
-    cfg = contract_config(  # one step: no head-only warm-up (the preflight refuses one that
-        # would leave the policy never updated)
-        "grpo",
-        clipo_on,
-        model_dir=contract_model,
-        out_dir=tmp_path,
-        max_steps=1,
-        warmup_steps=0,
-    )
+    cfg = one_step_config(clipo_on, model_dir=contract_model, out_dir=tmp_path)
     m = train_metrics(run_grpo(cfg, worker_fqn=nemo_rl_cpu), 1)
     counts = {s: m[f"verify/{s}"] for s in STATUSES}
     # grpo.num_prompts_per_step * generations per prompt: 16 short answers, all graded

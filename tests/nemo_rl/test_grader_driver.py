@@ -63,17 +63,9 @@ def test_the_grader_is_one_key():
 def test_grpo_train_rewards_with_the_paper_grader(nemo_rl_cpu, contract_model, tmp_path):  # noqa: F811
     """NeMo-RL's real loop with `clipo.grader=paper`: NeMo-RL's MasterConfig takes the env entry,
     the actor grades every rollout through the paper grader, the advantage step gets 0 / 1."""
-    from tests.nemo_rl.nemo_rl_loop import contract_config, run_grpo, train_metrics
+    from tests.nemo_rl.nemo_rl_loop import one_step_config, run_grpo, train_metrics
 
-    cfg = contract_config(  # one step: no head-only warm-up (the preflight refuses one that
-        # would leave the policy never updated)
-        "grpo",
-        True,
-        model_dir=contract_model,
-        out_dir=tmp_path,
-        max_steps=1,
-        warmup_steps=0,
-    )
+    cfg = one_step_config(True, model_dir=contract_model, out_dir=tmp_path)
     cfg["clipo"]["grader"] = "paper"
     out = run_grpo(cfg, worker_fqn=nemo_rl_cpu)
     m = train_metrics(out, 1)
