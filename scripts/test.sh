@@ -5,8 +5,13 @@
 #      tests in a second pytest process,
 #   2. the Megatron tests under Python 3.12 / megatron-core >= 0.18 (GPTModel / TransformerConfig API of the newer releases),
 #   3. the recipes and the preflight under NeMo-RL's pinned libraries (.venv_pinned: omegaconf
-#      2.3.1, hydra-core 1.3.2, pydantic, ray, transformers at NeMo-RL's uv.lock versions).
-# Extra arguments go to both pytest runs (e.g. -m "not slow" for a quick pass).
+#      2.3.1, hydra-core 1.3.2, pydantic, ray, transformers at NeMo-RL's uv.lock versions),
+#   4. the contract: NeMo-RL's real grpo_train over NeMo-RL's own Megatron policy worker with the
+#      extension (scripts/test_nemo_rl.sh, its CI set: CONTRIBUTING.md), from NEMO_RL_SRC when set,
+#      else from the NeMo-RL source snapshot beside this checkout (../shared/upstream/NeMo-RL-7ea279a);
+#      with neither, one line says it was skipped and how to run it.
+# Extra arguments go to the pytest runs of legs 1-3 (e.g. -m "not slow" for a quick pass); a caller
+# who picks markers skips leg 4 (one line says how to run it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh --mcore-latest --pinned
@@ -31,4 +36,16 @@ echo "== pytest: Python 3.12, megatron-core $(.venv312/bin/python -c 'import imp
 echo "== pytest: Python 3.12, NeMo-RL's pins (omegaconf $(.venv_pinned/bin/python -c 'import omegaconf; print(omegaconf.__version__)' 2>/dev/null)): recipes + preflight"
 CLIPO_PINNED_LEG=1 .venv_pinned/bin/python -m pytest -q -p no:warnings --timeout=900 \
   tests/nemo_rl/test_recipes_pinned.py tests/nemo_rl/test_preflight.py tests/nemo_rl/test_config.py || status=$?
+SNAPSHOT=../shared/upstream/NeMo-RL-7ea279a
+RUN_CONTRACT="NEMO_RL_SRC=/path/to/NeMo-RL bash scripts/test_nemo_rl.sh -m 'nemo_rl and not contract_full'"
+if [[ " $* " == *" -m "* ]]; then
+  echo "== NeMo-RL contract: skipped (the caller picked markers); run it with: $RUN_CONTRACT"
+elif [ -n "${NEMO_RL_SRC:-}" ] || [ -f "$SNAPSHOT/nemo_rl/__init__.py" ]; then
+  src=${NEMO_RL_SRC:-$SNAPSHOT}
+  from="NEMO_RL_SRC"; [ -z "${NEMO_RL_SRC:-}" ] && from="the source snapshot $SNAPSHOT (NVIDIA-NeMo/RL 7ea279a with Megatron-Bridge 8c46dc42 and Megatron-LM 14346b65 at its pins)"
+  echo "== NeMo-RL contract (CI set: -m 'nemo_rl and not contract_full'): $src, from $from"
+  NEMO_RL_SRC=$src bash scripts/test_nemo_rl.sh -m "nemo_rl and not contract_full" || status=$?
+else
+  echo "== NeMo-RL contract: SKIPPED, no NEMO_RL_SRC and no $SNAPSHOT; run it with: $RUN_CONTRACT"
+fi
 exit $status

@@ -100,19 +100,41 @@ else
   "$VENV/bin/pip" install -q --no-deps --target "$OVERLAY" $OVERLAY_PKGS
   echo "$OVERLAY_PKGS" > "$OVERLAY/.stamp"
 fi
-rev() {  # the checkout's commit, or its directory name when it is not a git work tree of its own
-  if [ -e "$1/.git" ]; then git -C "$1" rev-parse --short HEAD; else basename "$1"; fi
+rev() {  # the checkout's commit, or what names it when it is not a git work tree of its own
+  if [ -e "$1/.git" ]; then git -C "$1" rev-parse --short HEAD
+  else echo "no .git: $(basename "$1")"; fi
 }
 echo "[test_nemo_rl] NeMo-RL $NEMO_RL_SRC ($(rev "$NEMO_RL_SRC")), Bridge $(rev "$BRIDGE_SRC"), Megatron-LM $(rev "$MEGATRON_LM_SRC")"
 export NEMO_RL_SRC BRIDGE_SRC MEGATRON_LM_SRC CLIPO_REAL_WORKER_OVERLAY="$(pwd)/$OVERLAY"
 # this checkout first: NeMo-RL has a `tests` package of its own
 export PYTHONPATH="$(pwd):$MEGATRON_LM_SRC:$BRIDGE_SRC/src:$(pwd)/$OVERLAY:$NEMO_RL_SRC${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
+# Nothing is written into the sources (CI lays them read-only): bytecode goes to a tree of its own
+# here (Ray's actors inherit the variable), Ray's session directory is the suite's own (tests/nemo_rl
+# conftest: CLIPO_RAY_TMP), and no outer RAY_ADDRESS can point the suite at someone else's cluster.
+export PYTHONPYCACHEPREFIX="$(pwd)/.cache/pycache_nemo_rl"
+unset RAY_ADDRESS
 "$VENV/bin/python" -c 'import omegaconf, pydantic, ray, transformers, torch; print("[test_nemo_rl] omegaconf", omegaconf.__version__, "pydantic", pydantic.__version__, "ray", ray.__version__, "transformers", transformers.__version__, "torch", torch.__version__)'
+# What was proven against: the project's own recognition of the source (version, commit or probes).
+"$VENV/bin/python" - <<'EOF' || echo "[test_nemo_rl] clipo_megatron does not recognise this NeMo-RL (the tests say why)"
+from clipo_megatron.nemo_rl.compat import detect
+
+f = detect()
+print(f"[test_nemo_rl] recognised as NeMo-RL {f.name or '(unsupported)'}: version {f.version}, {f.note}")
+EOF
 if [ "${1:-}" = "--bench" ]; then  # bench/bench_real_worker_capture.py in this environment
   shift
   exec "$VENV/bin/python" bench/bench_real_worker_capture.py "$@"
 fi
 paths=(tests/nemo_rl)  # unless the caller names test paths
 for a in "$@"; do [[ "$a" == tests/* ]] && paths=(); done
-exec "$VENV/bin/python" -m pytest -q -p no:warnings --timeout=1800 -m nemo_rl "${paths[@]}" "$@"
+marker=$(mktemp)  # anything in the sources newer than this was written by the suite
+status=0
+"$VENV/bin/python" -m pytest -q -p no:warnings --timeout=1800 -m nemo_rl "${paths[@]}" "$@" || status=$?
+written=$(find "$NEMO_RL_SRC" "$BRIDGE_SRC" "$MEGATRON_LM_SRC" -newer "$marker" -print 2>/dev/null | head -5)
+rm -f "$marker"
+if [ -n "$written" ]; then
+  echo "[test_nemo_rl] FAILED: the suite wrote into the NeMo-RL sources (read-only in CI):" $written >&2
+  status=1
+fi
+exit $status

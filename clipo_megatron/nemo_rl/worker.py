@@ -94,40 +94,63 @@ class ClipoWorkerState:
         # Ray carries host tensors back to the driver, which assembles them by row id.
         return {"sample_idx": rows.cpu(), "rewards": out.rewards.cpu(), "metrics": out.metrics}
 
-    # ---- checkpoints: <step dir>/<head_checkpoint_dir>/head_tp{r}.pt, written by dp_rank 0 / cp_rank 0
+    # ---- checkpoints: <step dir>/<head_checkpoint_dir>/head.pt, the full head (any TP / PP / CP / DP)
 
     @staticmethod
-    def head_path(step_dir: str, cfg: ClipoNemoRLConfig, tp_rank: int) -> str:
-        return os.path.join(step_dir, cfg.head_checkpoint_dir, f"head_tp{tp_rank}.pt")
+    def head_path(step_dir: str, cfg: ClipoNemoRLConfig) -> str:
+        return os.path.join(step_dir, cfg.head_checkpoint_dir, HEAD_FILE)
 
     def save(
-        self, step_dir: str, *, tp_rank: int = 0, writer: bool = True, extra: dict | None = None
+        self, step_dir: str, *, writer: bool = True, tp_group=None, extra: dict | None = None
     ) -> str:
-        path = self.head_path(step_dir, self.cfg, tp_rank)
+        """Every TP rank of the head joins (the sharded tensors are gathered); `writer` saves."""
+        from clipo_megatron.megatron.head_checkpoint import full_trainer_state
+
+        state = full_trainer_state(self.trainer, tp_group)
+        path = self.head_path(step_dir, self.cfg)
         if writer:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            torch.save(
-                {
-                    "trainer": self.trainer.state_dict(),
-                    "extra": extra or {},
-                    "config": self.cfg.method.to_dict(),
-                },
-                path,
-            )
+            payload = {"trainer": state, "extra": extra or {}, "config": self.cfg.method.to_dict()}
+            torch.save(payload, path + ".tmp")
+            os.replace(path + ".tmp", path)  # a reader never sees half a file
         return path
 
-    def load(self, step_dir: str, *, tp_rank: int = 0) -> dict:
-        path = self.head_path(step_dir, self.cfg, tp_rank)
-        if not os.path.exists(path):
-            raise FileNotFoundError(
-                f"no CLIPO head checkpoint at {path}: the run was saved without CLIPO, or "
-                "clipo.head_checkpoint_dir changed; set clipo.enabled=false to resume without it"
-            )
+    def load(self, step_dir: str, *, tp_group=None) -> dict:
         from clipo_megatron.core.safe_load import load_state
+        from clipo_megatron.megatron.head_checkpoint import (
+            assemble_per_rank_states,
+            load_full_trainer_state,
+        )
 
-        state = load_state(path)  # weights only: a head file on shared storage never runs code
-        self.trainer.load_state_dict(state["trainer"])
-        return state.get("extra", {})
+        path = self.head_path(step_dir, self.cfg)
+        # weights only: a head file on shared storage never runs code
+        if os.path.exists(path):
+            saved = load_state(path)
+        else:  # earlier versions wrote one file per TP rank
+            per_rank = _per_rank_files(os.path.dirname(path))
+            if not per_rank:
+                raise FileNotFoundError(
+                    f"no CLIPO head checkpoint at {path}: the run was saved without CLIPO, or "
+                    "clipo.head_checkpoint_dir changed; set clipo.enabled=false to resume "
+                    "without it"
+                )
+            states = [load_state(f) for f in per_rank]
+            embed_dim = self.cfg.method.embed_dim
+            trainer = assemble_per_rank_states([s["trainer"] for s in states], embed_dim)
+            saved = {**states[0], "trainer": trainer}
+        load_full_trainer_state(self.trainer, saved["trainer"], tp_group)
+        return saved.get("extra", {})
+
+
+HEAD_FILE = "head.pt"
+
+
+def _per_rank_files(folder: str) -> list[str]:
+    """head_tp0.pt, head_tp1.pt, ... while they are contiguous from 0 (earlier versions' layout)."""
+    files: list[str] = []
+    while os.path.exists(f := os.path.join(folder, f"head_tp{len(files)}.pt")):
+        files.append(f)
+    return files
 
 
 class ClipoWorkerMixin:
@@ -185,22 +208,23 @@ class ClipoWorkerMixin:
         return True
 
     def clipo_save_head(self, *, step_dir: str, extra: dict | None = None) -> None:
-        """Every worker joins; dp_rank 0 / cp_rank 0 of each TP rank on the last stage writes."""
+        """Every worker joins; the last stage's TP ranks gather the head, its rank with TP, DP and
+        CP rank 0 writes the one full file (loadable at any layout)."""
         from clipo_megatron.megatron import parallel as mp
 
         if self._clipo is not None:
-            writer = mp.data_parallel_rank() == 0 and mp.context_parallel_rank() == 0
-            self._clipo.save(
-                step_dir, tp_rank=mp.tensor_parallel_rank(), writer=writer, extra=extra
+            writer = (
+                mp.data_parallel_rank() == 0
+                and mp.context_parallel_rank() == 0
+                and mp.tensor_parallel_rank() == 0
             )
+            self._clipo.save(step_dir, writer=writer, tp_group=self._clipo_groups.tp, extra=extra)
         torch.distributed.barrier()
 
     def clipo_load_head(self, *, step_dir: str) -> dict:
-        from clipo_megatron.megatron import parallel as mp
-
         if self._clipo is None:
             return {}
-        return self._clipo.load(step_dir, tp_rank=mp.tensor_parallel_rank())
+        return self._clipo.load(step_dir, tp_group=self._clipo_groups.tp)
 
     def clipo_head_state(self) -> dict:
         """The head trainer's state (head, AdamW, steps) as host copies; {} off the last stage.

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -68,12 +69,22 @@ def nemo_rl_cpu(tmp_path_factory):
     # the HF import's Megatron checkpoint, shared by every run of the module (actors inherit it)
     os.environ["NRL_MEGATRON_CHECKPOINT_DIR"] = str(tmp_path_factory.mktemp("megatron_ckpt"))
     ACTOR_ENVIRONMENT_REGISTRY[REAL_WORKER_FQN] = PY_EXECUTABLES.SYSTEM  # the test's own venv
-    ray.init(num_cpus=8, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    # A session directory of the suite's own (short: Ray's socket paths must fit 107 bytes): a
+    # leftover /tmp/ray session or a zombie cluster from an earlier, killed run is not ours to meet.
+    ray_tmp = tempfile.mkdtemp(prefix="clipo_ray_")
+    ray.init(
+        num_cpus=8,
+        include_dashboard=False,
+        ignore_reinit_error=True,
+        log_to_driver=False,
+        _temp_dir=ray_tmp,
+    )
     # NeMo-RL's memory tracker asks Ray for "the" local cluster (address auto): name ours, so a
     # second Ray instance on the machine (another suite, another version) is not ambiguous.
     os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     yield REAL_WORKER_FQN
     ray.shutdown()
+    shutil.rmtree(ray_tmp, ignore_errors=True)
     os.environ.pop("RAY_ADDRESS", None)
     os.environ.pop("NRL_MEGATRON_CHECKPOINT_DIR", None)
 

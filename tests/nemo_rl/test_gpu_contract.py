@@ -137,7 +137,7 @@ def two_steps_and_resume(root: Path, model: Path, dp: int, *, worker_fqn, use_gp
         assert {"reward", "loss", "global_valid_toks", "clipo/loss"} <= set(m), (step, sorted(m))
         assert m["global_valid_toks"] > 0 and math.isfinite(m["clipo/loss"])
         assert m["clipo/policy_updated"] == float(step > WARMUP)
-    head_file = root / "full" / "ckpt" / "step_1" / "clipo_head" / "head_tp0.pt"
+    head_file = root / "full" / "ckpt" / "step_1" / "clipo_head" / "head.pt"
     assert head_file.exists(), f"no CLIPO head saved with the step-1 checkpoint at {head_file}"
 
     ckpt = root / "resumed" / "ckpt"
