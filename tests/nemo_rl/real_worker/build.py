@@ -107,12 +107,14 @@ def contract_policy(model_dir: Path, out_dir: Path, *, dp: int = 1, packing: boo
 def build_worker(
     policy: dict[str, Any],
     *,
-    dp: int,
+    dp: int = 1,
+    sharding=None,
     weights_path: str | None = None,
     optimizer_path: str | None = None,
 ):
     """The product's ClipoMegatronPolicyWorkerImpl, constructed by NeMo-RL's real __init__
-    (call inside `cpu_patches.cpu_worker_patches`, with torch.distributed env vars set)."""
+    (call inside `cpu_patches.cpu_worker_patches`, with torch.distributed env vars set).
+    sharding: NeMo-RL's NamedSharding of the ranks (default: `dp` data-parallel ranks)."""
     import numpy as np
     import transformers
     from nemo_rl.distributed.named_sharding import NamedSharding
@@ -120,10 +122,11 @@ def build_worker(
     from clipo_megatron.nemo_rl.worker_extension import ClipoMegatronPolicyWorkerImpl
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(policy["tokenizer"]["name"])
-    sharding = NamedSharding(
-        layout=np.arange(dp).reshape(1, dp, 1, 1),
-        names=["pipeline_parallel", "data_parallel", "context_parallel", "tensor_parallel"],
-    )
+    if sharding is None:
+        sharding = NamedSharding(
+            layout=np.arange(dp).reshape(1, dp, 1, 1),
+            names=["pipeline_parallel", "data_parallel", "context_parallel", "tensor_parallel"],
+        )
     worker = ClipoMegatronPolicyWorkerImpl.__new__(ClipoMegatronPolicyWorkerImpl)
     worker._transformer_layer_spec = cpu_thd_layer_spec  # the worker's own hook (HF import)
     worker.__init__(

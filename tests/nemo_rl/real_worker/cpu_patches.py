@@ -133,6 +133,13 @@ PATCHES = (
         "for or free; get_device_name, memory stats and mem_get_info: host values",
     ),
     Patch(
+        "sp_block_norm",
+        "mcore:transformer/transformer_block.py",
+        "LayerNormImpl = WrappedTorchNorm",
+        "the block's final norm without TE or Apex is WrappedTorchNorm, which refuses sequence "
+        "parallel: thd_attention.SequenceParallelTorchNorm, as the layers' norms",
+    ),
+    Patch(
         "clip_grads_type",
         "mcore:optimizer/clip_grads.py",
         "assert param.grad.type() == 'torch.cuda.FloatTensor'",
@@ -329,6 +336,11 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
     from megatron.bridge.utils.instantiate_utils import register_allowed_target_prefix
 
     register_allowed_target_prefix("tests.nemo_rl.real_worker.")
+    import megatron.core.transformer.transformer_block as transformer_block
+
+    from tests.nemo_rl.real_worker.thd_attention import SequenceParallelTorchNorm
+
+    put(transformer_block, "LayerNormImpl", SequenceParallelTorchNorm)
     for mod in (clip_grads, mcore_optimizer):
         if hasattr(mod, "clip_grad_by_total_norm_fp32"):
             put(mod, "clip_grad_by_total_norm_fp32", _cpu_clip_grad_by_total_norm_fp32)

@@ -31,6 +31,35 @@ REAL_WORKER_FQN = "tests.nemo_rl.real_worker.ray_worker.RealCpuPolicyWorker"
 _GENERATION = "generation.pt"
 
 
+class _FullVocabModel:
+    """The worker's model as the sampler wants it: full-vocabulary logits on every TP rank. Under
+    TP the output layer returns this rank's vocabulary slice (Megatron's `parallel_output`), so the
+    slices are all-gathered over TP; under sequence parallelism the sequence is padded to a
+    multiple of TP (right padding: a causal model's logits before it do not change). Every TP rank
+    samples with the same seeded generator from the same logits: the same tokens."""
+
+    def __init__(self, model, config):
+        self.model, self.config = model, config
+
+    def eval(self):
+        self.model.eval()
+        return self
+
+    def __call__(self, ids, pos, mask):
+        from megatron.core import parallel_state
+        from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
+
+        tp = parallel_state.get_tensor_model_parallel_world_size()
+        s = ids.shape[1]
+        pad = (-s) % tp if self.config.sequence_parallel else 0
+        if pad:
+            ids = torch.nn.functional.pad(ids, (0, pad))
+            pos = torch.arange(s + pad).expand(ids.shape[0], s + pad)
+            mask = torch.triu(torch.ones(s + pad, s + pad, dtype=torch.bool), 1).view(1, 1, s + pad, s + pad)
+        logits = self.model(ids, pos, mask)[:, :s]  # [B, s, V / tp]
+        return gather_from_tensor_model_parallel_region(logits) if tp > 1 else logits
+
+
 class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
     _transformer_layer_spec = staticmethod(cpu_thd_layer_spec)
 
@@ -57,7 +86,7 @@ class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
         self.model.eval()
         with torch.no_grad():
             out = sample(
-                self.model,
+                _FullVocabModel(self.model, self.megatron_cfg.model),
                 ids,
                 data["input_lengths"],
                 max_new_tokens=int(gen["max_new_tokens"]),

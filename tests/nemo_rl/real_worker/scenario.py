@@ -17,6 +17,10 @@ import torch
 
 B, MAX_LEN = 8, 40
 CLIPO = {"method": {"embed_dim": 16, "seed": 7}}
+# verifier verdicts and prompt groups of the B rows: two groups of 4, each with >= 2 correct and
+# >= 1 incorrect rollout, so both count anchors and r_CL is non-zero on their incorrect rows
+CORRECT = torch.tensor([1, 1, 0, 1, 0, 1, 1, 0])
+GROUPS = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
 
 
 def batch(pad_id: int, vocab: int):
@@ -83,7 +87,7 @@ def hf_train_reference(model_dir: Path, data, lr: float, max_norm: float) -> dic
     return {"loss": float(total), "grad_norm": float(norm), "norm_weight": step}
 
 
-def _final_norm_weight(worker) -> torch.Tensor:
+def final_norm_weight(worker) -> torch.Tensor:
     from clipo_megatron.megatron.microbatch_pooler import find_final_norm
 
     return find_final_norm(worker.model).weight.detach().cpu().clone()  # .cpu(): untagged
@@ -146,7 +150,7 @@ def worker_methods(
         "grad_norm": float(train_out["grad_norm"][0]),
         "lr": float(train_out["all_mb_metrics"]["lr"][0]),
     }
-    res["norm_weight"] = _final_norm_weight(worker)
+    res["norm_weight"] = final_norm_weight(worker)
     after = _state(worker)
     res["moved"] = sum(not torch.equal(before[k], after[k]) for k in after)
 

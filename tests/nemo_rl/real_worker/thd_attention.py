@@ -41,7 +41,25 @@ class PackedSDPAAttention(SDPACoreAttention):
         return query, key, value, slot_mask(cu, query.shape[0]).to(query.device)
 
 
+class SequenceParallelTorchNorm:
+    """torch's RMSNorm / LayerNorm where the model runs sequence parallel, as TransformerEngine's
+    TENorm behaves there (Megatron-Core's `WrappedTorchNorm` refuses SP; TE is GPU-only): a norm is
+    per token, so each TP rank normalises its own slice of the sequence, and the weight is marked
+    `sequence_parallel` so Megatron-Core's `finalize_model_grads` sums its gradient over TP."""
+
+    def __new__(cls, config, hidden_size: int, eps: float = 1e-5, **_unused):
+        kind = torch.nn.RMSNorm if config.normalization == "RMSNorm" else torch.nn.LayerNorm
+        norm = kind(hidden_size, eps=eps)
+        for p in norm.parameters():
+            p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
+        return norm
+
+
 def cpu_thd_layer_spec(*_args, **_kwargs):
-    """Megatron-Core's local GPT layer spec with the packed-capable SDPA attention (a provider's
-    `transformer_layer_spec` callable: Bridge calls it with the provider's config)."""
-    return get_cpu_gpt_layer_spec(core_attention=PackedSDPAAttention)
+    """Megatron-Core's local GPT layer spec with the packed-capable SDPA attention and norms that
+    run sequence parallel (a provider's `transformer_layer_spec` callable: Bridge calls it with the
+    provider's config). The block's final norm: `cpu_patches` (`sp_block_norm`)."""
+    spec = get_cpu_gpt_layer_spec(core_attention=PackedSDPAAttention)
+    spec.submodules.input_layernorm = SequenceParallelTorchNorm
+    spec.submodules.pre_mlp_layernorm = SequenceParallelTorchNorm
+    return spec

@@ -1,0 +1,141 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""NeMo-RL's own worker in the layouts its recipes run: TP (+ SP), PP, DP with the distributed
+optimizer, bf16; each rank's numbers read where they live, for the test to hold against TP 1.
+
+`Layout` is one parallel shape; `layout_policy` makes the contract recipe's policy section run it
+(the parallel sizes, the distributed optimizer with the recipes' grad-reduce / param-gather
+overlap, bf16); `layout_methods` is what each rank runs: NeMo-RL's real `__init__` with the layout's
+`NamedSharding`, `get_logprobs` with the CLIPO pooler, the CLIPO head step (r_CL), one `train`
+step, and a second `get_logprobs` after it (a stale parameter gather shows there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tests.nemo_rl.real_worker import scenario
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    sp: bool = False  # sequence parallel (needs tp > 1)
+    dist_opt: bool = False  # Megatron's distributed optimizer, overlapped as the recipes set it
+    bf16: bool = False
+    head_tp: bool = False  # CLIPO's TP-sharded head (clipo.head_tensor_parallel)
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def name(self) -> str:
+        parts = [f"tp{self.tp}"] + [f"pp{self.pp}"] * (self.pp > 1) + [f"dp{self.dp}"] * (self.dp > 1)
+        parts += ["sp"] * self.sp + ["distopt"] * self.dist_opt + ["bf16"] * self.bf16
+        return "-".join(parts + ["headtp"] * self.head_tp)
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Megatron-Core's default order (tp fastest, then cp, dp, pp), as NeMo-RL's
+        `NamedSharding` lays ranks out: [pp, dp, cp, tp]."""
+        tp, rest = rank % self.tp, rank // self.tp
+        dp, pp = rest % self.dp, rest // self.dp
+        return {"tp": tp, "dp": dp, "pp": pp}
+
+
+def layout_policy(policy: dict[str, Any], layout: Layout) -> dict[str, Any]:
+    """The CPU-ready contract policy (`build.cpu_policy_config`) in `layout`."""
+    policy = dict(policy)
+    mc = policy["megatron_cfg"] = dict(policy["megatron_cfg"])
+    mc.update(
+        tensor_model_parallel_size=layout.tp,
+        pipeline_model_parallel_size=layout.pp,
+        context_parallel_size=1,
+        sequence_parallel=layout.sp,
+    )
+    if layout.bf16:
+        policy["precision"] = "bfloat16"
+        mc["pipeline_dtype"] = "bfloat16"
+    mc["optimizer"] = {
+        **mc["optimizer"],
+        "bf16": layout.bf16,
+        "use_distributed_optimizer": layout.dist_opt,
+    }
+    mc["distributed_data_parallel_config"] = {
+        **mc["distributed_data_parallel_config"],
+        # the recipes (clipo_base.yaml, NeMo-RL's grpo_math_1B_megatron.yaml) overlap both with
+        # the distributed optimizer and reduce gradients in fp32
+        "overlap_grad_reduce": layout.dist_opt,
+        "overlap_param_gather": layout.dist_opt,
+        "grad_reduce_in_fp32": layout.bf16,
+    }
+    return policy
+
+
+def _sharding(layout: Layout):
+    import numpy as np
+    from nemo_rl.distributed.named_sharding import NamedSharding
+
+    return NamedSharding(
+        layout=np.arange(layout.world).reshape(layout.pp, layout.dp, 1, layout.tp),
+        names=["pipeline_parallel", "data_parallel", "context_parallel", "tensor_parallel"],
+    )
+
+
+def layout_methods(
+    rank: int, world: int, out_dir: str, model_dir: str, layout: Layout
+) -> dict[str, Any]:
+    from nemo_rl.algorithms.loss.loss_functions import NLLLossFn
+
+    from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
+    from tests.nemo_rl.real_worker import build
+
+    assert world == layout.world
+    out, model = Path(out_dir), Path(model_dir)
+    policy = layout_policy(build.contract_policy(model, out, dp=layout.dp), layout)
+    worker = build.build_worker(policy, sharding=_sharding(layout))
+    worker.clipo_setup(clipo_cfg={**scenario.CLIPO, "head_tensor_parallel": layout.head_tp})
+    tok = worker.tokenizer
+    data = scenario.batch(tok.pad_token_id, len(tok))
+    pack = {
+        "algorithm": policy["sequence_packing"]["algorithm"],
+        "input_key": "input_ids",
+        "input_lengths_key": "input_lengths",
+        "sequence_length_pad_multiple": policy["make_sequence_length_divisible_by"],
+        "max_tokens_per_microbatch": 2048,
+    }
+    where = layout.coords(rank)
+    res: dict[str, Any] = {"rank": rank, **where}
+
+    # get_logprobs: the driver shards over DP only; TP / PP ranks of a DP rank get the same rows
+    shards, _ = data.shard_by_batch_size(layout.dp, batch_size=None, sequence_packing_args=pack)
+    shard = shards[where["dp"]]
+    res["rows"] = shard[SAMPLE_IDX_KEY].clone()
+    res["lengths"] = shard["input_lengths"].clone()
+    res["logprobs"] = worker.get_logprobs(data=shard)["logprobs"].double()
+    if worker._clipo is not None:  # the last pipeline stage
+        res["pooled_rows"] = worker._clipo.rows.cpu().clone()
+        res["pooled"] = worker._clipo.pooled.detach().float().cpu().clone()
+    correct, groups = scenario.CORRECT, scenario.GROUPS
+    step = worker.clipo_head_step(correct=correct, group_ids=groups, step=0)
+    res["r_cl_rows"], res["r_cl"] = step["sample_idx"], step["rewards"].double()
+
+    shards = data.shard_by_batch_size(layout.dp, batch_size=scenario.B, sequence_packing_args=pack)
+    shards = shards[0] if isinstance(shards, tuple) else shards
+    train_out = worker.train(
+        data=shards[where["dp"]], loss_fn=NLLLossFn(), gbs=scenario.B, mbs=scenario.B // layout.dp
+    )
+    res["train"] = {
+        "loss": float(train_out["global_loss"].sum()),
+        "grad_norm": float(train_out["grad_norm"][0]),
+    }
+    if worker._clipo is not None:
+        res["norm_weight"] = scenario.final_norm_weight(worker).float()
+    shards, _ = data.shard_by_batch_size(layout.dp, batch_size=None, sequence_packing_args=pack)
+    res["logprobs_after"] = worker.get_logprobs(data=shards[where["dp"]])["logprobs"].double()
+    return res

@@ -1,0 +1,120 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""NeMo-RL's own Megatron worker with the CLIPO extension in the layouts NeMo-RL's recipes run,
+each against the TP 1 fp32 run of the same scenario (`layouts.layout_methods`).
+
+Per rank: the logprobs of its DP shard's rows (every TP / PP rank of a DP rank returns them),
+the pooled response states and r_CL where they live (the last pipeline stage; a TP group's
+replicas bit-equal, since every TP rank pools the same all-gathered final-norm states), the loss
+and grad norm of one NeMo-RL `train` step (NLL, packed), the final norm's weight after it, and a
+second `get_logprobs` after the step (which reads every weight: a stale parameter gather of the
+distributed optimizer shows there).
+
+Tolerances (fp32): logprobs and pooled states 1e-5, as the HF comparison of `test_real_worker`:
+TP changes the order of the sums in the vocab-parallel softmax and the row-parallel matmuls, a few
+ulp of values of order 1-10. r_CL = 2 * lambda * (cosine terms) / tau: a cosine error of 1e-6
+becomes 2 * 0.2 / 0.1 * 1e-6 = 4e-6, bound 2e-5. The loss and grad norm: relative 1e-5.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.nemo_rl.real_worker.build import requirements
+from tests.nemo_rl.real_worker.layouts import Layout
+
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow, pytest.mark.multiprocess]
+
+FP32 = {"logprobs": 1e-5, "pooled": 1e-5, "r_cl": 2e-5, "rel": 1e-5, "norm_weight": 1e-6}
+
+CASES = {
+    "tp2-sp": Layout(tp=2, sp=True),
+    "tp2-sp-headtp": Layout(tp=2, sp=True, head_tp=True),
+    "pp2": Layout(pp=2),
+    "dp2-distopt": Layout(dp=2, dist_opt=True),
+}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    missing = requirements()
+    if missing:
+        pytest.skip(missing)
+    from tests.nemo_rl.real_worker import build
+
+    return build.tiny_model(tmp_path_factory.mktemp("layouts") / "model")
+
+
+def _run(layout: Layout, model_dir, tmp_path) -> dict:
+    from tests.nemo_rl.real_worker.layouts import layout_methods
+    from tests.nemo_rl.real_worker.spawn import run_ranks
+
+    return run_ranks(layout_methods, layout.world, str(tmp_path), str(model_dir), layout)
+
+
+@pytest.fixture(scope="module")
+def tp1(model_dir, tmp_path_factory) -> dict:
+    """The one-process fp32 run every layout is held against."""
+    return _run(Layout(), model_dir, tmp_path_factory.mktemp("tp1"))[0]
+
+
+def _by_row(rows: torch.Tensor, values: torch.Tensor) -> dict[int, torch.Tensor]:
+    return {int(r): values[i] for i, r in enumerate(rows)}
+
+
+def _max_err(got: dict, ref: dict, lengths: dict | None = None) -> float:
+    err = 0.0
+    for row, v in got.items():
+        n = int(lengths[row]) if lengths is not None else None
+        a, b = (v[1:n], ref[row][1:n]) if n is not None else (v, ref[row])
+        err = max(err, float((a.double() - b.double()).abs().max()))
+    return err
+
+
+def check_layout(out: dict, ref: dict, layout: Layout, tol: dict) -> dict[str, float]:
+    """Every rank checked; returns the largest error of each quantity against TP 1."""
+    lengths = _by_row(ref["rows"], ref["lengths"])
+    ref_lp, ref_after = _by_row(ref["rows"], ref["logprobs"]), _by_row(ref["rows"], ref["logprobs_after"])
+    ref_pool, ref_rcl = _by_row(ref["pooled_rows"], ref["pooled"]), _by_row(ref["r_cl_rows"], ref["r_cl"])
+    errs = {k: 0.0 for k in ("logprobs", "logprobs_after", "pooled", "r_cl", "loss", "grad_norm", "norm_weight")}
+    covered: list[int] = []
+    last = layout.pp - 1
+    for rank, res in sorted(out.items()):
+        errs["logprobs"] = max(errs["logprobs"], _max_err(_by_row(res["rows"], res["logprobs"]), ref_lp, lengths))
+        errs["logprobs_after"] = max(
+            errs["logprobs_after"], _max_err(_by_row(res["rows"], res["logprobs_after"]), ref_after, lengths)
+        )
+        for key in ("loss", "grad_norm"):
+            rel = abs(res["train"][key] - ref["train"][key]) / abs(ref["train"][key])
+            errs[key] = max(errs[key], rel)
+        if res["pp"] != last:  # nothing pooled off the last stage, and no r_CL rows
+            assert "pooled" not in res and res["r_cl_rows"].numel() == 0, rank
+            continue
+        assert sorted(res["pooled_rows"].tolist()) == sorted(res["rows"].tolist()), rank
+        errs["pooled"] = max(errs["pooled"], _max_err(_by_row(res["pooled_rows"], res["pooled"]), ref_pool))
+        errs["r_cl"] = max(errs["r_cl"], _max_err(_by_row(res["r_cl_rows"], res["r_cl"]), ref_rcl))
+        errs["norm_weight"] = max(
+            errs["norm_weight"], float((res["norm_weight"] - ref["norm_weight"]).abs().max())
+        )
+        if res["tp"] == 0:
+            covered += res["r_cl_rows"].tolist()
+        else:  # a TP replica: bit-equal to its TP rank 0
+            first = next(o for o in out.values() if o["dp"] == res["dp"] and o["pp"] == last and o["tp"] == 0)
+            for key in ("pooled", "r_cl", "norm_weight"):
+                assert torch.equal(res[key], first[key]), (rank, key)
+    assert sorted(covered) == sorted(ref["r_cl_rows"].tolist()), covered  # each row once
+    assert float(ref["r_cl"].abs().max()) > 0  # CLIPO acted on this batch: r_CL is compared
+    bounds = {
+        "logprobs": tol["logprobs"], "logprobs_after": tol["logprobs"], "pooled": tol["pooled"],
+        "r_cl": tol["r_cl"], "loss": tol["rel"], "grad_norm": tol["rel"], "norm_weight": tol["norm_weight"],
+    }  # fmt: skip
+    bad = {k: (errs[k], bounds[k]) for k in errs if errs[k] > bounds[k]}
+    assert not bad, f"{layout.name}: (error, bound) against TP 1: {bad}"
+    return errs
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_layout_equals_tp1(case, tp1, model_dir, tmp_path):
+    layout = CASES[case]
+    errs = check_layout(_run(layout, model_dir, tmp_path), tp1, layout, FP32)
+    print(f"\n[layouts] {layout.name} ({layout.world} processes) largest error vs TP 1: {errs}")
