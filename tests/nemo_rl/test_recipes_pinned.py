@@ -159,13 +159,15 @@ def test_cli_validate_only_in_this_interpreter():
 REPRO = CONFIGS / "reproduce"
 # What a reproduction recipe changes against the recommended one of its track (docs/reproduce.md
 # has a row for each; run/output dirs aside): the authors' grader, their eps, verl's warm-up
-# count, their epochs (Track II) and their validation (every set, their period, before training).
+# count, verl's KL gradient, their epochs (Track II) and their validation (every set, their
+# period, before training).
+AUTHORS_RUN = {"clipo.grader", "clipo.method.log_eps", "clipo.method.warmup_steps"}
+AUTHORS_RUN |= {"loss_fn.kl_gradient"}
+THEIR_VALIDATION = {"data.validation", "grpo.max_val_samples", "grpo.val_at_start"}
+THEIR_VALIDATION |= {"grpo.val_period"}
 REPRO_DIFFS = {
-    "track1": {"clipo.grader", "clipo.method.log_eps", "clipo.method.warmup_steps"}
-    | {"data.validation", "grpo.max_val_samples", "grpo.val_at_start", "grpo.val_period"},
-    "track2": {"clipo.grader", "clipo.method.log_eps", "clipo.method.warmup_steps"}
-    | {"data.validation", "grpo.max_val_samples", "grpo.val_at_start", "grpo.val_period"}
-    | {"grpo.max_num_epochs"},
+    "track1": AUTHORS_RUN | THEIR_VALIDATION,
+    "track2": AUTHORS_RUN | THEIR_VALIDATION | {"grpo.max_num_epochs"},
 }
 RECOMMENDED = {"track1": "track1_qwen3b.yaml", "track2": "track2_qwen7b.yaml"}
 # track -> (epochs, head-only steps, validation period, validation sets)
@@ -221,6 +223,7 @@ def test_reproduction_recipes_are_the_authors_runs(recipe, monkeypatch):
     track = recipe.stem.split("_")[0]
     epochs, warmup, period, sets = THEIR_SCHEDULE[track]
     assert clipo.grader == "paper" and clipo.method.log_eps == 1e-8
+    assert cfg["loss_fn"]["kl_gradient"] == "k3"  # verl's low_var_kl
     assert clipo.method.warmup_steps == warmup and cfg["grpo"]["max_num_epochs"] == epochs
     assert cfg["grpo"]["val_period"] == period and len(cfg["data"]["validation"]) == sets
     assert cfg["grpo"]["val_at_start"] and cfg["grpo"]["val_at_end"]
