@@ -162,7 +162,7 @@ REPRO = CONFIGS / "reproduce"
 # count, verl's KL gradient, their epochs (Track II) and their validation (every set, their
 # period, before training).
 AUTHORS_RUN = {"clipo.grader", "clipo.method.log_eps", "clipo.method.warmup_steps"}
-AUTHORS_RUN |= {"loss_fn.kl_gradient", "clipo.drop_overlong_prompts"}
+AUTHORS_RUN |= {"loss_fn.kl_gradient", "clipo.drop_overlong_prompts", "clipo.pool_last_token"}
 THEIR_VALIDATION = {"data.validation", "grpo.max_val_samples", "grpo.val_at_start"}
 THEIR_VALIDATION |= {"grpo.val_period"}
 REPRO_DIFFS = {
@@ -225,6 +225,7 @@ def test_reproduction_recipes_are_the_authors_runs(recipe, monkeypatch):
     assert clipo.grader == "paper" and clipo.method.log_eps == 1e-8
     assert cfg["loss_fn"]["kl_gradient"] == "k3"  # verl's low_var_kl
     assert clipo.drop_overlong_prompts  # verl's filter_overlong_prompts
+    assert clipo.pool_last_token is False  # their SGLang states: y1..y(T-1)
     assert clipo.method.warmup_steps == warmup and cfg["grpo"]["max_num_epochs"] == epochs
     assert cfg["grpo"]["val_period"] == period and len(cfg["data"]["validation"]) == sets
     assert cfg["grpo"]["val_at_start"] and cfg["grpo"]["val_at_end"]
@@ -242,8 +243,8 @@ def test_reproduction_recipes_are_the_authors_runs(recipe, monkeypatch):
 
 @needs_data
 def test_print_config_shows_the_authors_knobs(tmp_path):
-    """`--validate-only --print-config` of a reproduction recipe: verl's KL gradient and prompt
-    filter in the resolved config, the filter in the OK line (the tokenizer is not cached here,
+    """`--validate-only --print-config` of a reproduction recipe: verl's KL gradient, its prompt
+    filter and the authors' pooled positions in the resolved config, the filter in the OK line (the tokenizer is not cached here,
     so the line says the count is left to the run; test_prompt_filter.py checks the count)."""
     import json
 
@@ -253,6 +254,7 @@ def test_print_config_shows_the_authors_knobs(tmp_path):
     resolved = json.loads(out_file.read_text())
     assert resolved["config"]["loss_fn"]["kl_gradient"] == "k3"
     assert resolved["clipo"]["drop_overlong_prompts"] is True
+    assert resolved["clipo"]["pool_last_token"] is False
     assert resolved["config"]["data"]["max_input_seq_length"] == 512
     assert "prompts over 512 tokens are dropped" in out.stdout.splitlines()[-1]
 
