@@ -187,6 +187,6 @@ def _clipo(report: Report, config: dict[str, Any]) -> str | None:
     if report.clipo.grader == "paper" and importlib.util.find_spec("pylatexenc") is None:
         return (
             "clipo.grader=paper needs pylatexenc (the authors' checker's LaTeX converter), which "
-            "is not installed; pip install 'pylatexenc>=2.10,<3' (the runner extra has it)"
+            "is not installed; pip install 'pylatexenc>=2.10,<3' (a dependency of this package)"
         )
     return None
