@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torch.utils.data import Subset
+
 # No processor truncates while lengths are measured.
 _NO_LIMIT = sys.maxsize
 
@@ -41,11 +43,13 @@ def kept(lengths: Iterable[int], limit: int) -> list[int]:
 
 def drop_from_dataset(dataset: Any, limit: int) -> PromptCount:
     """Drop the rows of a NeMo-RL `AllTaskProcessedDataset` whose prompt is over `limit` tokens
-    (the processor's `length`, measured before it truncates); returns the count."""
+    (the processor's `length`, measured before it truncates); returns the count. Its rows are an
+    HF `Dataset` (`select`) or, for mixed sources, NeMo-RL's `ConcatDataset` (a `Subset`)."""
     lengths = [int(dataset[i]["length"]) for i in range(len(dataset))]
     keep = kept(lengths, limit)
     if len(keep) < len(lengths):
-        dataset.dataset = dataset.dataset.select(keep)
+        rows = dataset.dataset
+        dataset.dataset = rows.select(keep) if hasattr(rows, "select") else Subset(rows, keep)
     return PromptCount(len(lengths) - len(keep), len(lengths), limit)
 
 

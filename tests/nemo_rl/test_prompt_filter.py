@@ -9,6 +9,8 @@ is the characters of a hand-built prompt.
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from clipo_megatron.nemo_rl import prompt_filter as pfl
@@ -64,6 +66,50 @@ def test_drop_from_dataset_keeps_the_rows_verl_keeps():
     ds = _Processed([510, 513, 512, 600])
     assert pfl.drop_from_dataset(ds, 512) == pfl.PromptCount(2, 4, 512)
     assert list(ds.dataset) == [510, 512]
+
+
+def test_rows_without_select_are_subset():
+    """NeMo-RL merges mixed sources into a `ConcatDataset`, which has no `select`."""
+
+    class Plain(list):  # indexable, no select
+        pass
+
+    ds = _Processed([])
+    ds.dataset = Plain([510, 513, 512])
+    assert pfl.drop_from_dataset(ds, 512) == pfl.PromptCount(1, 3, 512)
+    assert len(ds) == 2 and [ds[i]["length"] for i in range(2)] == [510, 512]
+
+
+class _NoBosTok(_Tok):
+    """The stand-in as NeMo-RL's double-BOS check reads a processor: a wrapped tokenizer."""
+
+    tokenizer = types.SimpleNamespace(bos_token_id=None)
+
+
+@pytest.mark.nemo_rl
+def test_nemo_rls_processed_dataset_is_filtered_in_place():
+    """On NeMo-RL's own AllTaskProcessedDataset over an HF Dataset and over its ConcatDataset
+    (needs NeMo-RL importable: NEMO_RL_SRC on PYTHONPATH, scripts/test_nemo_rl.sh)."""
+    try:
+        from datasets import Dataset
+        from nemo_rl.data.datasets.processed_dataset import AllTaskProcessedDataset
+        from nemo_rl.data.datasets.utils import merge_datasets
+        from nemo_rl.data.interfaces import TaskDataSpec
+    except ImportError as e:
+        pytest.skip(
+            f"NeMo-RL does not import here ({e}); set NEMO_RL_SRC (scripts/test_nemo_rl.sh)"
+        )
+    ks = [10, 40, 20, 30]
+    rows = [{**_row(k), "task_name": "math"} for k in ks]
+    procs = {"math": (TaskDataSpec(task_name="math"), PROCESSORS["clipo_math"])}
+    limit = _length(20)
+    for data in (Dataset.from_list(rows), merge_datasets([Dataset.from_list(rows), rows[:1]])):
+        ds = AllTaskProcessedDataset(data, _NoBosTok(), None, procs, max_seq_length=limit)
+        n = len(ds)
+        count = pfl.drop_from_dataset(ds, limit)
+        left = [ds[i] for i in range(len(ds))]
+        assert count.dropped == 2 and count.total == n
+        assert all(d["length"] <= limit and d["loss_multiplier"] == 1.0 for d in left)
 
 
 def test_the_driver_filters_training_and_validation(capsys):
