@@ -73,8 +73,13 @@ def prompt_lengths(path: Path, processor: str, tokenizer: Any) -> list[int]:
     ]
 
 
+class NotCountable(ValueError):
+    """The preflight cannot count here (the run still filters): the reason is in the line."""
+
+
 def count_in_files(config: dict[str, Any], tokenizer: Any) -> PromptCount:
     """The training rows `drop_from_dataset` will drop, from the recipe's parquet files."""
+    from clipo_megatron.nemo_rl.data import PROCESSORS
     from clipo_megatron.nemo_rl.preflight_data import entries, local_file
 
     data = config["data"]
@@ -82,8 +87,8 @@ def count_in_files(config: dict[str, Any], tokenizer: Any) -> PromptCount:
     dropped = total = 0
     for label, entry in entries(data, "train"):
         path = local_file(entry)
-        if path is None or entry.get("processor") is None:
-            raise ValueError(f"{label}: needs a local parquet data_path and a clipo_* processor")
+        if path is None or path.suffix != ".parquet" or entry.get("processor") not in PROCESSORS:
+            raise NotCountable(f"{label} is not a local parquet file with a clipo_* processor")
         lengths = prompt_lengths(path, entry["processor"], tokenizer)
         dropped += len(lengths) - len(kept(lengths, limit))
         total += len(lengths)
@@ -91,14 +96,16 @@ def count_in_files(config: dict[str, Any], tokenizer: Any) -> PromptCount:
 
 
 def preflight_line(config: dict[str, Any]) -> str:
-    """The preflight's count, or why it could not count (the run still filters)."""
+    """The preflight's count, or why it could not count (the run still filters and prints it)."""
     name = str(((config.get("policy") or {}).get("tokenizer") or {}).get("name", ""))
+    why = ""
     try:
-        tokenizer = load_tokenizer(name)
-    except Exception as e:  # not in the local cache: say so, never download
-        return (
-            f"prompts over {config['data']['max_input_seq_length']} tokens are dropped at the "
-            f"start of the run; not counted here: tokenizer {name!r} is not available locally "
-            f"({type(e).__name__})"
-        )
-    return count_in_files(config, tokenizer).line()
+        return count_in_files(config, load_tokenizer(name)).line()
+    except NotCountable as e:
+        why = str(e)
+    except OSError as e:  # not in the local cache: say so, never download
+        why = f"tokenizer {name!r} is not available locally ({type(e).__name__})"
+    return (
+        f"prompts over {config['data']['max_input_seq_length']} tokens are dropped at the start "
+        f"of the run; not counted here: {why}"
+    )

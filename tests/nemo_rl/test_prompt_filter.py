@@ -156,6 +156,16 @@ def test_without_the_tokenizer_the_preflight_says_so(tmp_path, monkeypatch):
     assert "not counted here: tokenizer 'Qwen/Qwen2.5-7B-Instruct' is not available" in line
 
 
+def test_data_it_cannot_read_is_left_to_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(pfl, "load_tokenizer", lambda name: _Tok())
+    config = _config(tmp_path, [10], 512)
+    config["data"]["train"] = {"data_path": "openai/gsm8k", "processor": "clipo_gsm8k"}
+    assert pfl.preflight_line(config) == (
+        "prompts over 512 tokens are dropped at the start of the run; not counted here: "
+        "data.train is not a local parquet file with a clipo_* processor"
+    )
+
+
 def test_the_ok_line_carries_the_count():
     import importlib.util
     from pathlib import Path
