@@ -51,13 +51,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     return p.parse_known_args(argv)
 
 
-def ok_line(recipe: Path, warnings: int, written: Path | None) -> str:
-    """The one line a passing preflight prints (the config itself only on request)."""
+def ok_line(
+    recipe: Path, warnings: int, written: Path | None, prompt_filter: str | None = None
+) -> str:
+    """The one line a passing preflight prints (the config itself only on request), with the
+    over-long prompts the run drops when `clipo.drop_overlong_prompts` is on."""
     where = (
         f"written to {written}" if written else "--verbose prints it, --print-config FILE saves it"
     )
     noted = f" with {warnings} warning(s) above" if warnings else ""
-    return f"preflight OK: {recipe}{noted}; resolved config {where}"
+    dropped = f"; {prompt_filter}" if prompt_filter else ""
+    return f"preflight OK: {recipe}{noted}{dropped}; resolved config {where}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         if args.verbose:
             print(resolved)
-        print(ok_line(args.config, len(report.warnings), args.print_config))
+        print(ok_line(args.config, len(report.warnings), args.print_config, report.prompt_filter))
         return 0
     from clipo_megatron.nemo_rl.driver import run
 

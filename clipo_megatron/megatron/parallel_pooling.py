@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Mean pooling of response hidden states when tokens are sharded (SP, CP, THD).
 
-Rule (DESIGN.md): each rank sums the response tokens it holds, then the
+Rule: each rank sums the response tokens it holds, then the
 partial sums [B, D] are all-reduced over the groups that split the sequence
 (TP when sequence parallel, CP) — D floats per sequence, never a gather of
 [S, B, D]. Token counts come from the full response mask every rank already

@@ -45,6 +45,12 @@ class ClipoNemoRLConfig(ClipoBlock):
     head_tensor_parallel: bool = False
     # Sub-directory of a NeMo-RL checkpoint (step_N/) holding the head state.
     head_checkpoint_dir: str = "clipo_head"
+    # Drop prompts over data.max_input_seq_length tokens before the run, as verl's
+    # filter_overlong_prompts (nemo_rl/prompt_filter.py); false: NeMo-RL's truncate-and-mask.
+    drop_overlong_prompts: bool = False
+    # Pool every response position y1..yT (true) or y1..y(T-1), the states the authors'
+    # SGLang patch sums (false; megatron/pooled_positions.py).
+    pool_last_token: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -52,6 +58,9 @@ class ClipoNemoRLConfig(ClipoBlock):
             raise ValueError(
                 f"clipo.head_checkpoint_dir={self.head_checkpoint_dir!r} must be a plain directory name"
             )
+        for key in ("drop_overlong_prompts", "pool_last_token"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"clipo.{key}={getattr(self, key)!r} must be true or false")
 
 
 # ----------------------------------------------------------------------------- validation

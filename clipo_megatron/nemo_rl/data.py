@@ -80,7 +80,9 @@ def clipo_data_processor(
 ) -> dict[str, Any]:
     """NeMo-RL TaskDataProcessFn: the paper's prompt; ground truth into `extra_env_info`.
 
-    Over-long prompts are truncated and masked (loss_multiplier 0), as NeMo-RL's math processors do.
+    A prompt over `max_seq_length` tokens is truncated and masked (loss_multiplier 0), as
+    NeMo-RL's math processors do; one of exactly `max_seq_length` fits (verl keeps `<=`), so
+    with `clipo.drop_overlong_prompts` every row left is trained on (nemo_rl/prompt_filter.py).
     """
     problem, answer = _problem_and_answer(datum_dict, input_key, output_key)
     messages = [{"role": "user", "content": build_prompt(problem, dataset)}]
@@ -90,7 +92,7 @@ def clipo_data_processor(
     token_ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"][0]
     length = int(token_ids.shape[0])
     loss_multiplier = 1.0
-    if length >= max_seq_length:
+    if length > max_seq_length:
         token_ids = token_ids[: min(4, max_seq_length)]
         loss_multiplier = 0.0
     return {

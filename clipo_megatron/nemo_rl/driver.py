@@ -91,7 +91,24 @@ def prepare(config: dict[str, Any]):
     master.policy["generation"] = configure_generation_config(
         master.policy["generation"], tokenizer
     )
-    return master, tokenizer, setup_response_data(tokenizer, master.data, master.env)
+    data = setup_response_data(tokenizer, master.data, master.env)
+    if ClipoNemoRLConfig.from_dict(config.get("clipo")).drop_overlong_prompts:
+        drop_overlong_prompts(data[0], data[1], int(master.data["max_input_seq_length"]))
+    return master, tokenizer, data
+
+
+def drop_overlong_prompts(dataset: Any, val_dataset: Any, limit: int) -> None:
+    """verl's filter_overlong_prompts on NeMo-RL's datasets (one per task with
+    `use_multiple_dataloader`): the training and the validation rows, as verl builds both."""
+    from clipo_megatron.nemo_rl.prompt_filter import drop_from_dataset
+
+    train = dataset.values() if isinstance(dataset, dict) else [dataset]
+    for name, sets in (("training", train), ("validation", [val_dataset])):
+        for ds in sets:
+            if ds is not None:
+                print(
+                    f"  clipo.drop_overlong_prompts: {name}: {drop_from_dataset(ds, limit).line()}"
+                )
 
 
 def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU cluster

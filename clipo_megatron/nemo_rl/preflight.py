@@ -15,7 +15,9 @@ It runs in seconds on a laptop, with or without NeMo-RL importable:
 4. data files exist with the columns their dataset class reads; no training row is validated
    on (`preflight_data`);
 5. parallel sizes fit the model and NeMo-RL's padding / batch rules (`preflight_parallel`);
-6. unless `cluster_env=False` (laptops, CI): the environment the cluster run needs.
+6. unless `cluster_env=False` (laptops, CI): the environment the cluster run needs;
+7. with `clipo.drop_overlong_prompts`, how many training prompts the run drops
+   (`prompt_filter`, `Report.prompt_filter`: part of the OK line).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Report:
     clipo: ClipoNemoRLConfig | None = None
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    prompt_filter: str | None = None  # "dropped N of M prompts over L tokens", when filtering
 
     @property
     def ok(self) -> bool:
@@ -163,6 +166,13 @@ def preflight_config(config: dict[str, Any], *, cluster_env: bool = True) -> Rep
             problems, warnings = [f"{name}: cannot check ({type(e).__name__}: {_one_line(e)})"], []
         report.problems += [p for p in problems if p]
         report.warnings += warnings
+    if report.ok and report.clipo is not None and report.clipo.drop_overlong_prompts:
+        from clipo_megatron.nemo_rl.prompt_filter import preflight_line
+
+        try:
+            report.prompt_filter = preflight_line(config)
+        except Exception as e:  # a file or processor it cannot read: name it
+            report.problems.append(f"clipo.drop_overlong_prompts: cannot count ({_one_line(e)})")
     return report
 
 
@@ -174,4 +184,9 @@ def _clipo(report: Report, config: dict[str, Any]) -> str | None:
         if msg.startswith(("invalid literal", "could not convert")):  # int() / float() of a key
             return f"clipo / cross-field rules: cannot check ({msg}); fix the value named below"
         return msg
+    if report.clipo.grader == "paper" and importlib.util.find_spec("pylatexenc") is None:
+        return (
+            "clipo.grader=paper needs pylatexenc (the authors' checker's LaTeX converter), which "
+            "is not installed; pip install 'pylatexenc>=2.10,<3' (a dependency of this package)"
+        )
     return None

@@ -22,7 +22,7 @@ from typing import Any
 FILE_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".arrow", ".txt")
 
 
-def _entries(data: dict[str, Any], section: str) -> list[tuple[str, dict[str, Any]]]:
+def entries(data: dict[str, Any], section: str) -> list[tuple[str, dict[str, Any]]]:
     """[(label, entry filled from data.default)] as `update_single_dataset_config` fills them."""
     node = data.get(section)
     if node is None:
@@ -62,7 +62,7 @@ def columns_read(entry: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def _local_file(entry: dict[str, Any]) -> Path | None:
+def local_file(entry: dict[str, Any]) -> Path | None:
     p = entry.get("data_path")
     return Path(str(p)).expanduser() if p and str(p).endswith(FILE_SUFFIXES) else None
 
@@ -72,8 +72,8 @@ def check_files(data: dict[str, Any]) -> tuple[list[str], list[str]]:
     problems: list[str] = []
     warnings: list[str] = []
     for section in ("train", "validation"):
-        for label, entry in _entries(data, section):
-            path = _local_file(entry)
+        for label, entry in entries(data, section):
+            path = local_file(entry)
             name = entry.get("dataset_name", "ResponseDataset")
             if path is None:
                 if entry.get("data_path"):
@@ -122,8 +122,8 @@ def _row_keys(path: Path, column: str) -> set[str]:
 def check_overlap(data: dict[str, Any]) -> list[str]:
     """No training row may also be a validation row."""
     problems: list[str] = []
-    train = _entries(data, "train")
-    val = _entries(data, "validation")
+    train = entries(data, "train")
+    val = entries(data, "validation")
     for label, entry in train:
         split = entry.get("split_validation_size", 0)
         if split is None:
@@ -137,9 +137,9 @@ def check_overlap(data: dict[str, Any]) -> list[str]:
                 f"into validation next to {val[0][0]}; set {label}.split_validation_size=0"
             )
     for tl, te in train:
-        tp = _local_file(te)
+        tp = local_file(te)
         for vl, ve in val:
-            vp = _local_file(ve)
+            vp = local_file(ve)
             if tp is None or vp is None or not (tp.is_file() and vp.is_file()):
                 continue
             if tp.resolve() == vp.resolve():

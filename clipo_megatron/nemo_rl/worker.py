@@ -165,13 +165,17 @@ class ClipoWorkerMixin:
     _clipo: ClipoWorkerState | None = None
     _clipo_groups: Any = None
     _clipo_iterator_module: Any = None
+    _clipo_pool_last_token: bool = True  # clipo.pool_last_token
 
     def get_logprobs(self, *, data, micro_batch_size=None, **kwargs):
         if self._clipo_groups is None or SAMPLE_IDX_KEY not in data:  # reference pass / CLIPO off
             return super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)
         g = self._clipo_groups
         pooler = MicrobatchPooler(
-            tp_group=g.tp, cp_group=g.cp, sequence_parallel=g.sequence_parallel
+            tp_group=g.tp,
+            cp_group=g.cp,
+            sequence_parallel=g.sequence_parallel,
+            pool_last_token=self._clipo_pool_last_token,
         )
         norm = find_final_norm(self.model) if self._clipo is not None else None
         with teed_microbatches(self._clipo_iterator_module, pooler), pooler.hooked(norm):
@@ -187,6 +191,7 @@ class ClipoWorkerMixin:
         from clipo_megatron.megatron.parallel import ParallelGroups
 
         cfg = ClipoNemoRLConfig.from_dict(clipo_cfg)
+        self._clipo_pool_last_token = cfg.pool_last_token
         mcfg = self._clipo_model_config()  # type: ignore[attr-defined]  # the concrete worker's
         self._clipo_groups = ParallelGroups.from_parallel_state(
             sequence_parallel=bool(mcfg.sequence_parallel)

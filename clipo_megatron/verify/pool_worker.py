@@ -50,13 +50,16 @@ def _grade_timed(
 ) -> Verdict:
     """One answer under this worker's alarm (the worker's main thread)."""
     from clipo_megatron.verify.extract import graded_answer
-    from clipo_megatron.verify.paper import graded_answer as paper_graded_answer
 
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        if extract:  # what this grader reads
-            read = paper_graded_answer if grader == "paper" else graded_answer
-            answer = read(response, kind)
+        if extract:  # what this grader reads (the paper grader's module only when it grades)
+            if grader == "paper":
+                from clipo_megatron.verify.paper import graded_answer as paper_graded_answer
+
+                answer = paper_graded_answer(response, kind)
+            else:
+                answer = graded_answer(response, kind)
         else:
             answer = None
         score = float(resolve_grader(grader)(response, gt, kind))

@@ -174,3 +174,59 @@ def test_gmpo_is_verls_geo_mean():
     torch.testing.assert_close(grad, g_ref, rtol=0, atol=1e-12)
     tok, _ = runner_loss("gmpo", lp, data, kl_coef=0.0, aggregation="token-mean")
     assert abs(tok - loss) > 1e-3  # the named token-mean option is a different number
+
+
+@pytest.mark.parametrize(
+    "d, value, grad",
+    [  # d = ref - logp; verl's low_var_kl: clamp(d, -20, 20), e^d - d - 1, clamp(-10, 10)
+        (1.0, math.e - 2, 1 - math.e),  # d/dlogp (e^d - d - 1) = 1 - e^d
+        (-1.0, math.exp(-1), 1 - math.exp(-1)),
+        (0.0, 0.0, 0.0),
+        (3.0, 10.0, 0.0),  # e^3 - 4 = 16.1: the output clamp holds it at 10, no gradient
+        (25.0, 10.0, 0.0),  # the input clamp (20), then the output clamp
+        (-25.0, 10.0, 0.0),  # e^-20 + 20 - 1 = 19: both clamps, no gradient
+    ],
+)
+def test_k3_gradient_is_verls_low_var_kl(d, value, grad):
+    """`kl_gradient: k3` (the reproduction recipes') is verl's `low_var_kl` term, value and
+    gradient, its clamps included; the default `kl` has gradient logp - ref instead."""
+    from clipo_megatron.core.policy_loss import kl_terms
+
+    logp = torch.tensor([[-2.0]], dtype=torch.float64, requires_grad=True)
+    ref = logp.detach() + d
+    kl = kl_terms(logp, ref, torch.ones(1, 1, dtype=torch.float64), "k3")
+    (g,) = torch.autograd.grad(kl.sum(), logp)
+    assert float(kl) == pytest.approx(value, abs=1e-12)
+    assert float(g) == pytest.approx(grad, abs=1e-12)
+    if d == 1.0:  # the other form: gradient -d (= logp - ref), same value
+        kl_form = kl_terms(logp, ref, torch.ones(1, 1, dtype=torch.float64), "kl")
+        (g_kl,) = torch.autograd.grad(kl_form.sum(), logp)
+        assert float(kl_form) == pytest.approx(value) and float(g_kl) == pytest.approx(-d)
+
+
+def test_verls_micro_batch_token_mean_weights_a_token_by_mean_length_ratio():
+    """docs/reproduce.md's expected size of the token-mean difference: verl (dynamic batch size)
+    takes each micro-batch's token mean scaled by its rows / the mini-batch's rows; relative to
+    the global token mean (NeMo-RL), a token of micro-batch m then weighs L / L_m (L: the
+    mini-batch's mean response length, L_m: the micro-batch's). Both sides use this project's
+    token-mean loss; verl's composition is its dp_actor scaling."""
+    b, t = 5, 8
+    lengths = torch.tensor([2, 3, 8, 7, 6])  # micro-batches: rows 0-1 (short), rows 2-4 (long)
+    mask = (torch.arange(t)[None, :] < lengths[:, None]).double()
+    lp = torch.full((b, t), -1.0, dtype=torch.float64, requires_grad=True)
+    adv = torch.linspace(-1.0, 1.0, b, dtype=torch.float64)
+    kw = {"objective": "grpo", "kl_coef": 0.0}
+    (g_global,) = torch.autograd.grad(
+        policy_objective_loss(lp, lp.detach(), adv, mask, **kw)[0], lp
+    )
+    verl = sum(
+        policy_objective_loss(lp[s], lp.detach()[s], adv[s], mask[s], **kw)[0] * (len(rows) / b)
+        for rows, s in ((range(0, 2), slice(0, 2)), (range(2, 5), slice(2, 5)))
+    )
+    (g_verl,) = torch.autograd.grad(verl, lp)
+    mean_len = float(lengths.sum()) / b  # 26 / 5
+    ratio = torch.ones(b, t, dtype=torch.float64)
+    ratio[:2] = mean_len / 2.5  # L_m = (2 + 3) / 2
+    ratio[2:] = mean_len / 7.0  # L_m = (8 + 7 + 6) / 3
+    on = mask.bool()
+    torch.testing.assert_close(g_verl[on], (ratio * g_global)[on], rtol=1e-12, atol=0)

@@ -58,6 +58,27 @@ def test_the_grader_is_one_key():
         EnvSettings.from_cfg({"grader": "x"})
 
 
+def test_the_preflight_names_a_missing_pylatexenc(monkeypatch):
+    """The paper grader's LaTeX step is pylatexenc's: an install without it fails the preflight
+    in one line, not every answer with a backslash in the middle of a run."""
+    import importlib.util
+
+    from clipo_megatron.nemo_rl import preflight as pf
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "pylatexenc" else find_spec(n, *a)
+    )
+    monkeypatch.setattr(pf, "nemo_rl_importable", lambda: False)
+    problems = pf.preflight_config(load_recipe(RECIPE, ["clipo.grader=paper"]), cluster_env=False)
+    assert [p for p in problems.problems if "pylatexenc" in p] == [
+        "clipo.grader=paper needs pylatexenc (the authors' checker's LaTeX converter), which is "
+        "not installed; pip install 'pylatexenc>=2.10,<3' (a dependency of this package)"
+    ]
+    ok = pf.preflight_config(load_recipe(RECIPE, ["clipo.grader=math_verify"]), cluster_env=False)
+    assert not [p for p in ok.problems if "pylatexenc" in p]
+
+
 @pytest.mark.nemo_rl
 @pytest.mark.slow
 def test_grpo_train_rewards_with_the_paper_grader(nemo_rl_cpu, contract_model, tmp_path):  # noqa: F811

@@ -159,13 +159,15 @@ def test_cli_validate_only_in_this_interpreter():
 REPRO = CONFIGS / "reproduce"
 # What a reproduction recipe changes against the recommended one of its track (docs/reproduce.md
 # has a row for each; run/output dirs aside): the authors' grader, their eps, verl's warm-up
-# count, their epochs (Track II) and their validation (every set, their period, before training).
+# count, verl's KL gradient, their epochs (Track II) and their validation (every set, their
+# period, before training).
+AUTHORS_RUN = {"clipo.grader", "clipo.method.log_eps", "clipo.method.warmup_steps"}
+AUTHORS_RUN |= {"loss_fn.kl_gradient", "clipo.drop_overlong_prompts", "clipo.pool_last_token"}
+THEIR_VALIDATION = {"data.validation", "grpo.max_val_samples", "grpo.val_at_start"}
+THEIR_VALIDATION |= {"grpo.val_period"}
 REPRO_DIFFS = {
-    "track1": {"clipo.grader", "clipo.method.log_eps", "clipo.method.warmup_steps"}
-    | {"data.validation", "grpo.max_val_samples", "grpo.val_at_start", "grpo.val_period"},
-    "track2": {"clipo.grader", "clipo.method.log_eps", "clipo.method.warmup_steps"}
-    | {"data.validation", "grpo.max_val_samples", "grpo.val_at_start", "grpo.val_period"}
-    | {"grpo.max_num_epochs"},
+    "track1": AUTHORS_RUN | THEIR_VALIDATION,
+    "track2": AUTHORS_RUN | THEIR_VALIDATION | {"grpo.max_num_epochs"},
 }
 RECOMMENDED = {"track1": "track1_qwen3b.yaml", "track2": "track2_qwen7b.yaml"}
 # track -> (epochs, head-only steps, validation period, validation sets)
@@ -221,6 +223,9 @@ def test_reproduction_recipes_are_the_authors_runs(recipe, monkeypatch):
     track = recipe.stem.split("_")[0]
     epochs, warmup, period, sets = THEIR_SCHEDULE[track]
     assert clipo.grader == "paper" and clipo.method.log_eps == 1e-8
+    assert cfg["loss_fn"]["kl_gradient"] == "k3"  # verl's low_var_kl
+    assert clipo.drop_overlong_prompts  # verl's filter_overlong_prompts
+    assert clipo.pool_last_token is False  # their SGLang states: y1..y(T-1)
     assert clipo.method.warmup_steps == warmup and cfg["grpo"]["max_num_epochs"] == epochs
     assert cfg["grpo"]["val_period"] == period and len(cfg["data"]["validation"]) == sets
     assert cfg["grpo"]["val_at_start"] and cfg["grpo"]["val_at_end"]
@@ -234,6 +239,45 @@ def test_reproduction_recipes_are_the_authors_runs(recipe, monkeypatch):
     for key, name in model.items():
         if f"_{key}_" in recipe.stem:
             assert cfg["policy"]["model_name"].startswith(name)
+
+
+@needs_data
+def test_print_config_shows_the_authors_knobs(tmp_path):
+    """`--validate-only --print-config` of a reproduction recipe: verl's KL gradient, its prompt
+    filter and the authors' pooled positions in the resolved config, the filter in the OK line (the tokenizer is not cached here,
+    so the line says the count is left to the run; test_prompt_filter.py checks the count)."""
+    import json
+
+    out_file = tmp_path / "resolved.json"
+    out = _validate_only(REPRO / "track2_grpo_clipo.yaml", "--print-config", str(out_file))
+    assert out.returncode == 0, out.stderr
+    resolved = json.loads(out_file.read_text())
+    assert resolved["config"]["loss_fn"]["kl_gradient"] == "k3"
+    assert resolved["clipo"]["drop_overlong_prompts"] is True
+    assert resolved["clipo"]["pool_last_token"] is False
+    assert resolved["config"]["data"]["max_input_seq_length"] == 512
+    assert "prompts over 512 tokens are dropped" in out.stdout.splitlines()[-1]
+
+
+@needs_data
+def test_the_preflight_counts_the_authors_math_file(monkeypatch):
+    """With a tokenizer (here one token per character of the templated prompt), the preflight
+    counts the rows of math75 over 512 tokens, as a direct count of the file gives."""
+    import pyarrow.parquet as pq
+
+    from clipo_megatron.nemo_rl import preflight as pf
+    from clipo_megatron.nemo_rl import prompt_filter
+    from tests.nemo_rl.test_data import _Tok
+
+    monkeypatch.setenv("CLIPO_DATA_DIR", str(DATA))
+    monkeypatch.delenv("NEMO_RL_ROOT", raising=False)
+    monkeypatch.setattr(pf, "nemo_rl_importable", lambda: False)
+    monkeypatch.setattr(prompt_filter, "load_tokenizer", lambda name: _Tok())
+    report = pf.preflight(REPRO / "track2_grpo_clipo.yaml", cluster_env=False)
+    prompts = pq.read_table(DATA / "train" / "math75.parquet").column("prompt").to_pylist()
+    over = sum(len("<u>" + p[-1]["content"] + "<a>") > 512 for p in prompts)
+    assert 0 < over < len(prompts) == 7500
+    assert report.prompt_filter == f"dropped {over} of 7500 prompts over 512 tokens"
 
 
 @needs_data

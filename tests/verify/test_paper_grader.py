@@ -1,15 +1,11 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """`grader: paper` gives the authors' verdicts; the table records where math-verify differs.
 
-The `authors` column was obtained by running the authors' checker itself, outside this
-project (never copied into it): Qwen-Applications/CLIPO at 13c5fd6 cloned to /work/ext/CLIPO,
-a throwaway venv (`python3 -m venv /work/ext/clipo-venv && pip install sympy==1.14.0
-pylatexenc==2.10 pyarrow`), its `verl/utils/reward_score/conrl_reward.py` loaded by file path
-with importlib and called as the trainer calls it:
-`compute_score("conrl/mmlu2k" | "conrl/math", response, ground_truth)` (data sources of the
-authors' multiple-choice and math files). The same run compared every gold answer of the
-authors' 14 parquet files (5335 distinct answers): both normalisations of the paper grader
-equal theirs on all of them (docs/reproduce.md, "The grader").
+The `authors` column is the authors' checker itself, run outside this project (never copied into
+it): Qwen-Applications/CLIPO 13c5fd6, its `verl/utils/reward_score/conrl_reward.py` loaded by path
+in a venv with sympy 1.14.0 and pylatexenc 2.10 and called as the trainer calls it,
+`compute_score("conrl/mmlu2k" | "conrl/math", response, ground_truth)` (docs/reproduce.md, "The
+grader", says how to rerun it). The LaTeX forms are tests/verify/test_paper_latex_forms.py.
 
 The `math_verify` column is the project's recommended grader (verify/math.py + choice.py).
 """
