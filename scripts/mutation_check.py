@@ -26,7 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST = "tests/nemo_rl/test_contract.py::test_grpo_train_checkpoint_and_resume[grpo-clipo]"
+# GRPO with CLIPO: the 3-step case (its CLIPO checks), then its exact resume (one run shared)
+TESTS = [
+    "tests/nemo_rl/test_contract.py::test_grpo_train[grpo-clipo]",
+    "tests/nemo_rl/test_contract.py::test_grpo_train_resume[grpo-clipo]",
+]
 SCRIPT = "scripts/test_nemo_rl.sh"
 
 
@@ -100,7 +104,7 @@ def run(dest: Path, log: Path) -> tuple[str, str, float]:
     t0 = time.time()
     with log.open("w") as out:
         proc = subprocess.Popen(
-            ["bash", SCRIPT, TEST, "-x", "--tb=short", "-p", "no:cacheprovider"],
+            ["bash", SCRIPT, *TESTS, "-x", "--tb=short", "-p", "no:cacheprovider"],
             cwd=dest,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -153,7 +157,7 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(dest)
             (work / f"{dest.name}.log").unlink()
-    print(f"\nNeMo-RL: {os.environ['NEMO_RL_SRC']}; test: {TEST}")
+    print(f"\nNeMo-RL: {os.environ['NEMO_RL_SRC']}; tests: {' '.join(TESTS)}")
     print(
         "| mutation | what | contract test | wall | first failing assertion |\n|---|---|---|---|---|"
     )

@@ -25,6 +25,7 @@ import pytest
 from tests.nemo_rl.nemo_rl_loop import train_metrics as _train_metrics
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow]
+FULL = pytest.mark.contract_full  # outside CI's set: scripts/test_nemo_rl.sh runs it
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "clipo"
 STEPS, CHECKPOINT_STEP, WARMUP = 3, 2, 1
@@ -165,24 +166,60 @@ def _print_table(objective, clipo_on, flavour, full, resumed):
     print("  resumed step", STEPS, {k: round(m[k], 5) for k in keys if k in m})
 
 
-@pytest.mark.parametrize("clipo_on", [True, False], ids=["clipo", "baseline"])
-@pytest.mark.parametrize("objective", ["grpo", "dapo", "gspo", "gmpo"])
-def test_grpo_train_checkpoint_and_resume(
-    nemo_rl_cpu, contract_model, tmp_path, objective, clipo_on
-):
-    from tests.nemo_rl.nemo_rl_loop import contract_config, run_grpo
+OBJECTIVES = ("grpo", "dapo", "gspo", "gmpo")
+CASES = [(o, c) for o in OBJECTIVES for c in (True, False)]
 
-    def config(out: Path):
-        return contract_config(
-            objective,
-            clipo_on,
-            model_dir=contract_model,
-            out_dir=out,
-            max_steps=STEPS,
-            warmup_steps=WARMUP,
-        )
 
-    full = run_grpo(config(tmp_path / "full"), worker_fqn=nemo_rl_cpu)
+def _case_id(objective: str, clipo_on: bool) -> str:
+    return f"{objective}-{'clipo' if clipo_on else 'baseline'}"
+
+
+# CI's set (scripts/test.sh) runs every objective with CLIPO on and off, and the exact resume of
+# GRPO with CLIPO; the other seven resumes are `contract_full` (scripts/test_nemo_rl.sh runs them).
+RESUMES = [
+    pytest.param(o, c, id=_case_id(o, c), marks=[] if (o, c) == ("grpo", True) else [FULL])
+    for o, c in CASES
+]
+
+
+def _config(contract_model, out: Path, objective: str, clipo_on: bool) -> dict:
+    from tests.nemo_rl.nemo_rl_loop import contract_config
+
+    return contract_config(
+        objective,
+        clipo_on,
+        model_dir=contract_model,
+        out_dir=out,
+        max_steps=STEPS,
+        warmup_steps=WARMUP,
+    )
+
+
+@pytest.fixture(scope="module")
+def full_runs(nemo_rl_cpu, contract_model, tmp_path_factory):
+    """(objective, clipo_on) -> (run directory, the uninterrupted 3-step run): made once, read by
+    the case's checks and by its resume (which runs it itself when run alone)."""
+    from tests.nemo_rl.nemo_rl_loop import run_grpo
+
+    runs: dict[tuple[str, bool], tuple[Path, dict]] = {}
+
+    def get(objective: str, clipo_on: bool) -> tuple[Path, dict]:
+        if (objective, clipo_on) not in runs:
+            root = tmp_path_factory.mktemp(_case_id(objective, clipo_on))
+            cfg = _config(contract_model, root / "full", objective, clipo_on)
+            runs[objective, clipo_on] = (root, run_grpo(cfg, worker_fqn=nemo_rl_cpu))
+        return runs[objective, clipo_on]
+
+    return get
+
+
+@pytest.mark.parametrize(
+    ("objective", "clipo_on"), [pytest.param(o, c, id=_case_id(o, c)) for o, c in CASES]
+)
+def test_grpo_train(full_runs, contract_model, objective, clipo_on):
+    """NeMo-RL's grpo_train, 3 steps: every step trained and logged; with CLIPO, the head-only
+    warm-up, the pooled states, r_CL on the right rows and GRPO(r + r_CL) advantages."""
+    root, full = full_runs(objective, clipo_on)
     assert full["resumed_from"] is None
     # the recipes' sequence packing ran: NeMo-RL's packed streams reached the CPU model
     assert full["packed_streams"] > 2 * STEPS, full["packed_streams"]
@@ -197,14 +234,24 @@ def test_grpo_train_checkpoint_and_resume(
         assert held == [True] * WARMUP + [False] * (STEPS - WARMUP)
         assert all(_train_metrics(full, s)["loss"] == 0.0 for s in range(1, WARMUP + 1))
         assert any(_train_metrics(full, s)["clipo/valid_group_frac"] > 0 for s in (1, 2, 3))
-        _check_clipo(full, config(tmp_path / "full"), contract_model)
+        _check_clipo(
+            full, _config(contract_model, root / "full", objective, clipo_on), contract_model
+        )
     else:
         assert not any(k.startswith("clipo/") for k in _train_metrics(full, 1))
 
-    # Resume from the step-2 checkpoint in a fresh run directory and fresh Ray actors.
-    ckpt = tmp_path / "resumed" / "ckpt"
-    shutil.copytree(tmp_path / "full" / "ckpt" / f"step_{CHECKPOINT_STEP}", ckpt / "step_2")
-    resumed = run_grpo(config(tmp_path / "resumed"), worker_fqn=nemo_rl_cpu)
+
+@pytest.mark.parametrize(("objective", "clipo_on"), RESUMES)
+def test_grpo_train_resume(full_runs, nemo_rl_cpu, contract_model, objective, clipo_on):
+    """Resume from the step-2 checkpoint in a fresh run directory and fresh Ray actors: step 3
+    exactly as the uninterrupted run gave it (rows, rewards, losses, the head and its AdamW)."""
+    from tests.nemo_rl.nemo_rl_loop import run_grpo
+
+    root, full = full_runs(objective, clipo_on)
+    ckpt = root / "resumed" / "ckpt"
+    shutil.copytree(root / "full" / "ckpt" / f"step_{CHECKPOINT_STEP}", ckpt / "step_2")
+    cfg = _config(contract_model, root / "resumed", objective, clipo_on)
+    resumed = run_grpo(cfg, worker_fqn=nemo_rl_cpu)
     assert resumed["resumed_from"] == f"step_{CHECKPOINT_STEP}"
     if clipo_on:  # the baseline records no per-row trace
         stage = _first_difference(full["trace"][STEPS - 1], resumed["trace"][-1])

@@ -133,6 +133,13 @@ PATCHES = (
         "for or free; get_device_name, memory stats and mem_get_info: host values",
     ),
     Patch(
+        "tensor_type_strings",
+        "mcore:optimizer/distrib_optimizer.py",
+        "elif model_param.type() == 'torch.cuda.FloatTensor':",
+        "Megatron-Core's optimizers (distributed, mixed precision) sort parameters by CUDA type "
+        "strings: a host tensor's `type()` names its CUDA counterpart, as on the GPU it stands for",
+    ),
+    Patch(
         "sp_block_norm",
         "mcore:transformer/transformer_block.py",
         "LayerNormImpl = WrappedTorchNorm",
@@ -239,6 +246,16 @@ class _Props:
     major = minor = 0
 
 
+def _cuda_type_string(original):
+    @functools.wraps(original)
+    def type_(self, dtype=None, non_blocking=False, **kwargs):
+        if dtype is not None or kwargs or self.device.type != "cpu":  # a conversion, or a device
+            return original(self, dtype, non_blocking, **kwargs)
+        return original(self).replace("torch.", "torch.cuda.", 1)  # "torch.cuda.FloatTensor"
+
+    return type_
+
+
 @contextlib.contextmanager
 def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterator[None]:
     """Apply every patch in PATCHES (after checking each still matches its source line).
@@ -341,6 +358,8 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
     from tests.nemo_rl.real_worker.thd_attention import SequenceParallelTorchNorm
 
     put(transformer_block, "LayerNormImpl", SequenceParallelTorchNorm)
+    if not emulated:  # the emulated CUDA's tensors report CUDA type strings already
+        put(torch.Tensor, "type", _cuda_type_string(torch.Tensor.type))
     for mod in (clip_grads, mcore_optimizer):
         if hasattr(mod, "clip_grad_by_total_norm_fp32"):
             put(mod, "clip_grad_by_total_norm_fp32", _cpu_clip_grad_by_total_norm_fp32)

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from tests.nemo_rl.real_worker import scenario
 
 
@@ -36,7 +34,9 @@ class Layout:
 
     @property
     def name(self) -> str:
-        parts = [f"tp{self.tp}"] + [f"pp{self.pp}"] * (self.pp > 1) + [f"dp{self.dp}"] * (self.dp > 1)
+        parts = (
+            [f"tp{self.tp}"] + [f"pp{self.pp}"] * (self.pp > 1) + [f"dp{self.dp}"] * (self.dp > 1)
+        )
         parts += ["sp"] * self.sp + ["distopt"] * self.dist_opt + ["bf16"] * self.bf16
         return "-".join(parts + ["headtp"] * self.head_tp)
 

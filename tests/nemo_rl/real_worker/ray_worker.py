@@ -55,7 +55,9 @@ class _FullVocabModel:
         if pad:
             ids = torch.nn.functional.pad(ids, (0, pad))
             pos = torch.arange(s + pad).expand(ids.shape[0], s + pad)
-            mask = torch.triu(torch.ones(s + pad, s + pad, dtype=torch.bool), 1).view(1, 1, s + pad, s + pad)
+            mask = torch.triu(torch.ones(s + pad, s + pad, dtype=torch.bool), 1).view(
+                1, 1, s + pad, s + pad
+            )
         logits = self.model(ids, pos, mask)[:, :s]  # [B, s, V / tp]
         return gather_from_tensor_model_parallel_region(logits) if tp > 1 else logits
 

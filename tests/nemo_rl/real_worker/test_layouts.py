@@ -74,15 +74,35 @@ def _max_err(got: dict, ref: dict, lengths: dict | None = None) -> float:
 def check_layout(out: dict, ref: dict, layout: Layout, tol: dict) -> dict[str, float]:
     """Every rank checked; returns the largest error of each quantity against TP 1."""
     lengths = _by_row(ref["rows"], ref["lengths"])
-    ref_lp, ref_after = _by_row(ref["rows"], ref["logprobs"]), _by_row(ref["rows"], ref["logprobs_after"])
-    ref_pool, ref_rcl = _by_row(ref["pooled_rows"], ref["pooled"]), _by_row(ref["r_cl_rows"], ref["r_cl"])
-    errs = {k: 0.0 for k in ("logprobs", "logprobs_after", "pooled", "r_cl", "loss", "grad_norm", "norm_weight")}
+    ref_lp, ref_after = (
+        _by_row(ref["rows"], ref["logprobs"]),
+        _by_row(ref["rows"], ref["logprobs_after"]),
+    )
+    ref_pool, ref_rcl = (
+        _by_row(ref["pooled_rows"], ref["pooled"]),
+        _by_row(ref["r_cl_rows"], ref["r_cl"]),
+    )
+    errs = {
+        k: 0.0
+        for k in (
+            "logprobs",
+            "logprobs_after",
+            "pooled",
+            "r_cl",
+            "loss",
+            "grad_norm",
+            "norm_weight",
+        )
+    }
     covered: list[int] = []
     last = layout.pp - 1
     for rank, res in sorted(out.items()):
-        errs["logprobs"] = max(errs["logprobs"], _max_err(_by_row(res["rows"], res["logprobs"]), ref_lp, lengths))
+        errs["logprobs"] = max(
+            errs["logprobs"], _max_err(_by_row(res["rows"], res["logprobs"]), ref_lp, lengths)
+        )
         errs["logprobs_after"] = max(
-            errs["logprobs_after"], _max_err(_by_row(res["rows"], res["logprobs_after"]), ref_after, lengths)
+            errs["logprobs_after"],
+            _max_err(_by_row(res["rows"], res["logprobs_after"]), ref_after, lengths),
         )
         for key in ("loss", "grad_norm"):
             rel = abs(res["train"][key] - ref["train"][key]) / abs(ref["train"][key])
@@ -91,7 +111,9 @@ def check_layout(out: dict, ref: dict, layout: Layout, tol: dict) -> dict[str, f
             assert "pooled" not in res and res["r_cl_rows"].numel() == 0, rank
             continue
         assert sorted(res["pooled_rows"].tolist()) == sorted(res["rows"].tolist()), rank
-        errs["pooled"] = max(errs["pooled"], _max_err(_by_row(res["pooled_rows"], res["pooled"]), ref_pool))
+        errs["pooled"] = max(
+            errs["pooled"], _max_err(_by_row(res["pooled_rows"], res["pooled"]), ref_pool)
+        )
         errs["r_cl"] = max(errs["r_cl"], _max_err(_by_row(res["r_cl_rows"], res["r_cl"]), ref_rcl))
         errs["norm_weight"] = max(
             errs["norm_weight"], float((res["norm_weight"] - ref["norm_weight"]).abs().max())
@@ -99,7 +121,9 @@ def check_layout(out: dict, ref: dict, layout: Layout, tol: dict) -> dict[str, f
         if res["tp"] == 0:
             covered += res["r_cl_rows"].tolist()
         else:  # a TP replica: bit-equal to its TP rank 0
-            first = next(o for o in out.values() if o["dp"] == res["dp"] and o["pp"] == last and o["tp"] == 0)
+            first = next(
+                o for o in out.values() if o["dp"] == res["dp"] and o["pp"] == last and o["tp"] == 0
+            )
             for key in ("pooled", "r_cl", "norm_weight"):
                 assert torch.equal(res[key], first[key]), (rank, key)
     assert sorted(covered) == sorted(ref["r_cl_rows"].tolist()), covered  # each row once
