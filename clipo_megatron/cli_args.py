@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The runner's command-line parsers (`train`, `compare`): a user error is one line, exit 2.
+"""The command-line parsers (`train`, `compare`, `eval`): a user error is one line, exit 2.
 
 argparse's default prints the usage block before its error; a config mistake
 should read as one line naming the key and the fix, the same from argparse and
