@@ -122,6 +122,7 @@ def _plan(args) -> Plan:
     from clipo_megatron.output_folder import check_output_folder, claim_output_folder
     from clipo_megatron.runner.compare_report import ARMS, run_dir
     from clipo_megatron.runner.config import load_config, to_dict
+    from clipo_megatron.runner.memory import check_memory
 
     plan: Plan = []
     for obj in objectives:
@@ -136,7 +137,8 @@ def _plan(args) -> Plan:
                 ]
                 cfg = load_config(args.config, [*args.overrides, *own])
                 preflight.check_launch(cfg)
-                if not plan:  # every run reads the same data
+                if not plan:  # every run reads the same data and has the same sizes
+                    check_memory(cfg)
                     preflight.check_data(cfg)
                 check_output_folder(d, kinds=("train",), key="output.dir")
                 drift = _config_drift(d, to_dict(cfg))

@@ -113,10 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     from clipo_megatron.runner.checkpoint import load_checkpoint
     from clipo_megatron.runner.config import load_config
     from clipo_megatron.runner.evaluation import evaluate
+    from clipo_megatron.runner.memory import check_memory
     from clipo_megatron.runner.run import Run
 
     try:  # every user error before any model loads, one line
         cfg, ckpt, out = _resolve(args, load_config)
+        check_memory(cfg)
     except (ValueError, FileNotFoundError) as e:
         user_error(PROG, str(e))
     run = Run(cfg)

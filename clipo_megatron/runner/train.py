@@ -106,10 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     try:  # user errors: one line, exit 2, before any model load
         preflight.check_inputs(preflight.input_paths(args.config, args.overrides))
         from clipo_megatron.runner.config import load_config  # imports torch (seconds)
+        from clipo_megatron.runner.memory import check_memory
 
         cfg = load_config(args.config, list(args.overrides))
         preflight.check_inputs({"output.dir": cfg.output.dir})  # the default, if none was given
         preflight.check_launch(cfg)
+        check_memory(cfg)  # every accepted size fits the memory there is (before reading data)
         preflight.check_data(cfg)  # the data fills a step: not after the model load
         preflight.check_checkpoint(cfg.output.dir)  # a resume must not fail after the model load
     except (ValueError, FileNotFoundError) as e:
