@@ -9,14 +9,39 @@ from the config checks that follow it.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import time
 from typing import NoReturn
 
 
 def user_error(prog: str, message: str) -> NoReturn:
-    """`<prog>: error: <message>` on stderr, exit status 2 (no usage block, no traceback)."""
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    """`<prog>: error: <message>` on stderr, exit status 2 (no usage block, no traceback).
+
+    Under torchrun only rank 0 prints it, and every rank also hands it to torchrun's error
+    file, so the failure summary torchrun prints last shows it as the root cause (it was
+    buried above 40 lines of torchrun's own traceback, once per rank)."""
+    line = f"{prog}: error: {message}"
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(line, file=sys.stderr)
+    _tell_torchrun(line)
     sys.exit(2)
+
+
+def _tell_torchrun(line: str) -> None:
+    """The error file torchrun reads for its summary (TORCHELASTIC_ERROR_FILE; torch's own
+    format, `torch.distributed.elastic.multiprocessing.errors.ErrorHandler`)."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    info = {"py_callstack": line, "timestamp": str(int(time.time()))}
+    data = {"message": {"message": line, "extraInfo": info}}
+    try:
+        with open(path, "w") as f:
+            json.dump(data, f)
+    except OSError:
+        pass  # the line is on stderr anyway
 
 
 class _OneLineParser(argparse.ArgumentParser):
