@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Local files (parquet or jsonl): the authors' verl layout, or flat question/answer rows.
 
-verl layout (the authors' published files, `../shared/data/README.md`):
+verl layout (the authors' published files):
 `prompt` = [{"role": "user", "content": question + instruction}],
 `reward_model` = {"ground_truth": ...}, `data_source`, `extra_info.index`.
 Flat rows: a question under `question|problem|Question|input|query|prompt`, an answer
