@@ -145,7 +145,7 @@ def _mc_answer(a: Any) -> str:
 
 
 class EmptyAnswer(ValueError):
-    """A row whose answer is empty: every response to it would be graded wrong."""
+    """A row whose answer is empty: every response to it is graded wrong (named, counted)."""
 
 
 def _no_empty_answer(gt: Any, i: int, source: str) -> None:
@@ -153,13 +153,16 @@ def _no_empty_answer(gt: Any, i: int, source: str) -> None:
         raise EmptyAnswer(f"{source} row {i}: its answer is empty ({gt!r:.40})")
 
 
-def row_to_record(row: dict[str, Any], i: int, spec: DatasetSpec, source: str) -> Record:
+def row_to_record(
+    row: dict[str, Any], i: int, spec: DatasetSpec, source: str, *, allow_empty: bool = False
+) -> Record:
     """One row (verl or flat) -> Record with the paper's prompt; ValueError naming the missing
-    field or an empty answer."""
+    field, or `EmptyAnswer` for an empty answer unless `allow_empty`."""
     if "prompt" in row and "reward_model" in row:  # verl layout
         rm = row["reward_model"]
         gt = rm["ground_truth"] if isinstance(rm, dict) else rm
-        _no_empty_answer(gt, i, source)
+        if not allow_empty:
+            _no_empty_answer(gt, i, source)
         info = row.get("extra_info") or {}
         index = int(info.get("index", i)) if isinstance(info, dict) else i
         return Record(
@@ -177,7 +180,8 @@ def row_to_record(row: dict[str, Any], i: int, spec: DatasetSpec, source: str) -
             f"{source} row {i}: needs a question ({'|'.join(_Q)}) and an answer ({'|'.join(_A)}) "
             f"or the verl columns prompt/reward_model; has {sorted(row)}"
         )
-    _no_empty_answer(a, i, source)
+    if not allow_empty:
+        _no_empty_answer(a, i, source)
     c = next((row[k] for k in _C if k in row), None)
     if spec.kind == "mc":
         if c is not None:
@@ -198,21 +202,23 @@ def load_file(path: str | Path, spec: DatasetSpec, caps: SizeCaps | None = None)
 def records_with_answers(
     rows: Iterable[tuple[int, dict[str, Any]]], spec: DatasetSpec, source: str
 ) -> list[Record]:
-    """Records of (index, row) pairs; rows with an empty answer are skipped and counted in one
-    line on stderr (the authors' math75 has 2 of 7500: a zero reward whatever the response)."""
+    """Records of (index, row) pairs. Rows with an empty answer are kept as published and
+    counted in one line on stderr (the authors' math75 has 2 of 7500: every response to them
+    scores 0); a file of nothing else is refused."""
     records, empty = [], []
     for i, r in rows:
         try:
             records.append(row_to_record(r, i, spec, source))
         except EmptyAnswer:
             empty.append(i)
-    if empty and not records:
+            records.append(row_to_record(r, i, spec, source, allow_empty=True))
+    if empty and len(empty) == len(records):
         raise ValueError(f"{source}: every row's answer is empty; fill the answers in")
     if empty:
         shown = ", ".join(map(str, empty[:5])) + (" ..." if len(empty) > 5 else "")
         print(
-            f"[clipo-megatron] {source}: skipped {len(empty)} row(s) with an empty answer "
-            f"(row {shown}): every response to them would score 0",
+            f"[clipo-megatron] {source}: {len(empty)} row(s) with an empty answer (row {shown}): "
+            "every response to them scores 0",
             file=sys.stderr,
         )
     return records
