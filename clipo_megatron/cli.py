@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     try:  # a broken YAML recipe or override: one line naming it, exit 2, no traceback
-        check_yaml_inputs(argv[1:])
+        check_yaml_inputs(argv[1:], argv[0])
     except ValueError as e:
         print(f"clipo-megatron {argv[0]}: error: {e}", file=sys.stderr)
         return 2
@@ -56,35 +56,58 @@ def main(argv: list[str] | None = None) -> int:
     return int(module.main(argv[1:]) or 0)
 
 
-def check_yaml_inputs(args: list[str]) -> None:
+def check_yaml_inputs(args: list[str], command: str = "train") -> None:
     """ValueError (one line) if a `--config` recipe or a `key=value` override is not YAML, or
     the recipe is not a mapping: yaml's own error is a 33-line traceback ending in a mark.
     A missing recipe file is left to the subcommand, which names it."""
     from pathlib import Path
 
     import yaml  # type: ignore[import-untyped]
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import OmegaConf
+
+    from clipo_megatron.recipe_kind import wrong_command
 
     configs = [b for a, b in zip(args, args[1:]) if a == "--config"]
     configs += [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
     for path in configs:
         if not Path(path).is_file():
             continue
-        try:
-            loaded = OmegaConf.load(path)
+        try:  # OmegaConf's loader (duplicate keys), then what the document is: OmegaConf
+            OmegaConf.load(path)  # reads a plain-text file as one key, the whole file
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{path}: not a YAML recipe (not UTF-8 text: byte {e.object[e.start]:#04x} "
+                f"at offset {e.start})"
+            ) from None
         except yaml.YAMLError as e:
             raise ValueError(yaml_message(e, path)) from None
-        if not isinstance(loaded, DictConfig):
+        if loaded is None:  # an empty recipe: the defaults
+            continue
+        if not isinstance(loaded, dict) or any(
+            not isinstance(v, (dict, list, str, int, float, bool, type(None)))
+            for v in loaded.values()
+        ):
             raise ValueError(
                 f"{path}: a recipe is a YAML mapping of keys (seed:, train:, clipo:, ...), "
-                f"not a {type(loaded).__name__.removesuffix('Config').lower()}"
+                f"not {_kind_of(loaded)}"
             )
+        wrong = wrong_command(path, loaded, "runner", f"clipo-megatron {command}")
+        if wrong:
+            raise ValueError(wrong)
     for arg in args:
         if "=" in arg and not arg.startswith("-"):
             try:
                 OmegaConf.from_dotlist([arg])
             except yaml.YAMLError as e:
                 raise ValueError(yaml_message(e, f"override {arg!r}")) from None
+
+
+def _kind_of(loaded: object) -> str:
+    """What a YAML document is, in words (never its content: the file may be anything)."""
+    if isinstance(loaded, str):
+        return "plain text"
+    return f"a {type(loaded).__name__}"
 
 
 def yaml_message(e: Exception, where: str) -> str:

@@ -18,6 +18,8 @@
 #   VENV              venv with NeMo-RL + clipo_megatron (used without CONTAINER) []
 #   NEMO_RL_ROOT      NeMo-RL checkout inside the container / venv host       [/opt/nemo-rl]
 #   CLIPO_DATA_DIR    parquet data root (train/, test/); must exist; mounted  [$CLIPO_ROOT/data/clipo]
+#                     (the recipes' fallback data/clipo, under the driver's working dir CLIPO_ROOT;
+#                     DRY_RUN with it unset and absent: a note, the commands still print)
 #   CHECKPOINT_DIR    -> checkpointing.checkpoint_dir=...; created, mounted   [the recipe's, under CLIPO_ROOT]
 #   HF_HOME           Hugging Face cache (shared filesystem); exported, mounted [inherited]
 #   NRL_MEGATRON_CHECKPOINT_DIR  NeMo-RL's HF->Megatron cache; exported, mounted [$HF_HOME/nemo_rl]
@@ -42,6 +44,7 @@ CONTAINER="${CONTAINER:-}"
 MOUNTS="${MOUNTS:-}"
 VENV="${VENV:-}"
 NEMO_RL_ROOT="${NEMO_RL_ROOT:-/opt/nemo-rl}"
+DATA_DIR_GIVEN="${CLIPO_DATA_DIR:+1}"
 CLIPO_DATA_DIR="${CLIPO_DATA_DIR:-$CLIPO_ROOT/data/clipo}"
 CHECKPOINT_DIR="${CHECKPOINT_DIR:-}"
 GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
@@ -102,7 +105,10 @@ elif [[ -n "${CKPT_FROM_OVERRIDES:-}" ]]; then
 fi
 
 CLIPO_DATA_DIR="$(abspath "$CLIPO_DATA_DIR")" # mounted at this path: a relative one mounts nothing
-if [[ ! -d "$CLIPO_DATA_DIR" ]]; then
+if [[ ! -d "$CLIPO_DATA_DIR" && "$DRY_RUN" == "1" && -z "$DATA_DIR_GIVEN" ]]; then
+  # The documented `DRY_RUN=1 CONTAINER=img bash slurm/...` in a fresh checkout: print anyway.
+  echo "[clipo] note: CLIPO_DATA_DIR is unset and its default $CLIPO_DATA_DIR does not exist; a real job stops here: set CLIPO_DATA_DIR to the parquet root (train/, test/)" >&2
+elif [[ ! -d "$CLIPO_DATA_DIR" ]]; then
   echo "[clipo] CLIPO_DATA_DIR=$CLIPO_DATA_DIR: no such directory; set CLIPO_DATA_DIR to the parquet root (train/, test/)" >&2
   exit 2
 fi

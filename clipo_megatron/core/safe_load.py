@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +48,30 @@ def load_state(path: str | Path, *, mmap: bool = False) -> Any:
             "tensors, numbers, strings and containers load; loading it could run code); "
             "delete the file if you did not write it"
         ) from None
+
+
+def check_readable(path: str | Path, fix: str, elsewhere: str) -> dict:
+    """The run state in `path` (tensors memory-mapped, not copied), or ValueError: one line
+    naming `path`, the reason and what the caller's user should do (`fix` for a broken file,
+    `elsewhere` for another file).
+
+    Cheap, so it runs before any model loads: the zip container's CRCs are checked (a
+    truncated or overwritten file), then the pickle is read weights-only (a file that is not a
+    checkpoint of this project, or one that names code to run: refused, never run). A
+    zero-byte file used to surface as a bare `EOFError` naming no file."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+            if bad is not None:
+                raise ValueError(f"member {bad} fails its CRC check")
+        state = load_state(path, mmap=True)
+        if not isinstance(state, dict) or "step" not in state:
+            raise ValueError("no run state in it (a dict with 'step')")
+    except UnsafeCheckpoint as e:
+        raise ValueError(f"{e}, or {elsewhere}") from None
+    except Exception as e:  # any reason the load would fail: one line, not its traceback
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValueError(
+            f"checkpoint {path} is unreadable ({reason}): {fix}, or {elsewhere}"
+        ) from None
+    return state

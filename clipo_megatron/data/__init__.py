@@ -2,7 +2,7 @@
 """Datasets for training and evaluation, one interface for every source.
 
     from clipo_megatron.data import load_dataset
-    recs = load_dataset("gsm8k", data_dir="../shared/data/clipo")          # the authors' parquet
+    recs = load_dataset("gsm8k", data_dir="data/clipo")                  # the authors' parquet
     recs = load_dataset("mmlu", source="my/mmlu.jsonl", limit=50)          # a local file, fixed subset
     recs = load_dataset("gsm8k", source="hf")                               # the hub (needs access)
     recs = load_dataset("gsm_symbolic", source="gym", limit=100)            # offline generator

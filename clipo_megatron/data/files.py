@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Local files (parquet or jsonl): the authors' verl layout, or flat question/answer rows.
 
-verl layout (the files the authors publish in Qwen-Applications/CLIPO, folder `data/`):
+verl layout (the authors' published files):
 `prompt` = [{"role": "user", "content": question + instruction}],
 `reward_model` = {"ground_truth": ...}, `data_source`, `extra_info.index`.
 Flat rows: a question under `question|problem|Question|input|query|prompt`, an answer
@@ -15,6 +15,8 @@ an option index (MMLU on the hub).
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,16 +76,30 @@ def read_rows(path: str | Path, caps: SizeCaps | None = None) -> list[dict[str, 
     if p.suffix == ".parquet":
         import pandas as pd
 
-        rows = pd.read_parquet(p).to_dict("records")
+        try:
+            rows = pd.read_parquet(p).to_dict("records")
+        except Exception as e:  # pyarrow's many error types: one line naming the file
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            raise ValueError(f"{p}: not a readable parquet file ({reason})") from None
         for i, row in enumerate(rows):
             size = len(json.dumps(row, default=str))
             if size > caps.max_row_chars:
                 raise _row_too_long(f"{p} row {i}", size, caps)
         return rows
     if p.suffix in (".jsonl", ".json"):
-        text = p.read_text()
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:  # was a bare UnicodeDecodeError naming no file
+            lineno = p.read_bytes()[: e.start].count(b"\n") + 1
+            raise ValueError(
+                f"{p}:{lineno}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                f"{e.start}); save the file as UTF-8"
+            ) from None
         if p.suffix == ".json" and text.lstrip().startswith("["):
-            items = json.loads(text)
+            try:
+                items = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}:{e.lineno}: not JSON ({e.msg})") from None
             for i, row in enumerate(items):
                 _object_row(row, f"{p} item {i}")
                 size = len(json.dumps(row))
@@ -128,11 +144,25 @@ def _mc_answer(a: Any) -> str:
     return str(a).strip().strip("()").upper()
 
 
-def row_to_record(row: dict[str, Any], i: int, spec: DatasetSpec, source: str) -> Record:
-    """One row (verl or flat) -> Record with the paper's prompt; ValueError naming the missing field."""
+class EmptyAnswer(ValueError):
+    """A row whose answer is empty: every response to it is graded wrong (named, counted)."""
+
+
+def _no_empty_answer(gt: Any, i: int, source: str) -> None:
+    if gt is None or not clean_answer(gt):
+        raise EmptyAnswer(f"{source} row {i}: its answer is empty ({gt!r:.40})")
+
+
+def row_to_record(
+    row: dict[str, Any], i: int, spec: DatasetSpec, source: str, *, allow_empty: bool = False
+) -> Record:
+    """One row (verl or flat) -> Record with the paper's prompt; ValueError naming the missing
+    field, or `EmptyAnswer` for an empty answer unless `allow_empty`."""
     if "prompt" in row and "reward_model" in row:  # verl layout
         rm = row["reward_model"]
         gt = rm["ground_truth"] if isinstance(rm, dict) else rm
+        if not allow_empty:
+            _no_empty_answer(gt, i, source)
         info = row.get("extra_info") or {}
         index = int(info.get("index", i)) if isinstance(info, dict) else i
         return Record(
@@ -150,6 +180,8 @@ def row_to_record(row: dict[str, Any], i: int, spec: DatasetSpec, source: str) -
             f"{source} row {i}: needs a question ({'|'.join(_Q)}) and an answer ({'|'.join(_A)}) "
             f"or the verl columns prompt/reward_model; has {sorted(row)}"
         )
+    if not allow_empty:
+        _no_empty_answer(a, i, source)
     c = next((row[k] for k in _C if k in row), None)
     if spec.kind == "mc":
         if c is not None:
@@ -164,4 +196,29 @@ def load_file(path: str | Path, spec: DatasetSpec, caps: SizeCaps | None = None)
     rows = read_rows(path, caps)
     if not rows:
         raise ValueError(f"{path} has no rows")
-    return [row_to_record(r, i, spec, str(path)) for i, r in enumerate(rows)]
+    return records_with_answers(enumerate(rows), spec, str(path))
+
+
+def records_with_answers(
+    rows: Iterable[tuple[int, dict[str, Any]]], spec: DatasetSpec, source: str
+) -> list[Record]:
+    """Records of (index, row) pairs. Rows with an empty answer are kept as published and
+    counted in one line on stderr (the authors' math75 has 2 of 7500: every response to them
+    scores 0); a file of nothing else is refused."""
+    records, empty = [], []
+    for i, r in rows:
+        try:
+            records.append(row_to_record(r, i, spec, source))
+        except EmptyAnswer:
+            empty.append(i)
+            records.append(row_to_record(r, i, spec, source, allow_empty=True))
+    if empty and len(empty) == len(records):
+        raise ValueError(f"{source}: every row's answer is empty; fill the answers in")
+    if empty:
+        shown = ", ".join(map(str, empty[:5])) + (" ..." if len(empty) > 5 else "")
+        print(
+            f"[clipo-megatron] {source}: {len(empty)} row(s) with an empty answer (row {shown}): "
+            "every response to them scores 0",
+            file=sys.stderr,
+        )
+    return records

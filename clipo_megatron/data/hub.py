@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from clipo_megatron.data.files import row_to_record
+from clipo_megatron.data.files import records_with_answers
 from clipo_megatron.data.records import Record
 from clipo_megatron.data.registry import DatasetSpec, HubSpec
 
@@ -83,4 +83,4 @@ def load_hub(source: str, spec: DatasetSpec) -> list[Record]:
         ) from e
     src = f"hf:{hub.repo}"
     rows = [(i, _flat(dict(r), hub.layout, i)) for i, r in enumerate(ds)]
-    return [row_to_record(r, i, spec, src) for i, r in rows if r is not None]
+    return records_with_answers(((i, r) for i, r in rows if r is not None), spec, src)

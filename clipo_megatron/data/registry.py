@@ -3,7 +3,7 @@
 
 Three kinds of source, one per kind of user (see `loader.load_dataset`):
 - the authors' verl parquet files (`verl_file`, relative to a data dir such
-  as `../shared/data/clipo/`; `rows` is what the published file holds),
+  as `data/clipo/`; `rows` is what the published file holds),
 - the Hugging Face hub (`hub`: repo, config, split, row layout) for users
   with access -- the hub copies differ from the authors' (TruthfulQA and
   TheoremQA are not doubled, MMLU is the full 14k not the 2k subset),

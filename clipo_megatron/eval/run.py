@@ -31,32 +31,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clipo_megatron.eval.suites import get_suite, suite_for
+from clipo_megatron.cli_args import make_parser, user_error
+from clipo_megatron.eval import inputs
+from clipo_megatron.eval.suites import SUITES, get_suite, suite_for
 from clipo_megatron.generation import BACKENDS
 
-
-def _parse_sources(items: list[str]) -> dict[str, str]:
-    from clipo_megatron.data.registry import canonical_name
-
-    out = {}
-    for it in items:
-        if "=" not in it:
-            raise ValueError(
-                f"--source {it!r}: expected NAME=SOURCE (a path, hf, hf:repo[:config][@split] or gym)"
-            )
-        name, src = it.split("=", 1)
-        out[canonical_name(name)] = src
-    return out
+PROG = "clipo-megatron eval"
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="clipo-megatron eval",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    ap = make_parser(PROG, __doc__)
     what = ap.add_mutually_exclusive_group()
-    what.add_argument("--suite", help="track1 | track2")
+    what.add_argument("--suite", help=" | ".join(SUITES))
     what.add_argument("--datasets", help="comma-separated dataset names (e.g. gsm8k,mmlu)")
     what.add_argument(
         "--run",
@@ -155,41 +141,27 @@ def _settings(args, datasets: list[str]):
     )
 
 
-def _check_resume(out: Path, settings) -> None:
-    """An out dir with samples from other settings would mix two evals: refuse, say how to fix."""
-    p = out / "run.json"
-    key = settings.resume_key()
-    if p.exists():
-        old = json.loads(p.read_text())
-        diff = {k: (old.get(k), v) for k, v in key.items() if old.get(k) != v}
-        if diff:
-            raise ValueError(
-                f"{out} holds an eval with other settings {diff} (old, new): pass another --out, "
-                f"or delete {out} to start over"
-            )
-    out.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(key, indent=2))
-
-
-def run_suite(args) -> int:
+def _prepare(args) -> tuple[list[str], dict[str, str], Any, dict, Path]:
+    """(datasets, sources, settings, records, out): every input checked, nothing written and
+    no model loaded; a bad one raises ValueError / FileNotFoundError (one line)."""
     from clipo_megatron.data.loader import load_dataset
     from clipo_megatron.data.registry import canonical_name
-    from clipo_megatron.eval.engine import evaluate
-    from clipo_megatron.eval.generator import build_generator
-    from clipo_megatron.eval.report import bar_chart, markdown_table
-    from clipo_megatron.verify.pool import VerifierPool
 
-    if not args.model:
-        raise ValueError(
-            "--model is required: smollm2, an HF model directory or a clipo-megatron train output dir"
-        )
+    inputs.check_numbers(args)
+    inputs.check_model(args.model)
     names = (
         list(get_suite(args.suite).datasets)
         if args.suite
-        else [canonical_name(x) for x in args.datasets.split(",") if x.strip()]
+        else [canonical_name(x.strip()) for x in args.datasets.split(",") if x.strip()]
     )
-    sources = _parse_sources(args.source)
+    if not names:
+        raise ValueError(f"--datasets {args.datasets!r}: name at least one dataset (e.g. gsm8k)")
+    sources = inputs.parse_sources(args.source)
     settings = _settings(args, names)
+    tag = args.suite or "-".join(names)
+    out = Path(args.out or f"runs/eval/{Path(args.model).name}-{tag}")
+    inputs.check_output(out)
+    inputs.check_resume(out, settings)
     # Load every dataset first: a missing one fails now, with how to get it, not after an hour of generation.
     data = {
         n: load_dataset(
@@ -202,9 +174,20 @@ def run_suite(args) -> int:
         )
         for n in names
     }
-    tag = args.suite or "-".join(names)
-    out = Path(args.out or f"runs/eval/{Path(args.model).name}-{tag}")
-    _check_resume(out, settings)
+    return names, sources, settings, data, out
+
+
+def run_suite(args) -> int:
+    from clipo_megatron.eval.engine import evaluate
+    from clipo_megatron.eval.generator import build_generator
+    from clipo_megatron.eval.report import bar_chart, markdown_table
+    from clipo_megatron.verify.pool import VerifierPool
+
+    try:  # every user error before any model loads and before --out is touched: one line
+        names, sources, settings, data, out = _prepare(args)
+    except (ValueError, FileNotFoundError) as e:
+        user_error(PROG, str(e))
+    inputs.write_resume_key(out, settings)
     t0 = time.perf_counter()
     gen = build_generator(
         args.model,
@@ -257,14 +240,43 @@ def run_suite(args) -> int:
     return 0
 
 
+def _compared_runs(args, is_reference, load_reference) -> dict[str, dict]:
+    """{name: scores} of every compared output, in the order given (the first is the deltas'
+    baseline); ValueError naming a missing or unreadable results.json."""
+    outputs = [r for r in args.runs if not is_reference(r)]
+    paths = {r: Path(r) / "results.json" if Path(r).is_dir() else Path(r) for r in outputs}
+    for p in paths.values():
+        if not p.is_file():
+            raise FileNotFoundError(f"{p} does not exist: pass `clipo-megatron eval` output dirs")
+    names = args.names.split(",") if args.names else [p.parent.name for p in paths.values()]
+    if len(names) != len(paths) or len(set(names)) != len(names):
+        raise ValueError(f"--names {names} must give {len(paths)} distinct names")
+    name_of = dict(zip(outputs, names))
+    runs: dict[str, dict] = {}
+    for arg in args.runs:
+        if is_reference(arg):
+            runs.update(load_reference(arg))
+            continue
+        try:
+            r = json.loads(paths[arg].read_text(encoding="utf-8"))
+            runs[name_of[arg]] = {**r["scores"], **r["averages"]}
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(
+                f"{paths[arg]}: not the results.json of `clipo-megatron eval` ({type(e).__name__}: "
+                f"{str(e)[:80]})"
+            ) from None
+    return runs
+
+
 def run_compare(argv: list[str]) -> int:
     from clipo_megatron.eval.aggregate import compare
     from clipo_megatron.eval.reference import is_reference, load_reference
     from clipo_megatron.eval.report import bar_chart, markdown_table
+    from clipo_megatron.output_folder import claim_output_folder
 
-    ap = argparse.ArgumentParser(
-        prog="clipo-megatron eval compare",
-        description="side-by-side scores of two or more eval outputs, with deltas vs the first",
+    ap = make_parser(
+        f"{PROG} compare",
+        "side-by-side scores of two or more eval outputs, with deltas vs the first",
     )
     ap.add_argument(
         "runs",
@@ -277,25 +289,12 @@ def run_compare(argv: list[str]) -> int:
     )
     ap.add_argument("--out", default="runs/eval/compare")
     args = ap.parse_args(argv)
-    outputs = [r for r in args.runs if not is_reference(r)]
-    paths = {r: Path(r) / "results.json" if Path(r).is_dir() else Path(r) for r in outputs}
-    for p in paths.values():
-        if not p.is_file():
-            raise FileNotFoundError(f"{p} does not exist: pass `clipo-megatron eval` output dirs")
-    names = args.names.split(",") if args.names else [p.parent.name for p in paths.values()]
-    if len(names) != len(paths) or len(set(names)) != len(names):
-        raise ValueError(f"--names {names} must give {len(paths)} distinct names")
-    name_of = dict(zip(outputs, names))
-    runs: dict[str, dict] = {}
-    for arg in args.runs:  # in the order given: the first is the baseline of the deltas
-        if is_reference(arg):
-            runs.update(load_reference(arg))
-            continue
-        r = json.loads(paths[arg].read_text())
-        runs[name_of[arg]] = {**r["scores"], **r["averages"]}
+    try:  # one line for a missing or broken input; --out untouched until they are read
+        runs = _compared_runs(args, is_reference, load_reference)
+        out = claim_output_folder(args.out, kind="eval-compare", key="--out")
+    except (ValueError, FileNotFoundError, OSError) as e:
+        user_error(f"{PROG} compare", str(e))
     cmp = compare(runs)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     md = markdown_table(cmp)
     (out / "compare.json").write_text(json.dumps(cmp, indent=2))
     (out / "compare.md").write_text(md)
@@ -309,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "compare":
         return run_compare(argv[1:])
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(argv)  # argparse's own errors: one line, exit 2
     if args.run or args.config:  # `clipo-megatron eval --run/--config` goes to runner/heldout.py
         print(
             "clipo-megatron eval: --run / --config are handled by `clipo-megatron eval` itself "
@@ -317,10 +316,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if not (args.suite or args.datasets):
+    if args.suite is None and args.datasets is None:
         _parser().print_help()
         print(
-            "\nclipo-megatron eval: pass --suite track1|track2 or --datasets a,b", file=sys.stderr
+            f"\n{PROG}: error: pass --suite {'|'.join(SUITES)} or --datasets a,b", file=sys.stderr
         )
         return 2
     return run_suite(args)

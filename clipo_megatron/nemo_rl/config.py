@@ -24,6 +24,7 @@ from clipo_megatron.core.bounds import (
     KL_COEF,
     LEARNING_RATE,
     ROLLOUT_TEMPERATURE,
+    ROLLOUTS_PER_PROMPT,
     TOP_P,
     WEIGHT_DECAY,
     Range,
@@ -83,9 +84,11 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
 
     Raises ValueError naming the clashing keys and the fix.
     """
+    # NeMo-RL's own keys first: clipo_base.yaml sets clipo.method.max_group_size to
+    # ${grpo.num_generations_per_prompt}, and a bad n was reported under the clipo key.
+    check_knob_ranges(cfg)
     clipo = ClipoNemoRLConfig.from_dict(cfg.get("clipo"))
     m = clipo.method
-    check_knob_ranges(cfg)
     env = cfg.get("env") or {}
     if "clipo_math" in env:  # the verifier's keys, before any actor starts
         from clipo_megatron.nemo_rl.env_grading import EnvSettings
@@ -156,6 +159,18 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
 # a key the recipe leaves out (or null) is NeMo-RL's default and not checked here.
 NEMO_RL_RANGES: dict[str, Range] = {
     "grpo.num_prompts_per_step": Range(1, 65536, integer=True),
+    "grpo.num_generations_per_prompt": ROLLOUTS_PER_PROMPT,
+    "grpo.max_num_steps": Range(1, integer=True),
+    "policy.train_global_batch_size": Range(1, integer=True),
+    "policy.megatron_cfg.tensor_model_parallel_size": Range(1, 1024, integer=True),
+    "policy.megatron_cfg.pipeline_model_parallel_size": Range(1, 1024, integer=True),
+    "policy.megatron_cfg.context_parallel_size": Range(1, 1024, integer=True),
+    "policy.generation.vllm_cfg.tensor_parallel_size": Range(1, 1024, integer=True),
+    "policy.train_micro_batch_size": Range(1, integer=True),
+    "policy.make_sequence_length_divisible_by": Range(1, integer=True),
+    "policy.max_total_sequence_length": Range(1, integer=True),
+    "cluster.num_nodes": Range(1, integer=True),
+    "cluster.gpus_per_node": Range(1, integer=True),
     "policy.generation.temperature": ROLLOUT_TEMPERATURE,
     "policy.generation.top_p": TOP_P,
     "policy.megatron_cfg.optimizer.lr": LEARNING_RATE,
@@ -168,12 +183,53 @@ NEMO_RL_RANGES: dict[str, Range] = {
 }
 
 
-def check_knob_ranges(cfg: dict[str, Any]) -> None:
-    """Each of NEMO_RL_RANGES' keys the recipe sets is in its range (one line naming the key)."""
+# Switches the cross-field rules read: a string there ("abc", "no") used to count as true.
+NEMO_RL_SWITCHES = (
+    "policy.megatron_cfg.enabled",
+    "policy.dtensor_cfg.enabled",
+    "policy.sequence_packing.enabled",
+    "policy.dynamic_batching.enabled",
+    "grpo.use_leave_one_out_baseline",
+)
+
+
+def knob_problems(cfg: dict[str, Any], derived: frozenset[str] = frozenset()) -> list[str]:
+    """One line per NEMO_RL_RANGES key out of its range and per NEMO_RL_SWITCHES key that is
+    not true / false, naming the key as the recipe spells it. `derived`: keys the recipe sets
+    by interpolation (`${...}`), whose bad value is its source's, named there."""
+    problems = [
+        f"{key}={value!r} must be true or false"
+        for key in NEMO_RL_SWITCHES
+        if key not in derived
+        and (value := dotted_get(cfg, key)) is not None
+        and not isinstance(value, bool)
+    ]
     for key, rule in NEMO_RL_RANGES.items():
+        if key in derived:
+            continue
         value = dotted_get(cfg, key)
         if value is not None:
-            rule.check(key, value)
+            try:
+                rule.check(key, value)
+            except ValueError as e:
+                problems.append(str(e))
+    return problems
+
+
+def interpolated_keys(raw: dict[str, Any]) -> frozenset[str]:
+    """The checked keys an unresolved recipe sets by interpolation (`${...}`)."""
+    return frozenset(
+        k
+        for k in (*NEMO_RL_RANGES, *NEMO_RL_SWITCHES)
+        if isinstance(v := dotted_get(raw, k), str) and "${" in v
+    )
+
+
+def check_knob_ranges(cfg: dict[str, Any]) -> None:
+    """Each of NEMO_RL_RANGES' keys the recipe sets is in its range (ValueError: the first)."""
+    problems = knob_problems(cfg)
+    if problems:
+        raise ValueError(problems[0])
 
 
 ENV_NAME = "clipo_math"  # the environment the recipes' data sections name

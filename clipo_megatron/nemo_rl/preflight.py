@@ -29,7 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
+from clipo_megatron.nemo_rl.config import (
+    ClipoNemoRLConfig,
+    interpolated_keys,
+    knob_problems,
+    validate_master_config,
+)
 from clipo_megatron.nemo_rl.preflight_data import check_files, check_overlap
 from clipo_megatron.nemo_rl.preflight_parallel import check_parallel
 from clipo_megatron.nemo_rl.recipes import NEMO_RL_PREFIX, load_recipe, nemo_rl_root
@@ -137,26 +142,54 @@ def preflight(
 ) -> Report:
     """Run every check on a recipe; never raises for a user error (see `Report.problems`)."""
     report = Report()
+    wrong = _wrong_command(recipe)
+    if wrong:
+        report.problems.append(wrong)
+        return report
     try:
         config = load_recipe(recipe, overrides)
+        derived = interpolated_keys(load_recipe(recipe, overrides, resolve=False))
     except Exception as e:  # YAML, interpolation, override errors: all user errors
         report.problems.append(f"--config {recipe}: {type(e).__name__}: {_one_line(e)}")
         return report
-    return preflight_config(config, cluster_env=cluster_env)
+    return preflight_config(config, cluster_env=cluster_env, derived=derived)
 
 
-def preflight_config(config: dict[str, Any], *, cluster_env: bool = True) -> Report:
-    """The checks on an already merged and resolved master config (a `load_recipe` dict)."""
+def _wrong_command(recipe: str | Path) -> str | None:
+    """A runner recipe given to the NeMo-RL driver: which command runs it (one line)."""
+    import yaml  # type: ignore[import-untyped]
+
+    from clipo_megatron.recipe_kind import wrong_command
+
+    try:
+        top = yaml.safe_load(Path(recipe).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None  # load_recipe names these
+    if not isinstance(top, dict):
+        return None
+    return wrong_command(recipe, top, "nemo_rl", "examples/run_grpo_clipo.py")
+
+
+def preflight_config(
+    config: dict[str, Any], *, cluster_env: bool = True, derived: frozenset[str] = frozenset()
+) -> Report:
+    """The checks on an already merged and resolved master config (a `load_recipe` dict);
+    `derived`: keys set by interpolation, named at their source (`interpolated_keys`)."""
     report = Report(config=config)
     has_nemo_rl = nemo_rl_importable()
     data = config.get("data") or {}
+    ranges = knob_problems(
+        config, derived
+    )  # every key out of range, each named as the user wrote it
     checks: list[tuple[str, Callable[[], tuple[list[str], list[str]]]]] = [
+        ("value ranges", lambda: (ranges, [])),
         ("clipo / cross-field rules", lambda: ([p for p in [_clipo(report, config)] if p], [])),
         ("NeMo-RL", lambda: (check_nemo_rl(config) if has_nemo_rl else [], [])),
         ("data files", lambda: check_files(data)),
         ("train / validation overlap", lambda: (check_overlap(data), [])),
-        ("parallel sizes", lambda: check_parallel(config)),
     ]
+    if not ranges:  # the sizes' arithmetic needs sizes: "cannot check" lines said nothing more
+        checks.append(("parallel sizes", lambda: check_parallel(config)))
     if cluster_env:
         checks.append(("cluster env", lambda: check_cluster_env(config, has_nemo_rl=has_nemo_rl)))
     for name, check in checks:
@@ -164,7 +197,7 @@ def preflight_config(config: dict[str, Any], *, cluster_env: bool = True) -> Rep
             problems, warnings = check()
         except Exception as e:  # a value of the wrong type: name it, keep checking the rest
             problems, warnings = [f"{name}: cannot check ({type(e).__name__}: {_one_line(e)})"], []
-        report.problems += [p for p in problems if p]
+        report.problems += [p for p in problems if p and p not in report.problems]
         report.warnings += warnings
     if report.ok and report.clipo is not None and report.clipo.drop_overlong_prompts:
         from clipo_megatron.nemo_rl.prompt_filter import preflight_line
@@ -180,10 +213,7 @@ def _clipo(report: Report, config: dict[str, Any]) -> str | None:
     try:
         report.clipo = validate_master_config(config)
     except ValueError as e:
-        msg = _one_line(e)
-        if msg.startswith(("invalid literal", "could not convert")):  # int() / float() of a key
-            return f"clipo / cross-field rules: cannot check ({msg}); fix the value named below"
-        return msg
+        return _one_line(e)
     if report.clipo.grader == "paper" and importlib.util.find_spec("pylatexenc") is None:
         return (
             "clipo.grader=paper needs pylatexenc (the authors' checker's LaTeX converter), which "

@@ -305,7 +305,20 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m clipo_megatron.nemo_rl.seams <NeMo-RL checkout>", file=sys.stderr)
         return 2
-    pkg = Path(args[0]) / "nemo_rl" if (Path(args[0]) / "nemo_rl").is_dir() else Path(args[0])
+    given = Path(args[0])
+    pkg = given / "nemo_rl" if (given / "nemo_rl").is_dir() else given
+    if not given.is_dir():
+        print(
+            f"{given}: no such checkout; pass the folder NeMo-RL was cloned into", file=sys.stderr
+        )
+        return 2
+    if not (pkg / "algorithms").is_dir():  # one line, not one "seam moved" line per seam
+        print(
+            f"{given} is not a NeMo-RL checkout (no nemo_rl/algorithms/ in it); pass the folder "
+            "NeMo-RL was cloned into",
+            file=sys.stderr,
+        )
+        return 2
     lines = check(pkg)
     print("\n".join(lines) if lines else f"all {len(all_seams())} NeMo-RL seams in place: {pkg}")
     return 2 if lines else 0

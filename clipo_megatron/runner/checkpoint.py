@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import errno
 import os
-import zipfile
 from pathlib import Path
 
 import torch
 
-from clipo_megatron.core.safe_load import UnsafeCheckpoint, load_state
+from clipo_megatron.core import safe_load
+from clipo_megatron.core.safe_load import load_state
 from clipo_megatron.runner.parallel import barrier, is_rank0
 
 
@@ -96,27 +96,7 @@ def load_checkpoint(path: Path) -> dict:
     return load_state(path)
 
 
-def check_readable(path: Path) -> None:
-    """Raise ValueError (one line naming `path` and the fix) if `path` would not load.
-
-    Cheap, so it runs before any model loads: the zip container's CRCs are checked
-    (a truncated or overwritten file), then the pickle is read weights-only with the
-    tensors memory-mapped, not copied (a file that is not a checkpoint of this runner,
-    or one that names code to run: refused, never run).
-    """
-    try:
-        with zipfile.ZipFile(path) as z:
-            bad = z.testzip()
-            if bad is not None:
-                raise ValueError(f"member {bad} fails its CRC check")
-        state = load_state(path, mmap=True)
-        if not isinstance(state, dict) or "step" not in state:
-            raise ValueError("no run state in it (a dict with 'step')")
-    except UnsafeCheckpoint as e:
-        raise ValueError(f"{e}, or point output.dir elsewhere") from None
-    except Exception as e:  # any reason the load would fail: one line, not its traceback
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ValueError(
-            f"checkpoint {path} is unreadable ({reason}): delete it to start over, "
-            "or point output.dir elsewhere"
-        ) from None
+def check_readable(path: Path) -> dict:
+    """The run state (tensors memory-mapped), or ValueError (one line naming `path` and the
+    fix) if `path` would not load (`core.safe_load.check_readable`), before any model loads."""
+    return safe_load.check_readable(path, "delete it to start over", "point output.dir elsewhere")

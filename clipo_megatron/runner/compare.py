@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clipo_megatron.runner.cli_args import make_parser, user_error
+from clipo_megatron.cli_args import make_parser, user_error
 
 if TYPE_CHECKING:
     from clipo_megatron.runner.config import RunConfig
@@ -116,11 +116,13 @@ def _plan(args) -> Plan:
     _check_overrides(args.overrides)
     paths = preflight.input_paths(args.config, args.overrides)
     try:
-        preflight.check_inputs({**paths, "output.dir": args.out})
+        preflight.check_inputs({**paths, "output.dir": args.out}, output_kind="compare")
     except ValueError as e:
         raise ValueError(str(e).replace("output.dir", "--out")) from None
+    from clipo_megatron.output_folder import check_output_folder, claim_output_folder
     from clipo_megatron.runner.compare_report import ARMS, run_dir
     from clipo_megatron.runner.config import load_config, to_dict
+    from clipo_megatron.runner.memory import check_memory
 
     plan: Plan = []
     for obj in objectives:
@@ -135,6 +137,10 @@ def _plan(args) -> Plan:
                 ]
                 cfg = load_config(args.config, [*args.overrides, *own])
                 preflight.check_launch(cfg)
+                if not plan:  # every run reads the same data and has the same sizes
+                    check_memory(cfg)
+                    preflight.check_data(cfg)
+                check_output_folder(d, kinds=("train",), key="output.dir")
                 drift = _config_drift(d, to_dict(cfg))
                 if drift:
                     raise ValueError(
@@ -145,7 +151,7 @@ def _plan(args) -> Plan:
                     preflight.check_checkpoint(d)
                 plan.append((obj, arm, seed, cfg))
     try:  # last (nothing is written for a refused command); root passes os.access checks
-        Path(args.out).mkdir(parents=True, exist_ok=True)
+        claim_output_folder(args.out, kind="compare", key="--out")
     except OSError as e:
         raise ValueError(f"--out {args.out}: cannot create it ({e.strerror})") from None
     return plan

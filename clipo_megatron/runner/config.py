@@ -289,6 +289,10 @@ def default_output_dir(config_path: str | None) -> str:
     return str(Path("runs") / "train" / (Path(config_path).stem if config_path else "default"))
 
 
+def _clipped(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def load_config(path: str | None, overrides: list[str]) -> RunConfig:
     """YAML (optional) + `key=value` dotted overrides on top of the typed defaults; an unset
     output.dir is resolved here (`default_output_dir`), so config.json records where it went."""
@@ -304,7 +308,10 @@ def load_config(path: str | None, overrides: list[str]) -> RunConfig:
     except OmegaConfBaseException as e:  # unknown key / wrong type: its first line names the key
         lines = str(e).splitlines()
         key = next((x.split(":", 1)[1].strip() for x in lines if "full_key:" in x), "")
-        raise ValueError(f"config: {lines[0]}" + (f" (key {key})" if key else "")) from None
+        # A key is the user's text, maybe a whole file read as one key: shown short.
+        first = lines[0].replace(key, _clipped(key)) if key else lines[0]
+        first, key = _clipped(first, 200), _clipped(key)
+        raise ValueError(f"config: {first}" + (f" (key {key})" if key else "")) from None
     if not cfg.output.dir:
         cfg.output.dir = default_output_dir(path)
     cfg.validate()

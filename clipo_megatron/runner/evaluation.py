@@ -15,26 +15,32 @@ PERTURBED_SEED_OFFSET = 20_000  # its generator seed: data.seed + this
 
 
 def _pass_matrix(run, probs, max_tokens: int, seed: int) -> tuple[torch.Tensor, float]:
-    """[P, n] correctness of n samples per problem at the eval temperature, and the seconds taken."""
+    """[P, n] correctness of n samples per problem at the eval temperature, and the seconds
+    taken. Generated in chunks of at most EVAL_CHUNK_SEQUENCES sequences (one call for a small
+    set, with `seed` as before): one call for all of them held every sequence's KV cache at
+    once (eval.size=100000: 17.4 GB, then the OOM killer)."""
+    from clipo_megatron.runner.memory import EVAL_CHUNK_SEQUENCES
     from clipo_megatron.verify.boxed import verify_batch
 
     e = run.cfg.eval
     t0 = time.perf_counter()
-    ro = run.gen.generate(
-        [p.messages for p in probs],
-        e.n,
-        temperature=e.temperature,
-        top_p=e.top_p,
-        max_tokens=max_tokens,
-        seed=seed,
-    )
-    ok = torch.tensor(
-        verify_batch(
-            ro.texts, [probs[i].ground_truth for i in ro.prompt_index], grader=run.cfg.clipo.grader
-        ),
-        dtype=torch.float64,
-    ).view(len(probs), e.n)  # [P, n]
-    return ok, time.perf_counter() - t0
+    per_call = max(1, EVAL_CHUNK_SEQUENCES // e.n)  # problems per generate call
+    rows = []
+    for k, start in enumerate(range(0, len(probs), per_call)):
+        chunk = probs[start : start + per_call]
+        ro = run.gen.generate(
+            [p.messages for p in chunk],
+            e.n,
+            temperature=e.temperature,
+            top_p=e.top_p,
+            max_tokens=max_tokens,
+            seed=seed + 1_000_003 * k,
+        )
+        verdicts = verify_batch(
+            ro.texts, [chunk[i].ground_truth for i in ro.prompt_index], grader=run.cfg.clipo.grader
+        )
+        rows.append(torch.tensor(verdicts, dtype=torch.float64).view(len(chunk), e.n))  # [p, n]
+    return torch.cat(rows), time.perf_counter() - t0  # [P, n]
 
 
 def evaluate(run, seed_offset: int = 10_000) -> dict:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from clipo_megatron.runner.cli_args import make_parser, user_error
+from clipo_megatron.cli_args import make_parser, user_error
 
 
 def _score(res: dict, key: str) -> str:
@@ -33,12 +33,24 @@ PROG = "clipo-megatron eval"
 
 
 def _resolve(args, load_config):
-    """(config, checkpoint path or None, output dir); a broken checkpoint is refused here."""
+    """(config, checkpoint path or None, output dir): every input checked, nothing written.
+    A missing folder, another run's checkpoint or a folder of someone else's files is refused."""
+    import tempfile
+
+    from clipo_megatron.output_folder import check_output_folder
     from clipo_megatron.runner.checkpoint import check_readable
+    from clipo_megatron.runner.run_dir import FIXED, flatten
 
     if not args.run:
-        return load_config(args.config, args.overrides), None, Path(args.out or ".")
+        cfg = load_config(args.config, args.overrides)
+        out = Path(args.out or f"runs/eval/{Path(args.config).stem}-base")
+        check_output_folder(out, kinds=("heldout",), key="--out")
+        return cfg, None, out
     run_dir = Path(args.run)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(
+            f"--run {run_dir}: no such folder; pass a `clipo-megatron train` output dir"
+        )
     if not (run_dir / "config.json").exists():
         arms = sorted(p.parent for p in run_dir.glob("*/*/seed*/config.json"))
         if arms:  # `compare`'s OUT: name its runs
@@ -49,15 +61,33 @@ def _resolve(args, load_config):
         raise FileNotFoundError(
             f"{run_dir} has no config.json: is it a `clipo-megatron train` output dir?"
         )
-    tmp = OmegaConf.create(json.loads((run_dir / "config.json").read_text()))
-    cfg_path = run_dir / "eval_config.yaml"
-    OmegaConf.save(tmp, cfg_path)
-    cfg = load_config(str(cfg_path), args.overrides)
+    try:
+        saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{run_dir / 'config.json'} is not JSON ({e})") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{run_dir / 'config.json'} is not a train run's config")
+    with tempfile.TemporaryDirectory() as tmp:  # never written into the run's own folder
+        cfg_path = Path(tmp) / "config.yaml"
+        OmegaConf.save(OmegaConf.create(saved), cfg_path)
+        cfg = load_config(str(cfg_path), args.overrides)
     ckpt = run_dir / "checkpoints" / "latest.pt"
     if not ckpt.exists():
         raise FileNotFoundError(f"no checkpoint at {ckpt}: train the run first")
-    check_readable(ckpt)
-    return cfg, ckpt, Path(args.out or run_dir)
+    trained = check_readable(ckpt).get("config") or {}
+    old, now = flatten(trained), flatten(saved)
+    moved = sorted(k for k in old.keys() & now.keys() if k.startswith(FIXED) and old[k] != now[k])
+    if moved:  # another model's checkpoint: its weights would not fit (27 lines, after the load)
+        shown = ", ".join(
+            f"{k} {old[k]!r} in the checkpoint, {now[k]!r} in config.json" for k in moved
+        )
+        raise ValueError(
+            f"{ckpt} belongs to another model than {run_dir / 'config.json'} ({shown}): "
+            "put the run's own checkpoint back, or pass the run it came from"
+        )
+    out = Path(args.out or run_dir)
+    check_output_folder(out, kinds=("heldout", "train"), key="--out")
+    return cfg, ckpt, out
 
 
 def parser():
@@ -67,7 +97,11 @@ def parser():
         "--run", help="a training output directory (config.json + checkpoints/latest.pt)"
     )
     src.add_argument("--config", help="a YAML recipe: evaluate its base model")
-    ap.add_argument("--out", help="where to write eval.json / eval.md (default: the run dir / cwd)")
+    ap.add_argument(
+        "--out",
+        help="where to write eval.json / eval.md (default: the run dir; with --config "
+        "runs/eval/<recipe>-base); a new, empty or clipo-megatron folder",
+    )
     ap.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.n=8")
     return ap
 
@@ -75,13 +109,16 @@ def parser():
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_intermixed_args(argv)
     warnings.filterwarnings("ignore", module=r"megatron\..*")
+    from clipo_megatron.output_folder import claim_output_folder
     from clipo_megatron.runner.checkpoint import load_checkpoint
     from clipo_megatron.runner.config import load_config
     from clipo_megatron.runner.evaluation import evaluate
+    from clipo_megatron.runner.memory import check_memory
     from clipo_megatron.runner.run import Run
 
     try:  # every user error before any model loads, one line
         cfg, ckpt, out = _resolve(args, load_config)
+        check_memory(cfg)
     except (ValueError, FileNotFoundError) as e:
         user_error(PROG, str(e))
     run = Run(cfg)
@@ -101,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             "top_p": cfg.eval.top_p,
         }
     )
-    out.mkdir(parents=True, exist_ok=True)
+    claim_output_folder(out, kind="heldout", key="--out", also=("train",))
     (out / "eval.json").write_text(json.dumps(res, indent=2))
     md = [
         "| checkpoint | step | problems | n | T | pass@1 | perturbed problems | perturbed pass@1 |",

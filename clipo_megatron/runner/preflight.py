@@ -44,8 +44,11 @@ def input_paths(config_path: str | None, overrides: list[str]) -> dict[str, str]
         raise ValueError(f"config: {str(e).splitlines()[0]}") from None
 
 
-def check_inputs(paths: dict[str, str]) -> None:
-    """The data files exist and their first row parses; the output directory can be written."""
+def check_inputs(paths: dict[str, str], *, output_kind: str = "train") -> None:
+    """The data files exist and their first row parses; the output directory can be written
+    and is new, empty or already ours (`output_folder.py`; `output_kind`: "compare" for
+    `compare --out`)."""
+    from clipo_megatron.output_folder import check_output_folder
     from clipo_megatron.runner.problems import load_problems
 
     caps = {k.split(".")[1]: int(v) for k in CAP_KEYS if (v := paths.get(k, "")).isdigit()}
@@ -56,7 +59,25 @@ def check_inputs(paths: dict[str, str]) -> None:
             except (OSError, ValueError) as e:
                 raise ValueError(f"{key}={paths[key]}: {e}") from None
     if paths.get("output.dir"):
+        check_output_folder(paths["output.dir"], kinds=(output_kind,), key="output.dir")
         _writable_dir(Path(paths["output.dir"]))
+
+
+def check_data(cfg) -> None:
+    """The training data fills one step: `rollout.prompts_per_step` distinct prompts, every
+    row with a question and an answer. Read before the model loads (the run reads it again
+    then): a short file used to fail after the model load and the first evaluation."""
+    from clipo_megatron.runner.problems import load_problems, step_problems
+
+    where = f"data.path={cfg.data.path}: " if cfg.data.path else ""
+    try:
+        problems = load_problems(cfg.data, cfg.data.train_size, path=cfg.data.path)
+        step_problems(problems, 0, cfg.rollout.prompts_per_step)
+    except (OSError, ValueError) as e:
+        message = str(e)
+        if cfg.data.path and message.startswith("rollout.prompts_per_step"):
+            message = message.replace("or raise data.train_size", "or add rows to the file")
+        raise ValueError(where + message) from None
 
 
 def check_launch(cfg) -> None:

@@ -44,6 +44,8 @@ RESUMABLE = (
     "data.max_file_mb",
 )
 ALLOW_FLAG = "--allow-config-change"
+# Keys no resume may change, the flag or not: they set the weights' shapes.
+FIXED = "model."
 
 
 class RunLock:
@@ -137,8 +139,16 @@ def check_resume(out: Path, now: dict, *, allow_change: bool) -> tuple[list[str]
     if saved is None:
         return [], step
     keys = config_changes(saved, now)
+    old, new = flatten(saved), flatten(now)
+    shapes = [k for k in keys if k.startswith(FIXED)]
+    if shapes:  # the flag cannot help: the weights would not fit the new model
+        shown = ", ".join(f"{k} ({old[k]!r} -> {new[k]!r})" for k in shapes)
+        raise ValueError(
+            f"output.dir={out} holds a checkpoint (step {step}) of another model: {shown}; "
+            f"a model cannot change on resume, even with {ALLOW_FLAG} (the weights have the "
+            "old shapes): rerun with the saved values or choose another output.dir"
+        )
     if keys and not allow_change:
-        old, new = flatten(saved), flatten(now)
         shown = ", ".join(f"{k} ({old[k]!r} -> {new[k]!r})" for k in keys[:8])
         more = f" and {len(keys) - 8} more" if len(keys) > 8 else ""
         raise ValueError(
@@ -170,12 +180,17 @@ def claim(cfg, *, allow_config_change: bool = False, rank0: bool = True) -> RunL
     """Before any model loads: lock output.dir (rank 0), check a resume's config, trim the
     metrics log to the resumed step, then write config.json and the history. The lock (None
     off rank 0) is the caller's to release."""
+    from clipo_megatron.output_folder import check_output_folder, claim_output_folder
     from clipo_megatron.runner.config import to_dict
 
     out, now = Path(cfg.output.dir), to_dict(cfg)
     lock = None
     try:
+        if rank0:  # never into a folder of someone else's files; a held lock: nothing written
+            check_output_folder(out, kinds=("train",), key="output.dir")
         lock = RunLock(out).acquire() if rank0 else None
+        if rank0:
+            claim_output_folder(out, kind="train", key="output.dir")
         changed, step = check_resume(out, now, allow_change=allow_config_change)
         if rank0:
             from clipo_megatron.runner.report import trim_metrics_log

@@ -36,7 +36,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clipo_megatron.runner.cli_args import make_parser, user_error
+from clipo_megatron.cli_args import make_parser, user_error
 
 if TYPE_CHECKING:
     from clipo_megatron.runner.config import RunConfig
@@ -106,10 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     try:  # user errors: one line, exit 2, before any model load
         preflight.check_inputs(preflight.input_paths(args.config, args.overrides))
         from clipo_megatron.runner.config import load_config  # imports torch (seconds)
+        from clipo_megatron.runner.memory import check_memory
 
         cfg = load_config(args.config, list(args.overrides))
         preflight.check_inputs({"output.dir": cfg.output.dir})  # the default, if none was given
         preflight.check_launch(cfg)
+        check_memory(cfg)  # every accepted size fits the memory there is (before reading data)
+        preflight.check_data(cfg)  # the data fills a step: not after the model load
         preflight.check_checkpoint(cfg.output.dir)  # a resume must not fail after the model load
     except (ValueError, FileNotFoundError) as e:
         user_error(PROG, str(e))

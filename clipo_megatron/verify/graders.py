@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 KINDS = ("math", "mc")
@@ -81,3 +81,28 @@ def resolve_grader(grader: str | Grader) -> Grader:
         raise ValueError(f"unknown grader {grader!r}; expected one of {sorted(GRADERS)}")
     module, name = spec.split(":", 1)
     return getattr(importlib.import_module(module), name)
+
+
+def check_texts(responses: Sequence[object], ground_truths: Sequence[object]) -> None:
+    """ValueError naming the first row whose response or ground truth is not a string: `None`
+    used to be graded as the text "None" (0.0, status ok) and an int was a bare TypeError."""
+    for what, seq, fix in (
+        ("responses", responses, "pass '' for an empty response"),
+        ("ground_truths", ground_truths, "each answer needs its ground truth as a string"),
+    ):
+        for i, x in enumerate(seq):
+            if not isinstance(x, str):
+                raise ValueError(
+                    f"{what}[{i}] is {type(x).__name__} {x!r:.40}, not a string: {fix}"
+                )
+
+
+def check_grader_importable(grader: Grader) -> None:
+    """ValueError for a grader function defined in the caller's `__main__`: the workers never
+    import the caller's main (`pool_worker.callers_main_hidden`), so they could not find it."""
+    if getattr(grader, "__module__", None) == "__main__":
+        name = getattr(grader, "__qualname__", repr(grader))
+        raise ValueError(
+            f"grader {name} is defined in __main__, which the verifier's workers do not import: "
+            "move it into a module (or name one in GRADERS)"
+        )

@@ -38,8 +38,17 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from multiprocessing.connection import wait
 
-from clipo_megatron.verify.graders import KINDS, Grader, Scores, Verdict, grade_one, resolve_grader
-from clipo_megatron.verify.pool_worker import WorkerProcess
+from clipo_megatron.verify.graders import (
+    KINDS,
+    Grader,
+    Scores,
+    Verdict,
+    check_grader_importable,
+    check_texts,
+    grade_one,
+    resolve_grader,
+)
+from clipo_megatron.verify.pool_worker import WorkerProcess, start_failure
 
 DEFAULT_TIMEOUT = 10.0  # seconds per answer
 DEFAULT_MAX_CHARS = 100_000  # ~25k tokens of text: past any max_tokens the recipes use
@@ -91,11 +100,14 @@ class VerifierPool:
                 starting = [w for w in self._procs if not w.ready]
                 wait([x for w in starting for x in (w.conn, w.proc.sentinel)], timeout=1.0)
                 for w in starting:
-                    if w.conn.poll() and w.conn.recv() == "ready":
+                    msg = w.conn.recv() if w.conn.poll() else None
+                    if msg == "ready":
                         w.ready = True
-                    elif not w.proc.is_alive() or time.monotonic() > w.started + START_TIMEOUT:
+                    elif msg is not None or not w.proc.is_alive():
+                        raise RuntimeError(_start_error(w, msg))
+                    elif time.monotonic() > w.started + START_TIMEOUT:
                         raise RuntimeError(
-                            f"a verifier worker failed to start (exit code {w.proc.exitcode})"
+                            f"a verifier worker did not start within {START_TIMEOUT:g} s"
                         )
 
     def close(self) -> None:
@@ -145,11 +157,12 @@ class VerifierPool:
             raise ValueError(
                 f"{len(responses)} responses, {len(ground_truths)} ground truths, {len(kinds)} kinds"
             )
+        check_texts(responses, ground_truths)
         bad = sorted({k for k in kinds if k not in KINDS})
         if bad:
             raise ValueError(f"unknown answer kind(s) {bad}; expected one of {KINDS}")
         g = self.grader if grader is None else grader
-        resolve_grader(g)  # an unknown name fails here, not in every worker
+        check_grader_importable(resolve_grader(g))  # fails here, not in every worker
         out: list[Verdict | None] = [None] * len(responses)
         todo: deque[int] = deque()
         for i, r in enumerate(responses):
@@ -203,12 +216,9 @@ class VerifierPool:
                 elif isinstance(msg, Verdict) and w.item is not None:
                     out[w.item], w.item = msg, None
                     busy -= 1
+                elif start_failure(msg) is not None or (not w.ready and not w.proc.is_alive()):
+                    raise RuntimeError(_start_error(w, msg))
                 elif not w.proc.is_alive():  # died: retry its answer once, then "killed"
-                    if not w.ready:
-                        raise RuntimeError(
-                            f"a verifier worker exited with code {w.proc.exitcode} while starting "
-                            "(its traceback is above; math-verify missing: pip install math-verify)"
-                        )
                     if w.item is not None:
                         busy -= 1
                         if tries[w.item] < 2:
@@ -229,6 +239,18 @@ class VerifierPool:
                     raise RuntimeError(
                         f"a verifier worker did not start within {START_TIMEOUT:g} s"
                     )
+
+
+def _start_error(w: WorkerProcess, msg: object) -> str:
+    """Why a worker did not start: the cause it sent, else its exit code."""
+    cause = start_failure(msg)
+    if cause is not None:
+        return f"a verifier worker could not start: {cause}"
+    w.proc.join(1)
+    return (
+        f"a verifier worker exited with code {w.proc.exitcode} while starting, before it could "
+        "report a cause (its stderr is above)"
+    )
 
 
 _SHARED: VerifierPool | None = None

@@ -9,12 +9,15 @@ rely on the parent's state.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import sys
 import threading
 import time
+import types
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 
 from clipo_megatron.verify.graders import Grader, Verdict, quiet_math_verify, resolve_grader
@@ -76,8 +79,11 @@ def worker_main(conn: Connection, parent_pid: int) -> None:  # pragma: no cover 
     """The worker's loop: "ready" once math-verify is imported, then one Verdict per task."""
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    import math_verify  # noqa: F401  (sympy's import, before the first deadline)
-
+    try:
+        import math_verify  # noqa: F401  (sympy's import, before the first deadline)
+    except BaseException as e:  # the true cause, for the parent's one line
+        conn.send(("failed", f"{type(e).__name__}: {e}"))
+        return
     quiet_math_verify()
     signal.signal(signal.SIGALRM, _on_alarm)
     conn.send("ready")
@@ -95,13 +101,41 @@ def worker_main(conn: Connection, parent_pid: int) -> None:  # pragma: no cover 
         conn.send(verdict)
 
 
+_MAIN_SWAP = threading.Lock()
+
+
+@contextlib.contextmanager
+def callers_main_hidden() -> Iterator[None]:
+    """While a worker starts, `__main__` is an empty module, so the child imports no main.
+
+    `spawn` re-imports the caller's main in every child: a script without
+    `if __name__ == "__main__":` ran itself again there (and its `verify_batch` call failed),
+    and a main read from stdin or a notebook cannot be re-imported at all. The workers need
+    nothing of it: their code and graders live in modules."""
+    with _MAIN_SWAP:
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
+
+
+def start_failure(msg: object) -> str | None:
+    """The cause a worker sent before exiting at start-up, or None for any other message."""
+    if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "failed":
+        return str(msg[1])
+    return None
+
+
 class WorkerProcess:
     """The parent's handle on one worker: its pipe, its process, the answer it holds."""
 
     def __init__(self, ctx):
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=worker_main, args=(child, os.getpid()), daemon=True)
-        self.proc.start()
+        with callers_main_hidden():
+            self.proc.start()
         child.close()
         self.started = time.monotonic()
         self.ready = False

@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 
 import pytest
 
@@ -95,8 +96,9 @@ def test_eval_writes_results_samples_chart_and_throughput(tiny, fixtures, tmp_pa
     # Same command again: resumes, generates nothing.
     assert main(_args(tiny, g, m, out)) == 0
     assert json.loads((out / "results.json").read_text())["throughput"]["new_samples"] == 0
-    with pytest.raises(ValueError, match="holds an eval with other settings .*'n': \\(1, 2\\)"):
-        main(_args(tiny, g, m, out, "--n", "2"))
+    capsys.readouterr()
+    line = _refused(capsys, lambda: main(_args(tiny, g, m, out, "--n", "2")))
+    assert re.search("holds an eval with other settings .*'n': \\(1, 2\\)", line), line
 
     out2 = tmp_path / "run2"
     assert main(_args(tiny, g, m, out2, "--seed", "1")) == 0
@@ -110,16 +112,28 @@ def test_eval_writes_results_samples_chart_and_throughput(tiny, fixtures, tmp_pa
     assert (cmp_dir / "compare.png").is_file()
 
 
-def test_missing_dataset_fails_before_loading_the_model(tmp_path, monkeypatch):
+def _refused(capsys, call) -> str:
+    """The one stderr line of an eval refused with exit status 2."""
+    with pytest.raises(SystemExit) as e:
+        call()
+    assert e.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("clipo-megatron eval"), lines[0]
+    return lines[0]
+
+
+def test_missing_dataset_fails_before_loading_the_model(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("CLIPO_DATA_DIR", raising=False)
-    with pytest.raises(FileNotFoundError, match=r"aime24: no source given.*--source aime24=hf"):
-        main(["--datasets", "aime", "--model", "/nonexistent/model", "--out", str(tmp_path)])
-    with pytest.raises(ValueError, match="unknown suite 'track3'"):
-        main(["--suite", "track3", "--model", "smollm2"])
-    with pytest.raises(ValueError, match="NAME=SOURCE"):
-        main(["--datasets", "gsm8k", "--source", "gsm8k", "--model", "smollm2"])
+    line = _refused(capsys, lambda: main(["--datasets", "aime", "--model", "smollm2"]))
+    assert re.search(r"aime24: no source given.*--source aime24=hf", line), line
+    line = _refused(capsys, lambda: main(["--suite", "track3", "--model", "smollm2"]))
+    assert "unknown suite 'track3'" in line
+    line = _refused(
+        capsys, lambda: main(["--datasets", "gsm8k", "--source", "gsm8k", "--model", "smollm2"])
+    )
+    assert "NAME=SOURCE" in line
     assert main([]) == 2
-    with pytest.raises(
-        FileNotFoundError, match="a does not exist: pass `clipo-megatron eval` output dirs"
-    ):
-        main(["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    capsys.readouterr()
+    line = _refused(capsys, lambda: main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]))
+    assert "a does not exist: pass `clipo-megatron eval` output dirs" in line

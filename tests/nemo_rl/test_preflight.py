@@ -537,10 +537,8 @@ def test_problems_are_collected_and_a_bad_value_does_not_stop_the_rest(tmp_path)
     ]
     cfg = _track1("policy.train_global_batch_size=abc")
     cfg["data"] = {}
-    assert pf.preflight_config(cfg, cluster_env=False).problems == [
-        "clipo / cross-field rules: cannot check (invalid literal for int() with base 10: 'abc'); "
-        "fix the value named below",
-        "parallel sizes: cannot check (ValueError: invalid literal for int() with base 10: 'abc')",
+    assert pf.preflight_config(cfg, cluster_env=False).problems == [  # issue 31: the key named
+        "policy.train_global_batch_size='abc' must be an int >= 1"
     ]
 
 

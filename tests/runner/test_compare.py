@@ -70,10 +70,10 @@ def test_unwritable_out_is_refused(tmp_path, capsys):
 
 
 def test_a_run_made_with_another_config_is_refused(tmp_path, capsys):
+    from clipo_megatron.output_folder import claim_output_folder
     from clipo_megatron.runner.config import load_config, to_dict
 
-    d = run_dir(tmp_path, "grpo", "clipo", 0)
-    d.mkdir(parents=True)
+    d = claim_output_folder(run_dir(tmp_path, "grpo", "clipo", 0), kind="train", key="output.dir")
     old = load_config(None, ["train.steps=2", "seed=0", f"output.dir={d}"])
     (d / "config.json").write_text(json.dumps(to_dict(old)))
     line = _error(capsys, ["--objectives", "grpo", "--out", str(tmp_path), "train.steps=3"])

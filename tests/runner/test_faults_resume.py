@@ -50,9 +50,8 @@ def _history(out) -> list[dict]:
         (["clipo.enabled=false"], ["clipo.enabled"]),
         (["seed=1"], ["seed"]),
         (["train.lr=0.1", "train.weight_decay=0.1"], ["train.lr", "train.weight_decay"]),
-        (["model.tiny_layers=4"], ["model.tiny_layers"]),
     ],
-)
+)  # a model change: test_train_inputs.py::test_a_model_change_is_refused_even_with_the_flag
 def test_a_changed_config_is_refused_before_the_model_loads(
     tmp_path, capsys, no_model, change, keys
 ):
