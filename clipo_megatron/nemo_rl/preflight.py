@@ -14,7 +14,8 @@ It runs in seconds on a laptop, with or without NeMo-RL importable:
    pydantic `MasterConfig` of `nemo_rl.algorithms.grpo`;
 4. data files exist with the columns their dataset class reads; no training row is validated
    on (`preflight_data`);
-5. parallel sizes fit the model and NeMo-RL's padding / batch rules (`preflight_parallel`);
+5. parallel sizes fit the model and NeMo-RL's padding / batch rules (`preflight_parallel`), and
+   the checkpoint NeMo-RL would resume from was saved at a layout Bridge can load (`resume_layout`);
 6. unless `cluster_env=False` (laptops, CI): the environment the cluster run needs;
 7. with `clipo.drop_overlong_prompts`, how many training prompts the run drops
    (`prompt_filter`, `Report.prompt_filter`: part of the OK line).
@@ -33,6 +34,7 @@ from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_con
 from clipo_megatron.nemo_rl.preflight_data import check_files, check_overlap
 from clipo_megatron.nemo_rl.preflight_parallel import check_parallel
 from clipo_megatron.nemo_rl.recipes import NEMO_RL_PREFIX, load_recipe, nemo_rl_root
+from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
 
 
 @dataclass
@@ -156,6 +158,7 @@ def preflight_config(config: dict[str, Any], *, cluster_env: bool = True) -> Rep
         ("data files", lambda: check_files(data)),
         ("train / validation overlap", lambda: (check_overlap(data), [])),
         ("parallel sizes", lambda: check_parallel(config)),
+        ("resume layout", lambda: check_resume_layout(config)),
     ]
     if cluster_env:
         checks.append(("cluster env", lambda: check_cluster_env(config, has_nemo_rl=has_nemo_rl)))
