@@ -8,7 +8,10 @@ Megatron-Bridge saves the distributed optimizer's state `dp_reshardable` (NeMo-R
 rank: Bridge's loader compares the checkpoint's (TP, PP) with the run's and, with the distributed
 optimizer on and optimizer state to load, raises after the model is built. DP and CP may change
 (the state is sharded over the DP x CP group and resharded on load); sequence parallel does not
-change a parameter's shape.
+change a parameter's shape. Bridge does not check the buckets, but Megatron-Core loads the state
+only into buckets of the saved sizes (`load_parameter_state_from_dp_reshardable` asserts it), and
+with `overlap_grad_reduce` a bucket holds max(40M, 1M x DP) elements (`DistributedDataParallel`):
+a DP change across 40, or a change of `overlap_grad_reduce`, fails there.
 
 `ClipoPolicy.save_checkpoint` writes `LAYOUT_FILE` beside NeMo-RL's checkpoint; checkpoints from
 before it are read from the master config NeMo-RL writes beside them (`config.yaml`), else the
@@ -35,23 +38,35 @@ LAYOUT_KEYS = {
     "cp": MEGATRON + "context_parallel_size",
     "sequence_parallel": MEGATRON + "sequence_parallel",
     "use_distributed_optimizer": MEGATRON + "optimizer.use_distributed_optimizer",
+    "overlap_grad_reduce": MEGATRON + "distributed_data_parallel_config.overlap_grad_reduce",
 }
+BOOLEAN = ("sequence_parallel", "use_distributed_optimizer", "overlap_grad_reduce")
+REQUIRED = ("tp", "pp", "cp", "sequence_parallel", "use_distributed_optimizer")
 # What Bridge cannot reshard a dp_reshardable distributed-optimizer state across.
 NOT_RESHARDABLE = ("tp", "pp")
 
 
 def layout_of(config: dict[str, Any], *, dp: int | None = None) -> dict[str, Any]:
-    """The layout of a master config (`policy:` under its key) or of a bare policy config."""
+    """The layout of a master config (`policy:` under its key) or of a bare policy config; DP
+    from the master config's `cluster:` unless given."""
     cfg = config if "policy" in config else {"policy": config}
     layout: dict[str, Any] = {}
     for field, key in LAYOUT_KEYS.items():
         value = dotted_get(cfg, key, None, none_is_default=True)
-        if field in ("sequence_parallel", "use_distributed_optimizer"):
-            layout[field] = bool(value)
-        else:
-            layout[field] = int(value or 1)
+        layout[field] = bool(value) if field in BOOLEAN else int(value or 1)
+    nodes = dotted_get(cfg, "cluster.num_nodes")
+    gpus = dotted_get(cfg, "cluster.gpus_per_node")
+    if dp is None and nodes is not None and gpus is not None:
+        dp = int(nodes) * int(gpus) // (layout["tp"] * layout["pp"] * layout["cp"])
     layout["dp"] = dp
     return layout
+
+
+def grad_bucket_elements(layout: dict[str, Any]) -> int | None:
+    """Megatron-Core's default DDP bucket size (NeMo-RL sets none); None: one bucket per buffer."""
+    if not layout["overlap_grad_reduce"]:
+        return None
+    return max(40_000_000, 1_000_000 * int(layout["dp"]))
 
 
 def save_layout(step_dir: str, layout: dict[str, Any], *, optimizer_saved: bool) -> None:
@@ -68,7 +83,7 @@ def recorded_layout(step_dir: Path) -> tuple[dict[str, Any], str] | None:
     ours = step_dir / LAYOUT_FILE
     if ours.is_file():
         saved = json.loads(ours.read_text())
-        if not isinstance(saved, dict) or not all(f in saved for f in LAYOUT_KEYS):
+        if not isinstance(saved, dict) or not all(f in saved for f in REQUIRED):
             raise ValueError(f"{ours}: not a CLIPO layout record; delete it")
         return saved, str(ours)
     theirs = step_dir / NEMO_RL_CONFIG_FILE
@@ -112,17 +127,38 @@ def check_resume_layout(config: dict[str, Any]) -> tuple[list[str], list[str]]:
     saved, source = found
     if not saved.get("optimizer_saved", True):
         return [], []  # no optimizer state to load: Bridge loads weights across layouts
+    problems = []
     changed = [
         f"{LAYOUT_KEYS[f]}: saved {saved[f]}, now {now[f]}"
         for f in NOT_RESHARDABLE
         if int(saved[f]) != now[f]
     ]
-    if not changed:
-        return [], []
-    return [
-        f"{'; '.join(changed)} (resuming {step_dir}, layout from {source}): Megatron-Bridge "
-        f"cannot reshard the distributed optimizer's saved state (dp_reshardable) across TP / PP; "
-        "resume at the saved layout, or export its weights (NeMo-RL's "
-        "examples/converters/convert_megatron_to_hf.py) and start a new run from them "
-        "(policy.model_name=<export>, another checkpointing.checkpoint_dir)"
-    ], []
+    if changed:
+        problems.append(
+            f"{'; '.join(changed)} (resuming {step_dir}, layout from {source}): Megatron-Bridge "
+            "cannot reshard the distributed optimizer's saved state (dp_reshardable) across TP / "
+            f"PP; {CHOICES}"
+        )
+    if None not in (saved.get("overlap_grad_reduce"), saved.get("dp"), now["dp"]):
+        was, bucket = grad_bucket_elements(saved), grad_bucket_elements(now)
+        if was != bucket:
+            problems.append(
+                f"{LAYOUT_KEYS['overlap_grad_reduce']}={str(now['overlap_grad_reduce']).lower()} "
+                f"at DP {now['dp']} (cluster.num_nodes x gpus_per_node / TP*PP*CP) gives gradient "
+                f"buckets of {_elements(bucket)}, saved {_elements(was)} (overlap_grad_reduce="
+                f"{str(saved['overlap_grad_reduce']).lower()}, DP {saved['dp']}; resuming "
+                f"{step_dir}): Megatron-Core loads the distributed optimizer's state only into "
+                f"buckets of the saved sizes; {CHOICES}"
+            )
+    return problems, []
+
+
+CHOICES = (
+    "resume at the saved layout, or export its weights (NeMo-RL's "
+    "examples/converters/convert_megatron_to_hf.py) and start a new run from them "
+    "(policy.model_name=<export>, another checkpointing.checkpoint_dir)"
+)
+
+
+def _elements(bucket: int | None) -> str:
+    return "one per buffer" if bucket is None else f"{bucket // 1_000_000}M elements"

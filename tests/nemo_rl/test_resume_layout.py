@@ -36,20 +36,25 @@ def _laptop(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
 
 
-def _recipe(ckpt: Path, *, distributed_optimizer=True, **megatron) -> dict:
+def _recipe(
+    ckpt: Path, *, distributed_optimizer=True, overlap_grad_reduce=True, nodes=1, **megatron
+) -> dict:
     cfg = copy.deepcopy(TRACK1)
     cfg["data"] = {}
     cfg["checkpointing"]["checkpoint_dir"] = str(ckpt)
+    cfg["cluster"]["num_nodes"] = nodes
     mc = cfg["policy"]["megatron_cfg"]
     mc.setdefault("optimizer", {})["use_distributed_optimizer"] = distributed_optimizer
+    ddp = mc.setdefault("distributed_data_parallel_config", {})
+    ddp["overlap_grad_reduce"] = overlap_grad_reduce
     mc.update(megatron)
     return cfg
 
 
-def _saved(ckpt: Path, step: int, *, optimizer_saved=True, **megatron) -> Path:
-    """A checkpoint saved by a run with these megatron_cfg values (the layout record only)."""
+def _saved(ckpt: Path, step: int, *, optimizer_saved=True, **recipe) -> Path:
+    """A checkpoint saved by a run with these settings (the layout record only)."""
     step_dir = ckpt / f"step_{step}"
-    layout = layout_of(_recipe(ckpt, **megatron), dp=8)
+    layout = layout_of(_recipe(ckpt, **recipe))
     save_layout(str(step_dir), layout, optimizer_saved=optimizer_saved)
     return step_dir
 
@@ -69,7 +74,8 @@ def test_the_layout_round_trips_beside_the_checkpoint(tmp_path):
         "cp": 1,
         "sequence_parallel": True,
         "use_distributed_optimizer": True,
-        "dp": 8,
+        "overlap_grad_reduce": True,
+        "dp": 4,
         "optimizer_saved": True,
     }
 
@@ -106,7 +112,7 @@ def test_only_what_bridge_cannot_reshard_is_named(tmp_path):
     cfg = _recipe(tmp_path, context_parallel_size=2, sequence_parallel=True)
     cfg["policy"]["sequence_packing"]["enabled"] = True
     cfg["policy"]["make_sequence_length_divisible_by"] = 8
-    cfg["cluster"]["num_nodes"] = 2  # 16 GPUs: DP 8 here, DP 4 at TP 2 (saved: 8)
+    cfg["cluster"]["num_nodes"] = 2  # 16 GPUs: DP 8 here, DP 4 at TP 2 (saved: 4)
     (line,) = _problems(cfg)
     assert line.startswith(f"{MC}tensor_model_parallel_size: saved 2, now 1 (resuming ")
     cfg["policy"]["megatron_cfg"]["tensor_model_parallel_size"] = 2
@@ -177,3 +183,27 @@ def test_the_policy_records_its_layout_with_each_checkpoint(tmp_path, monkeypatc
     )
     layout, _ = recorded_layout(step)
     assert (layout["tp"], layout["dp"], layout["optimizer_saved"]) == (2, 4, optimizer)
+
+
+def test_gradient_buckets_of_another_size_are_refused(tmp_path):
+    """With overlap_grad_reduce a bucket holds max(40M, 1M x DP) elements: DP 8 -> 16 keeps
+    40M; DP 8 -> 64 (8 nodes) or overlap_grad_reduce toggled does not."""
+    _saved(tmp_path, 1)  # DP 8, overlap_grad_reduce on
+    assert _problems(_recipe(tmp_path, nodes=2)) == []
+    step = tmp_path / "step_1"
+    assert _problems(_recipe(tmp_path, nodes=8)) == [
+        f"{MC}distributed_data_parallel_config.overlap_grad_reduce=true at DP 64 (cluster."
+        "num_nodes x gpus_per_node / TP*PP*CP) gives gradient buckets of 64M elements, saved 40M "
+        f"elements (overlap_grad_reduce=true, DP 8; resuming {step}): Megatron-Core loads the "
+        "distributed optimizer's state only into buckets of the saved sizes; resume at the saved "
+        "layout, or export its weights (NeMo-RL's examples/converters/convert_megatron_to_hf.py) "
+        "and start a new run from them (policy.model_name=<export>, another "
+        "checkpointing.checkpoint_dir)"
+    ]
+    (line,) = _problems(_recipe(tmp_path, overlap_grad_reduce=False))
+    assert line.startswith(
+        f"{MC}distributed_data_parallel_config.overlap_grad_reduce=false at DP 8 (cluster."
+        "num_nodes x gpus_per_node / TP*PP*CP) gives gradient buckets of one per buffer, saved "
+        "40M elements"
+    )
+    assert _problems(_recipe(tmp_path, nodes=8, distributed_optimizer=False)) == []
