@@ -207,3 +207,35 @@ def test_gradient_buckets_of_another_size_are_refused(tmp_path):
         "40M elements"
     )
     assert _problems(_recipe(tmp_path, nodes=8, distributed_optimizer=False)) == []
+
+
+def test_validate_only_refuses_in_one_line_before_any_model_loads(tmp_path):
+    import subprocess
+    import sys
+
+    _saved(tmp_path / "ckpt", 5)  # TP 1
+    run = [
+        sys.executable,
+        str(ROOT / "examples" / "run_grpo_clipo.py"),
+        "--config",
+        str(ROOT / "examples" / "configs" / "track1_qwen3b.yaml"),
+        "--validate-only",
+        "--no-cluster-env",
+        f"checkpointing.checkpoint_dir={tmp_path / 'ckpt'}",
+        "+policy.megatron_cfg.optimizer.use_distributed_optimizer=true",
+        "+policy.megatron_cfg.distributed_data_parallel_config.overlap_grad_reduce=true",
+        "policy.megatron_cfg.tensor_model_parallel_size=2",
+    ]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CLIPO_DATA_DIR": str(tmp_path)}
+    env["PYTHONPATH"] = str(ROOT)  # this checkout, not an installed copy
+    out = subprocess.run(run, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("  - policy.megatron_cfg.")]
+    assert lines == [
+        f"  - {MC}tensor_model_parallel_size: saved 1, now 2 (resuming {tmp_path / 'ckpt'}"
+        f"/step_5, layout from {tmp_path / 'ckpt'}/step_5/{LAYOUT_FILE}): Megatron-Bridge cannot "
+        "reshard the distributed optimizer's saved state (dp_reshardable) across TP / PP; resume "
+        "at the saved layout, or export its weights (NeMo-RL's examples/converters/"
+        "convert_megatron_to_hf.py) and start a new run from them (policy.model_name=<export>, "
+        "another checkpointing.checkpoint_dir)"
+    ]
