@@ -8,7 +8,8 @@ It runs in seconds on a laptop, with or without NeMo-RL importable:
 
 1. the recipe merges and resolves (`load_recipe`, incl. NeMo-RL's parent recipe when found);
 2. the `clipo:` block and its cross-field rules (`validate_master_config`), incl. settings
-   under which CLIPO's capture never runs (force_on_policy_ratio, training CUDA graphs);
+   under which CLIPO's capture never runs (force_on_policy_ratio, training CUDA graphs, MTP
+   with an empty last pipeline stage);
 3. with NeMo-RL importable: the supported version (`compat.check_supported`), the seams the
    extension uses in its source (`seams`, one line per moved seam) and NeMo-RL's own
    pydantic `MasterConfig` of `nemo_rl.algorithms.grpo`;

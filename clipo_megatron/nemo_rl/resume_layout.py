@@ -53,7 +53,10 @@ def layout_of(config: dict[str, Any], *, dp: int | None = None) -> dict[str, Any
     layout: dict[str, Any] = {}
     for field, key in LAYOUT_KEYS.items():
         value = dotted_get(cfg, key, None, none_is_default=True)
-        layout[field] = bool(value) if field in BOOLEAN else int(value or 1)
+        if field == "overlap_grad_reduce" and value is None:
+            layout[field] = None  # not in the recipe (no NeMo-RL parent merged): unknown
+        else:
+            layout[field] = bool(value) if field in BOOLEAN else int(value or 1)
     nodes = dotted_get(cfg, "cluster.num_nodes")
     gpus = dotted_get(cfg, "cluster.gpus_per_node")
     if dp is None and nodes is not None and gpus is not None:
@@ -139,7 +142,13 @@ def check_resume_layout(config: dict[str, Any]) -> tuple[list[str], list[str]]:
             "cannot reshard the distributed optimizer's saved state (dp_reshardable) across TP / "
             f"PP; {CHOICES}"
         )
-    if None not in (saved.get("overlap_grad_reduce"), saved.get("dp"), now["dp"]):
+    known = (
+        saved.get("overlap_grad_reduce"),
+        now["overlap_grad_reduce"],
+        saved.get("dp"),
+        now["dp"],
+    )
+    if None not in known:
         was, bucket = grad_bucket_elements(saved), grad_bucket_elements(now)
         if was != bucket:
             problems.append(

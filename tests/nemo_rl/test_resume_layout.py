@@ -239,3 +239,11 @@ def test_validate_only_refuses_in_one_line_before_any_model_loads(tmp_path):
         "convert_megatron_to_hf.py) and start a new run from them (policy.model_name=<export>, "
         "another checkpointing.checkpoint_dir)"
     ]
+
+
+def test_buckets_are_not_compared_when_the_recipe_does_not_say(tmp_path):
+    """A recipe checked without NeMo-RL's parent may lack overlap_grad_reduce: unknown, not off."""
+    _saved(tmp_path, 1)  # overlap_grad_reduce on
+    cfg = _recipe(tmp_path)
+    del cfg["policy"]["megatron_cfg"]["distributed_data_parallel_config"]["overlap_grad_reduce"]
+    assert _problems(cfg) == []
