@@ -270,6 +270,16 @@ def _check_capture_runs(cfg: dict[str, Any]) -> None:
             "grpo.seq_logprob_error_threshold unset), the pass CLIPO pools hidden states in, so "
             "the head gets nothing; set loss_fn.force_on_policy_ratio=false"
         )
+    mc = "policy.megatron_cfg."
+    mtp = int(dotted_get(cfg, mc + "mtp_num_layers", 0, none_is_default=True))
+    last = dotted_get(cfg, mc + "num_layers_in_last_pipeline_stage")
+    if mtp and last == 0 and int(dotted_get(cfg, mc + "pipeline_model_parallel_size", 1)) > 1:
+        raise ValueError(  # Megatron-Core's TransformerBlock.has_final_layernorm_in_this_stage
+            f"{mc}num_layers_in_last_pipeline_stage=0 with {mc}mtp_num_layers={mtp}: Megatron-Core "
+            "then puts the final norm on the stage before the last, and CLIPO pools its output on "
+            "the last stage (beside the head), so the head gets nothing; give the last pipeline "
+            "stage at least one decoder layer"
+        )
     impl = dotted_get(cfg, "policy.megatron_cfg.cuda_graph_impl", "none", none_is_default=True)
     if str(impl).lower() != "none":
         raise ValueError(

@@ -12,8 +12,9 @@
   worker and scatters the per-shard rewards back to batch order;
 - `train`: a no-op during CLIPO warm-up (rollouts, logprobs and head updates
   still run, the policy is not updated; paper App. "critic warmup");
-- `save_checkpoint`: also writes the head under `<step dir>/clipo_head/`; on
-  construction with `weights_path` (resume) the head and step are restored.
+- `save_checkpoint`: also writes the head under `<step dir>/clipo_head/` and the parallel
+  layout (`resume_layout.LAYOUT_FILE`); on construction with `weights_path` (resume) the head
+  and step are restored.
 
 The NeMo-RL-free pieces (`collect_head_step`, `warmup_train_result`) are tested on CPU.
 """
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+from clipo_megatron.nemo_rl.resume_layout import layout_of, save_layout
 from clipo_megatron.nemo_rl.rewards import ClipoRunState, HeadStepResult, assemble_rows
 from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
 
@@ -217,6 +219,14 @@ def make_clipo_policy_class(
 
         def save_checkpoint(self, weights_path: str, *args: Any, **kwargs: Any) -> None:
             super().save_checkpoint(weights_path, *args, **kwargs)
+            policy_cfg = getattr(self, "cfg", None)  # NeMo-RL's Policy keeps its config here
+            if isinstance(policy_cfg, dict):  # read by a later resume's preflight (resume_layout)
+                optimizer_path = kwargs.get("optimizer_path", args[0] if args else None)
+                save_layout(
+                    step_dir_of(weights_path),
+                    layout_of(policy_cfg, dp=getattr(self, "data_parallel_size", None)),
+                    optimizer_saved=optimizer_path is not None,
+                )
             if cfg.head_runs:
                 self.run_all_workers_single_data(
                     "clipo_save_head", step_dir=step_dir_of(weights_path), extra=state.state_dict()

@@ -8,13 +8,15 @@ It runs in seconds on a laptop, with or without NeMo-RL importable:
 
 1. the recipe merges and resolves (`load_recipe`, incl. NeMo-RL's parent recipe when found);
 2. the `clipo:` block and its cross-field rules (`validate_master_config`), incl. settings
-   under which CLIPO's capture never runs (force_on_policy_ratio, training CUDA graphs);
+   under which CLIPO's capture never runs (force_on_policy_ratio, training CUDA graphs, MTP
+   with an empty last pipeline stage);
 3. with NeMo-RL importable: the supported version (`compat.check_supported`), the seams the
    extension uses in its source (`seams`, one line per moved seam) and NeMo-RL's own
    pydantic `MasterConfig` of `nemo_rl.algorithms.grpo`;
 4. data files exist with the columns their dataset class reads; no training row is validated
    on (`preflight_data`);
-5. parallel sizes fit the model and NeMo-RL's padding / batch rules (`preflight_parallel`);
+5. parallel sizes fit the model and NeMo-RL's padding / batch rules (`preflight_parallel`), and
+   the checkpoint NeMo-RL would resume from was saved at a layout Bridge can load (`resume_layout`);
 6. unless `cluster_env=False` (laptops, CI): the environment the cluster run needs;
 7. with `clipo.drop_overlong_prompts`, how many training prompts the run drops
    (`prompt_filter`, `Report.prompt_filter`: part of the OK line).
@@ -38,6 +40,7 @@ from clipo_megatron.nemo_rl.config import (
 from clipo_megatron.nemo_rl.preflight_data import check_files, check_overlap
 from clipo_megatron.nemo_rl.preflight_parallel import check_parallel
 from clipo_megatron.nemo_rl.recipes import NEMO_RL_PREFIX, load_recipe, nemo_rl_root
+from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
 
 
 @dataclass
@@ -187,6 +190,7 @@ def preflight_config(
         ("NeMo-RL", lambda: (check_nemo_rl(config) if has_nemo_rl else [], [])),
         ("data files", lambda: check_files(data)),
         ("train / validation overlap", lambda: (check_overlap(data), [])),
+        ("resume layout", lambda: check_resume_layout(config)),
     ]
     if not ranges:  # the sizes' arithmetic needs sizes: "cannot check" lines said nothing more
         checks.append(("parallel sizes", lambda: check_parallel(config)))

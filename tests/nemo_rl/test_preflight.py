@@ -518,6 +518,28 @@ def test_cluster_env(monkeypatch):
     )
 
 
+def test_mtp_with_an_empty_last_pipeline_stage_leaves_the_head_nothing():
+    """With MTP, Megatron-Core puts the final norm on the stage of the last decoder layer; CLIPO
+    pools it on the last stage. An empty last stage is refused; one layer there is served."""
+    mc = "policy.megatron_cfg."
+    cfg = _track1(
+        mc + "pipeline_model_parallel_size=2", "+" + mc + "mtp_num_layers=1",
+        "+" + mc + "num_layers_in_last_pipeline_stage=0",
+    )  # fmt: skip
+    cfg["data"] = {}
+    assert pf.preflight_config(cfg, cluster_env=False).problems == [
+        f"{mc}num_layers_in_last_pipeline_stage=0 with {mc}mtp_num_layers=1: Megatron-Core then "
+        "puts the final norm on the stage before the last, and CLIPO pools its output on the last "
+        "stage (beside the head), so the head gets nothing; give the last pipeline stage at least "
+        "one decoder layer"
+    ]
+    cfg["clipo"]["enabled"] = False  # the GRPO baseline arm captures nothing: allowed
+    assert pf.preflight_config(cfg, cluster_env=False).problems == []
+    cfg["clipo"]["enabled"] = True
+    cfg["policy"]["megatron_cfg"]["num_layers_in_last_pipeline_stage"] = 1
+    assert pf.preflight_config(cfg, cluster_env=False).problems == []
+
+
 # ----------------------------------------------------------------------------- all together
 
 
