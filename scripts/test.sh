@@ -44,7 +44,7 @@ elif [ -n "${NEMO_RL_SRC:-}" ] || [ -f "$SNAPSHOT/nemo_rl/__init__.py" ]; then
   src=${NEMO_RL_SRC:-$SNAPSHOT}
   from="NEMO_RL_SRC"; [ -z "${NEMO_RL_SRC:-}" ] && from="the source snapshot $SNAPSHOT (NVIDIA-NeMo/RL 7ea279a with Megatron-Bridge 8c46dc42 and Megatron-LM 14346b65 at its pins)"
   echo "== NeMo-RL contract (CI set: -m 'nemo_rl and not contract_full'): $src, from $from"
-  NEMO_RL_SRC=$src bash scripts/test_nemo_rl.sh -m "nemo_rl and not contract_full" || status=$?
+  NEMO_RL_SRC=$src bash scripts/test_nemo_rl.sh -m "nemo_rl and not contract_full" --durations=25 || status=$?
 else
   echo "== NeMo-RL contract: SKIPPED, no NEMO_RL_SRC and no $SNAPSHOT; run it with: $RUN_CONTRACT"
 fi
