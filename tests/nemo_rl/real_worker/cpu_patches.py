@@ -251,7 +251,8 @@ def _cuda_type_string(original):
     def type_(self, dtype=None, non_blocking=False, **kwargs):
         if dtype is not None or kwargs or self.device.type != "cpu":  # a conversion, or a device
             return original(self, dtype, non_blocking, **kwargs)
-        return original(self).replace("torch.", "torch.cuda.", 1)  # "torch.cuda.FloatTensor"
+        name = original(self)  # under the device-literal mode this re-enters type_: once only
+        return name if name.startswith("torch.cuda.") else name.replace("torch.", "torch.cuda.", 1)
 
     return type_
 
