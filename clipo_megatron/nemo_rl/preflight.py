@@ -190,10 +190,10 @@ def preflight_config(
         ("NeMo-RL", lambda: (check_nemo_rl(config) if has_nemo_rl else [], [])),
         ("data files", lambda: check_files(data)),
         ("train / validation overlap", lambda: (check_overlap(data), [])),
-        ("resume layout", lambda: check_resume_layout(config)),
     ]
     if not ranges:  # the sizes' arithmetic needs sizes: "cannot check" lines said nothing more
         checks.append(("parallel sizes", lambda: check_parallel(config)))
+        checks.append(("resume layout", lambda: check_resume_layout(config)))
     if cluster_env:
         checks.append(("cluster env", lambda: check_cluster_env(config, has_nemo_rl=has_nemo_rl)))
     for name, check in checks:

@@ -27,6 +27,7 @@ class Layout:
     dist_opt: bool = False  # Megatron's distributed optimizer, overlapped as the recipes set it
     bf16: bool = False
     head_tp: bool = False  # CLIPO's TP-sharded head (clipo.head_tensor_parallel)
+    overlap: bool | None = None  # grad-reduce / param-gather overlap; None: as the recipes (= dist_opt)
 
     @property
     def world(self) -> int:
@@ -66,12 +67,13 @@ def layout_policy(policy: dict[str, Any], layout: Layout) -> dict[str, Any]:
         "bf16": layout.bf16,
         "use_distributed_optimizer": layout.dist_opt,
     }
+    overlap = layout.dist_opt if layout.overlap is None else layout.overlap
     mc["distributed_data_parallel_config"] = {
         **mc["distributed_data_parallel_config"],
         # the recipes (clipo_base.yaml, NeMo-RL's grpo_math_1B_megatron.yaml) overlap both with
         # the distributed optimizer and reduce gradients in fp32
-        "overlap_grad_reduce": layout.dist_opt,
-        "overlap_param_gather": layout.dist_opt,
+        "overlap_grad_reduce": overlap,
+        "overlap_param_gather": overlap,
         "grad_reduce_in_fp32": layout.bf16,
     }
     return policy
