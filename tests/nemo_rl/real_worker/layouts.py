@@ -27,7 +27,7 @@ class Layout:
     dist_opt: bool = False  # Megatron's distributed optimizer, overlapped as the recipes set it
     bf16: bool = False
     head_tp: bool = False  # CLIPO's TP-sharded head (clipo.head_tensor_parallel)
-    overlap: bool | None = None  # grad-reduce / param-gather overlap; None: as the recipes (= dist_opt)
+    overlap: bool | None = None  # grad-reduce / param-gather overlap (None: = dist_opt)
 
     @property
     def world(self) -> int:
