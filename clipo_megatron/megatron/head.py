@@ -26,7 +26,7 @@ from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.spec_utils import ModuleSpec, build_module
 
 from clipo_megatron.core.losses import l2_normalize
-from clipo_megatron.megatron.parallel import group_size
+from clipo_megatron.megatron.parallel import group_rank, group_size
 
 
 @dataclass
@@ -138,9 +138,17 @@ def build_contrastive_head(
     spec: ModuleSpec | None = None,
 ):
     """config: the policy's TransformerConfig (adapted by `head_config`, in one place for every
-    driver)."""
+    driver).
+
+    The weights come from the caller's RNG, drawn as the replicated head draws them, whatever the
+    TP size: a TP-sharded head takes its rows of the full W a replicated `nn.Linear` would get
+    (Megatron's own init of a parallel linear draws per TP rank, so a run at TP 2 would start from
+    another head than the same run at TP 1)."""
+    full = None
+    if tensor_parallel and head_type == "linear":
+        full = torch.nn.Linear(input_size, embed_dim, bias=False).weight.detach()  # [d, D]
     spec = spec or get_contrastive_head_spec(tensor_parallel)
-    return build_module(
+    head = build_module(
         spec,
         config=head_config(config),
         input_size=input_size,
@@ -148,6 +156,11 @@ def build_contrastive_head(
         head_type=head_type,
         tp_group=tp_group,
     )
+    if full is not None and getattr(head, "tensor_parallel", False):
+        rows = full.chunk(group_size(tp_group), 0)[group_rank(tp_group)]  # [d / tp, D]
+        with torch.no_grad():
+            head.proj.weight.copy_(rows)
+    return head
 
 
 def attach_head(model, head) -> None:
