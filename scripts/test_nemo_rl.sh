@@ -126,7 +126,8 @@ if [ "${1:-}" = "--bench" ]; then  # bench/bench_real_worker_capture.py in this 
   shift
   exec "$VENV/bin/python" bench/bench_real_worker_capture.py "$@"
 fi
-paths=(tests/nemo_rl)  # unless the caller names test paths
+# unless the caller names test paths; NeMo-RL's own autograd Function under the emulated CUDA too
+paths=(tests/nemo_rl tests/testing/test_emulated_nemo_rl.py)
 for a in "$@"; do [[ "$a" == tests/* ]] && paths=(); done
 marker=$(mktemp)  # anything in the sources newer than this was written by the suite
 status=0
