@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -118,9 +119,9 @@ def run(dest: Path, log: Path) -> tuple[str, str, float]:
             raise
     text = log.read_text()
     reason = next((ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")), "")
-    if rc == 0 and "1 passed" in text:
+    if rc == 0 and f"{len(TESTS)} passed" in text:
         result = "green"
-    elif "1 failed" in text:
+    elif re.search(r"\b\d+ failed", text):
         result = "RED"
     else:  # skipped, collection error, crash: neither verdict
         result = "skipped/error"
