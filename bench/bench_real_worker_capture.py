@@ -36,13 +36,7 @@ def measure(rank: int, world: int, out_dir: str, model_dir: str, rows: int, repe
     worker.clipo_setup(clipo_cfg=scenario.CLIPO)
     scenario.B = rows  # a larger batch than the tests'
     data = scenario.batch(worker.tokenizer.pad_token_id, len(worker.tokenizer))
-    pack = {
-        "algorithm": policy["sequence_packing"]["algorithm"],
-        "input_key": "input_ids",
-        "input_lengths_key": "input_lengths",
-        "sequence_length_pad_multiple": policy["make_sequence_length_divisible_by"],
-        "max_tokens_per_microbatch": 2048,
-    }
+    pack = scenario.packing_args(policy)
     with_idx = data.shard_by_batch_size(1, batch_size=None, sequence_packing_args=pack)[0][0]
     without = copy.copy(with_idx)  # same bins (UserDict copy keeps the packing attributes)
     del without[SAMPLE_IDX_KEY]  # no row ids: the mixin hands the call to NeMo-RL's unchanged

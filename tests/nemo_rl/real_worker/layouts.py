@@ -104,13 +104,7 @@ def layout_methods(
     worker.clipo_setup(clipo_cfg={**scenario.CLIPO, "head_tensor_parallel": layout.head_tp})
     tok = worker.tokenizer
     data = scenario.batch(tok.pad_token_id, len(tok))
-    pack = {
-        "algorithm": policy["sequence_packing"]["algorithm"],
-        "input_key": "input_ids",
-        "input_lengths_key": "input_lengths",
-        "sequence_length_pad_multiple": policy["make_sequence_length_divisible_by"],
-        "max_tokens_per_microbatch": 2048,
-    }
+    pack = scenario.packing_args(policy)
     where = layout.coords(rank)
     res: dict[str, Any] = {"rank": rank, **where}
 

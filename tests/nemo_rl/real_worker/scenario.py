@@ -23,6 +23,17 @@ CORRECT = torch.tensor([1, 1, 0, 1, 0, 1, 1, 0])
 GROUPS = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
 
 
+def packing_args(policy: dict[str, Any]) -> dict[str, Any]:
+    """The driver's sequence-packing arguments for `shard_by_batch_size` (lm_policy's), 2048-token bins."""
+    return {
+        "algorithm": policy["sequence_packing"]["algorithm"],
+        "input_key": "input_ids",
+        "input_lengths_key": "input_lengths",
+        "sequence_length_pad_multiple": policy["make_sequence_length_divisible_by"],
+        "max_tokens_per_microbatch": 2048,
+    }
+
+
 def batch(pad_id: int, vocab: int):
     """B rows of prompt + response (random tokens), varied lengths; token_mask = the response."""
     from nemo_rl.distributed.batched_data_dict import BatchedDataDict
@@ -116,19 +127,14 @@ def worker_methods(
     worker.clipo_setup(clipo_cfg=CLIPO)
     tok = worker.tokenizer
     data = batch(tok.pad_token_id, len(tok))
-    pack = {
-        "algorithm": policy["sequence_packing"]["algorithm"],
-        "input_key": "input_ids",
-        "input_lengths_key": "input_lengths",
-        "sequence_length_pad_multiple": policy["make_sequence_length_divisible_by"],
-    }
+    pack = packing_args(policy)
     res: dict[str, Any] = {"rank": rank}
 
     # get_logprobs: the driver's packing shard (lm_policy._shard_for_logprob), this rank's shard
     shards, _ = data.shard_by_batch_size(
         world,
         batch_size=None,
-        sequence_packing_args={**pack, "max_tokens_per_microbatch": 2048},
+        sequence_packing_args=pack,
     )
     shard = shards[rank]
     lp = worker.get_logprobs(data=shard)["logprobs"]
@@ -140,9 +146,7 @@ def worker_methods(
 
     # train: one global batch (gbs = B), packed, NeMo-RL's NLL loss
     before = _state(worker)
-    shards = data.shard_by_batch_size(
-        world, batch_size=B, sequence_packing_args={**pack, "max_tokens_per_microbatch": 2048}
-    )
+    shards = data.shard_by_batch_size(world, batch_size=B, sequence_packing_args=pack)
     shards = shards[0] if isinstance(shards, tuple) else shards
     train_out = worker.train(data=shards[rank], loss_fn=NLLLossFn(), gbs=B, mbs=B // world)
     res["train"] = {
