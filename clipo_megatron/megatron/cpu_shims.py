@@ -29,7 +29,7 @@ def _is_cuda_device(dev) -> bool:
 
 
 class _CudaToCpu(TorchFunctionMode):
-    """Rewrites device="cuda" arguments to CPU and makes pin_memory / .cuda() no-ops."""
+    """Rewrites device="cuda" arguments to CPU and makes .cuda() a no-op."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -38,7 +38,12 @@ class _CudaToCpu(TorchFunctionMode):
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
         name = getattr(func, "__name__", "")
-        if name in ("pin_memory", "cuda") and args and isinstance(args[0], torch.Tensor):
+        if name == "pin_memory" and args and isinstance(args[0], torch.Tensor):
+            # torch copies an unpinned host tensor into pinned memory: a copy, never an alias.
+            # Megatron's DDP offload (`param_data.cpu().pin_memory()` then `resize_(0)`) keeps
+            # the only copy of the weights in it.
+            return args[0].clone()
+        if name == "cuda" and args and isinstance(args[0], torch.Tensor):
             return args[0]
         if name == "to" and args and len(args) > 1 and _is_cuda_device(args[1]):
             args = (args[0], "cpu", *args[2:])

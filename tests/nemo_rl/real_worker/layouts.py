@@ -130,8 +130,11 @@ def layout_methods(
         "loss": float(train_out["global_loss"].sum()),
         "grad_norm": float(train_out["grad_norm"][0]),
     }
-    if worker._clipo is not None:
-        res["norm_weight"] = scenario.final_norm_weight(worker).float()
     shards, _ = data.shard_by_batch_size(layout.dp, batch_size=None, sequence_packing_args=pack)
     res["logprobs_after"] = worker.get_logprobs(data=shards[where["dp"]])["logprobs"].double()
+    if worker._clipo is not None:
+        # read after the next forward: with overlap_param_gather a rank's copy of a weight
+        # another DP rank owns is gathered by that forward's pre-hook (Megatron-Core's design),
+        # so right after `train` it is still the old one on that rank
+        res["norm_weight"] = scenario.final_norm_weight(worker).float()
     return res
