@@ -102,9 +102,10 @@ def within_group_spread(entry: dict) -> float:
 
 
 @torch.no_grad()
-def check_pooled_states(entry: dict, model_dir: Path) -> float:
+def check_pooled_states(entry: dict, model_dir: Path, tol: float = 1e-4) -> float:
     """Pooled state of each row == mean of HF's final-norm output over its response tokens (fp32,
-    tolerance 1e-4: Megatron-Core vs Hugging Face kernels on 64-wide states of order 1)."""
+    tolerance 1e-4: Megatron-Core vs Hugging Face kernels on 64-wide states of order 1; a bf16
+    policy passes its own bound)."""
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -115,7 +116,7 @@ def check_pooled_states(entry: dict, model_dir: Path) -> float:
         resp = entry["token_mask"][i, :n].bool()
         want = states[resp].mean(0)
         worst = max(worst, float((entry["pooled"][i] - want).abs().max()))
-    assert worst <= 1e-4, f"pooled states are not the response-token means (max error {worst})"
+    assert worst <= tol, f"pooled states are not the response-token means (max error {worst})"
     return worst
 
 

@@ -41,6 +41,7 @@ def contract_config(
     warmup_steps: int = 1,
     dp: int = 1,
     packing: bool = True,
+    world: int | None = None,
 ) -> dict[str, Any]:
     """The objective's track-1 recipe (with NeMo-RL's parent merged), shrunk to a CPU run (and to
     the GPU kit's tier 2). `packing`: the recipes' sequence packing (on in both)."""
@@ -86,7 +87,7 @@ def contract_config(
         f"checkpointing.checkpoint_dir={out_dir / 'ckpt'}",
         "checkpointing.save_period=2",
         "checkpointing.metric_name=null",
-        f"cluster.gpus_per_node={dp}",
+        f"cluster.gpus_per_node={world or dp}",  # world: dp x the layout's TP x PP
         "cluster.num_nodes=1",
     ]
     if packing:  # bins of a few rows (several microbatches, rows sorted by NeMo-RL's packer),
@@ -118,10 +119,14 @@ def _field(block, key: str):
     return block[key] if isinstance(block, dict) else getattr(block, key)
 
 
-def run_grpo(config: dict[str, Any], *, worker_fqn: str, use_gpus: bool = False) -> dict[str, Any]:
+def run_grpo(
+    config: dict[str, Any], *, worker_fqn: str, use_gpus: bool = False, layout=None
+) -> dict[str, Any]:
     """Run NeMo-RL's grpo_train with the CLIPO seams; return what the test compares.
     use_gpus: a GPU RayVirtualCluster (the GPU kit's tier 2); on CPU the policy section is made
-    CPU-ready for NeMo-RL's worker (`real_worker.build.cpu_policy_config`: fp32, torch Adam)."""
+    CPU-ready for NeMo-RL's worker (`real_worker.build.cpu_policy_config`: fp32, torch Adam).
+    layout: a `real_worker.layouts.Layout` the CPU policy then runs (TP, SP, the distributed
+    optimizer, bf16); the config's cluster must hold its world (`contract_config(world=...)`)."""
     import ray
     from nemo_rl.algorithms import grpo
     from nemo_rl.data.collate_fn import rl_collate_fn
@@ -143,6 +148,10 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str, use_gpus: bool = False)
         from tests.nemo_rl.real_worker.build import cpu_policy_config
 
         config = {**config, "policy": cpu_policy_config(config["policy"])}
+        if layout is not None:
+            from tests.nemo_rl.real_worker.layouts import layout_policy
+
+            config["policy"] = layout_policy(config["policy"], layout)
     flavour = check_supported()
     clipo = validate_master_config(config)
     master, tokenizer, (dataset, val_dataset, task_to_env, val_task_to_env) = prepare(config)
@@ -156,11 +165,11 @@ def run_grpo(config: dict[str, Any], *, worker_fqn: str, use_gpus: bool = False)
         save_state = loaded or grpo._default_grpo_save_state()
     weights_path, optimizer_path = checkpointer.get_resume_paths(last)
 
-    dp = int(master.cluster["gpus_per_node"])
+    world = int(master.cluster["gpus_per_node"])
     cluster = RayVirtualCluster(
-        bundle_ct_per_node_list=[dp],
+        bundle_ct_per_node_list=[world],
         use_gpus=use_gpus,
-        num_gpus_per_node=dp,
+        num_gpus_per_node=world,
         name="clipo_gpu" if use_gpus else "clipo_cpu",
     )
     state = ClipoRunState(trace=[])  # the per-row values of every step, for the checks

@@ -147,6 +147,26 @@ PATCHES = (
         "parallel: thd_attention.SequenceParallelTorchNorm, as the layers' norms",
     ),
     Patch(
+        "torch_adam_step_state",
+        "mcore:optimizer/distrib_optimizer.py",
+        'steps = list(set([s["step"].item() for s in inner_state_dict["state"].values()]))',
+        "without Apex or TE the distributed optimizer is torch Adam, whose state (and its 'step') "
+        "appears at the first step; Megatron-Core's state_dict asserts one step over that state, "
+        "so a resume (the fresh optimizer's sharded state dict is built before the load) fails: "
+        "a fresh torch Adam's state is its zero state first (step 0, zero moments), what TE's "
+        "FusedAdam holds on a GPU; the load overwrites it",
+    ),
+    Patch(
+        "torch_adam_step_load",
+        "mcore:optimizer/distrib_optimizer.py",
+        '# Handle torch Adam "step" state separately.',
+        "torch Adam keeps 'step' per parameter. On load Megatron-Core sets it from the param "
+        "groups as one tensor shared by every parameter (torch Adam then adds 1 per parameter "
+        "at each step: the bias correction runs ahead), and the dp_reshardable loader copies the "
+        "fresh optimizer's per-parameter 'step' over it (the model-space loader skips 'step'): "
+        "each parameter gets its own copy of the loaded step",
+    ),
+    Patch(
         "clip_grads_type",
         "mcore:optimizer/clip_grads.py",
         "assert param.grad.type() == 'torch.cuda.FloatTensor'",
@@ -214,6 +234,41 @@ CPU_PROVIDER_FIELDS = dict(
     persist_layer_norm=False,
     use_cpu_initialization=True,
 )
+
+
+def _with_torch_adam_zero_state(state_dict):
+    """DistributedOptimizer.state_dict over a torch Adam that has not stepped (PATCHES)."""
+
+    @functools.wraps(state_dict)
+    def wrapped(self):
+        inner = self.optimizer
+        if isinstance(inner, torch.optim.Adam) and not inner.state:
+            for group in inner.param_groups:
+                for p in group["params"]:
+                    inner.state[p] = {
+                        "step": torch.tensor(0.0),
+                        "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                        "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    }
+        return state_dict(self)
+
+    return wrapped
+
+
+def _keeping_torch_adam_step(set_states):
+    """DistributedOptimizer._set_main_param_and_optimizer_states without 'step' (PATCHES)."""
+
+    @functools.wraps(set_states)
+    def wrapped(self, model_param, tensors):
+        if "step" in tensors:
+            group_index, group_order = self.model_param_group_index_map[model_param]
+            main = self.optimizer.param_groups[group_index]["params"][group_order]
+            state = self.optimizer.state[main]
+            state["step"] = state["step"].detach().clone()  # its own, not the shared one
+            tensors = {**tensors, "step": state["step"]}
+        return set_states(self, model_param, tensors)
+
+    return wrapped
 
 
 def make_cpu_provider(provider):
@@ -361,6 +416,13 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
     put(transformer_block, "LayerNormImpl", SequenceParallelTorchNorm)
     if not emulated:  # the emulated CUDA's tensors report CUDA type strings already
         put(torch.Tensor, "type", _cuda_type_string(torch.Tensor.type))
+    import megatron.core.optimizer.distrib_optimizer as distrib_optimizer
+
+    if not distrib_optimizer.HAVE_APEX_OR_TE:
+        opt_cls = distrib_optimizer.DistributedOptimizer
+        put(opt_cls, "state_dict", _with_torch_adam_zero_state(opt_cls.state_dict))
+        set_states = opt_cls._set_main_param_and_optimizer_states
+        put(opt_cls, "_set_main_param_and_optimizer_states", _keeping_torch_adam_step(set_states))
     for mod in (clip_grads, mcore_optimizer):
         if hasattr(mod, "clip_grad_by_total_norm_fp32"):
             put(mod, "clip_grad_by_total_norm_fp32", _cpu_clip_grad_by_total_norm_fp32)

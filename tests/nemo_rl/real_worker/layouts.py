@@ -49,6 +49,19 @@ class Layout:
         return {"tp": tp, "dp": dp, "pp": pp}
 
 
+BF16_U, BF16_LAM = 2.0**-8, 4.0  # bf16's unit roundoff; lam of the probabilistic bound
+
+
+def bf16_relative_bound(layers: int, *, logits: bool = False) -> float:
+    """lam * sqrt(n) * u (Higham and Mary, 2019): n independent roundings of unit roundoff u stay
+    under it with probability >= 1 - 2 exp(-lam^2 / 2). n counts the bf16 roundings on the path:
+    the embedding and the final norm, and 9 per layer (input norm, QKV, the attention output, its
+    projection, the residual add, the MLP norm, FC1 with its activation, FC2, the residual add);
+    `logits` adds the output layer and the log-softmax."""
+    n = 2 + 9 * layers + (2 if logits else 0)
+    return BF16_LAM * n**0.5 * BF16_U
+
+
 def layout_policy(policy: dict[str, Any], layout: Layout) -> dict[str, Any]:
     """The CPU-ready contract policy (`build.cpu_policy_config`) in `layout`."""
     policy = dict(policy)
@@ -89,19 +102,21 @@ def _sharding(layout: Layout):
     )
 
 
-def layout_methods(
-    rank: int, world: int, out_dir: str, model_dir: str, layout: Layout
-) -> dict[str, Any]:
+def _build(out: Path, model: Path, layout: Layout, **paths: str):
+    from tests.nemo_rl.real_worker import build
+
+    policy = layout_policy(build.contract_policy(model, out, dp=layout.dp), layout)
+    worker = build.build_worker(policy, sharding=_sharding(layout), **paths)
+    worker.clipo_setup(clipo_cfg={**scenario.CLIPO, "head_tensor_parallel": layout.head_tp})
+    return policy, worker
+
+
+def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[str, Any]:
+    """get_logprobs with the pooler, the CLIPO head step, one `train`, a second get_logprobs."""
     from nemo_rl.algorithms.loss.loss_functions import NLLLossFn
 
     from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
-    from tests.nemo_rl.real_worker import build
 
-    assert world == layout.world
-    out, model = Path(out_dir), Path(model_dir)
-    policy = layout_policy(build.contract_policy(model, out, dp=layout.dp), layout)
-    worker = build.build_worker(policy, sharding=_sharding(layout))
-    worker.clipo_setup(clipo_cfg={**scenario.CLIPO, "head_tensor_parallel": layout.head_tp})
     tok = worker.tokenizer
     data = scenario.batch(tok.pad_token_id, len(tok))
     pack = scenario.packing_args(policy)
@@ -118,7 +133,7 @@ def layout_methods(
         res["pooled_rows"] = worker._clipo.rows.cpu().clone()
         res["pooled"] = worker._clipo.pooled.detach().float().cpu().clone()
     correct, groups = scenario.CORRECT, scenario.GROUPS
-    step = worker.clipo_head_step(correct=correct, group_ids=groups, step=0)
+    step = worker.clipo_head_step(correct=correct, group_ids=groups, step=head_step)
     res["r_cl_rows"], res["r_cl"] = step["sample_idx"], step["rewards"].double()
 
     shards = data.shard_by_batch_size(layout.dp, batch_size=scenario.B, sequence_packing_args=pack)
@@ -138,3 +153,41 @@ def layout_methods(
         # so right after `train` it is still the old one on that rank
         res["norm_weight"] = scenario.final_norm_weight(worker).float()
     return res
+
+
+def layout_methods(
+    rank: int, world: int, out_dir: str, model_dir: str, layout: Layout
+) -> dict[str, Any]:
+    assert world == layout.world
+    policy, worker = _build(Path(out_dir), Path(model_dir), layout)
+    return _measure(worker, policy, layout, rank, head_step=0)
+
+
+def _step_paths(ckpt: Path) -> dict[str, str]:
+    policy = ckpt / "step_1" / "policy"
+    return {"weights_path": str(policy / "weights"), "optimizer_path": str(policy / "optimizer")}
+
+
+def saved_then_measured(
+    rank: int, world: int, out_dir: str, model_dir: str, layout: Layout, ckpt: str
+) -> dict[str, Any]:
+    """Step 1 (the quantities of `layout_methods`), NeMo-RL's checkpoint with the head's at `ckpt`,
+    then step 2 measured: what a resume from `ckpt` in another layout must repeat."""
+    assert world == layout.world
+    policy, worker = _build(Path(out_dir), Path(model_dir), layout)
+    _measure(worker, policy, layout, rank, head_step=0)
+    paths = _step_paths(Path(ckpt))
+    worker.save_checkpoint(**paths)
+    worker.clipo_save_head(step_dir=str(Path(ckpt) / "step_1"), extra={"step": 1})
+    return _measure(worker, policy, layout, rank, head_step=1)
+
+
+def resumed_then_measured(
+    rank: int, world: int, out_dir: str, model_dir: str, layout: Layout, ckpt: str
+) -> dict[str, Any]:
+    """A fresh worker in `layout` built from `ckpt` (NeMo-RL resumes by construction, Bridge's
+    torch_dist resharding the policy and its optimizer), the head loaded, then step 2 measured."""
+    assert world == layout.world
+    policy, worker = _build(Path(out_dir), Path(model_dir), layout, **_step_paths(Path(ckpt)))
+    worker.clipo_load_head(step_dir=str(Path(ckpt) / "step_1"))
+    return _measure(worker, policy, layout, rank, head_step=1)

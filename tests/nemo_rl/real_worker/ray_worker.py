@@ -26,6 +26,7 @@ from clipo_megatron.megatron.policy_passes import sample  # noqa: E402
 from clipo_megatron.nemo_rl.worker_extension import ClipoMegatronPolicyWorkerImpl  # noqa: E402
 from tests.nemo_rl.real_worker.cpu_patches import cpu_worker_patches  # noqa: E402
 from tests.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec  # noqa: E402
+from tests.nemo_rl.real_worker.tp_generation import TPGenerationFollowers  # noqa: E402
 
 REAL_WORKER_FQN = "tests.nemo_rl.real_worker.ray_worker.RealCpuPolicyWorker"
 _GENERATION = "generation.pt"
@@ -71,6 +72,7 @@ class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
         self._patches = cpu_worker_patches(rank)
         self._patches.__enter__()  # for the actor's life
         super().__init__(config, tokenizer, weights_path, optimizer_path, *a, **k)
+        self._followers = TPGenerationFollowers()  # collective: every rank, in __init__
         self.generate_calls, self.packed_streams = 0, 0
         if weights_path and os.path.exists(os.path.join(weights_path, _GENERATION)):
             self.generate_calls = torch.load(os.path.join(weights_path, _GENERATION))["calls"]
@@ -86,9 +88,11 @@ class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
         self.generate_calls += 1
         seed = zlib.crc32(ids.numpy().tobytes() + self.generate_calls.to_bytes(8, "little"))
         self.model.eval()
+        if self.megatron_cfg.model.pipeline_model_parallel_size > 1:
+            raise RuntimeError("the CPU sampler runs TP (and DP) layouts only, not PP")
         with torch.no_grad():
             out = sample(
-                _FullVocabModel(self.model, self.megatron_cfg.model),
+                self._followers.leader_model(self._full_vocab_model()),
                 ids,
                 data["input_lengths"],
                 max_new_tokens=int(gen["max_new_tokens"]),
@@ -108,10 +112,23 @@ class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
         for i in range(out["output_ids"].shape[0]):
             yield i, type(out)({k: v[i : i + 1] for k, v in out.items()})
 
+    def _full_vocab_model(self) -> _FullVocabModel:
+        return _FullVocabModel(self.model, self.megatron_cfg.model)
+
+    def prepare_for_generation(self, *_: Any, **__: Any) -> bool:
+        """The engine's start: TP followers of worker 0 serve its forwards (tp_generation)."""
+        self.model.eval()
+        self._followers.start(self._full_vocab_model)
+        return True
+
+    def finish_generation(self, *_: Any, **__: Any) -> bool:
+        self._followers.stop()
+        return True
+
     def _noop(self, *_: Any, **__: Any) -> bool:
         return True
 
-    prepare_for_generation = finish_generation = invalidate_kv_cache = _noop
+    invalidate_kv_cache = _noop
     suspend_for_refit = resume_after_refit = offload_before_refit = offload_after_refit = _noop
 
     # The inference engine's coroutines (MegatronGenerationMixin, CUDA-only) go: with any `async

@@ -14,17 +14,12 @@ TP changes the order of the sums in the vocab-parallel softmax and the row-paral
 ulp of values of order 1-10. r_CL = 2 * lambda * (cosine terms) / tau: a cosine error of 1e-6
 becomes 2 * 0.2 / 0.1 * 1e-6 = 4e-6, bound 2e-5. The loss and grad norm: relative 1e-5.
 
-Tolerances (bf16 against the fp32 run; `bf16_bounds`): a probabilistic rounding-error bound
-(Higham and Mary, 2019): n independent roundings of unit roundoff u = 2^-8 leave a relative error
-under lam * sqrt(n) * u with probability at least 1 - 2 exp(-lam^2 / 2); lam = 4. n counts the bf16
-roundings on the path: the embedding and the final norm, and 9 per layer (input norm, QKV, the
-attention output, its projection, the residual add, the MLP norm, FC1 with its activation, FC2, the
-residual add); the logprobs add the output layer and the log-softmax. Each bound is that relative
-error times the largest magnitude of the quantity in the fp32 run. r_CL: a relative error d of
-the pooled vectors moves a cosine by at most 2d, and r_CL by 2 * lambda / tau times that. The
-weights after the step are bf16 copies of fp32 main weights: off by at most half an ulp,
-u * max|w|. These bounds catch a wrong weight or a wrong gather, not a small drift; the fp32 case
-of the same layout (`tp2-sp-distopt`) is the tight one.
+Tolerances (bf16 against the fp32 run; `bf16_bounds`): the probabilistic rounding-error bound of
+`layouts.bf16_relative_bound` times the largest magnitude of the quantity in the fp32 run. r_CL: a
+relative error d of the pooled vectors moves a cosine by at most 2d, and r_CL by 2 * lambda / tau
+times that. The weights after the step are bf16 copies of fp32 main weights: off by at most half
+an ulp, u * max|w|. These bounds catch a wrong weight or a wrong gather, not a small drift; the
+fp32 case of the same layout (`tp2-sp-distopt`) is the tight one.
 """
 
 from __future__ import annotations
@@ -52,22 +47,22 @@ CASES = {
     # DP 2: the optimizer state sharded, grads reduce-scattered, params all-gathered (overlapped)
     "dp2-distopt": pytest.param(Layout(dp=2, dist_opt=True), marks=FULL),
     # Track II's layout as it runs: bf16 (`bf16_bounds`)
-    "tp2-sp-distopt-bf16": pytest.param(Layout(tp=2, sp=True, dist_opt=True, bf16=True), marks=FULL),
+    "tp2-sp-distopt-bf16": pytest.param(
+        Layout(tp=2, sp=True, dist_opt=True, bf16=True), marks=FULL
+    ),
 }  # CP and TP x PP: not yet (docs/nemo_rl.md, "Layouts")
-
-BF16_U, BF16_LAM = 2.0**-8, 4.0  # bf16's unit roundoff; lam
 
 
 def bf16_bounds(ref: dict, layers: int) -> dict[str, float]:
-    """The bf16 tolerances derived in the module docstring, from the fp32 run's magnitudes."""
+    """The bf16 tolerances of the module docstring, from the fp32 run's magnitudes."""
     from clipo_megatron.core.config import CLIPOConfig
     from tests.nemo_rl.real_worker import scenario
+    from tests.nemo_rl.real_worker.layouts import BF16_U, bf16_relative_bound
 
     cfg = CLIPOConfig.from_dict(scenario.CLIPO["method"])
     clipo_scale = 2 * cfg.lam / cfg.tau  # d r_CL / d cosine, at most
-    n_hidden = 2 + 9 * layers
-    rel_hidden = BF16_LAM * (n_hidden**0.5) * BF16_U
-    rel_logprobs = BF16_LAM * ((n_hidden + 2) ** 0.5) * BF16_U
+    rel_hidden = bf16_relative_bound(layers)
+    rel_logprobs = bf16_relative_bound(layers, logits=True)
     return {
         "logprobs": rel_logprobs * float(ref["logprobs"].abs().max()),
         "pooled": rel_hidden * float(ref["pooled"].abs().max()),
