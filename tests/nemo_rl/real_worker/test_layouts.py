@@ -181,3 +181,46 @@ def test_layout_equals_tp1(layout, tp1, model_dir, tmp_path):
     errs = check_layout(_run(layout, model_dir, tmp_path), tp1, layout, tol)
     print(f"\n[layouts] {layout.name} ({layout.world} processes) largest error vs TP 1: {errs}")
     print(f"[layouts] {layout.name} bounds: {tol}")
+
+
+# A checkpoint saved in one layout, resumed in another: NeMo-RL resumes by construction (Bridge's
+# torch_dist reshards the policy and its optimizer state), the head from its one layout-independent
+# file. Step 2 after the resume is held against step 2 of the run that saved (fp32 bounds).
+MOVES = {
+    "tp1-to-tp2-sp": (Layout(), Layout(tp=2, sp=True)),
+    "tp1-to-pp2": (Layout(), Layout(pp=2)),
+    "tp2-sp-to-tp1": (Layout(tp=2, sp=True), Layout()),
+    "pp2-to-tp1": (Layout(pp=2), Layout()),
+    # the distributed optimizer's dp_reshardable state: DP may change (resume_layout.py)
+    "dp1-distopt-to-dp2-distopt": (Layout(dist_opt=True), Layout(dp=2, dist_opt=True)),
+    "tp1-distopt-same": (Layout(dist_opt=True), Layout(dist_opt=True)),
+}
+
+
+@pytest.mark.contract_full
+@pytest.mark.parametrize("move", list(MOVES))
+def test_checkpoint_moves_between_layouts(move, model_dir, tmp_path):
+    from tests.nemo_rl.real_worker.layouts import resumed_then_measured, saved_then_measured
+    from tests.nemo_rl.real_worker.spawn import run_ranks
+
+    saved_in, resumed_in = MOVES[move]
+    ckpt = str(tmp_path / "ckpt")
+    saved = run_ranks(
+        saved_then_measured, saved_in.world, str(tmp_path / "a"), str(model_dir), saved_in, ckpt
+    )
+    resumed = run_ranks(
+        resumed_then_measured,
+        resumed_in.world,
+        str(tmp_path / "b"),
+        str(model_dir),
+        resumed_in,
+        ckpt,
+    )
+    last = saved_in.pp - 1  # the reference: a rank of the last stage, which pools and holds r_CL
+    ref = next(r for r in saved.values() if r["pp"] == last and r["tp"] == 0 and r["dp"] == 0)
+    # same layout: exact; another layout: the fp32 bounds (sums in another order)
+    tol = dict.fromkeys(FP32, 0.0) if saved_in == resumed_in else FP32
+    errs = check_layout(resumed, ref, resumed_in, tol)
+    print(
+        f"\n[layouts] {saved_in.name} -> {resumed_in.name}: step 2 after the resume vs saved: {errs}"
+    )
