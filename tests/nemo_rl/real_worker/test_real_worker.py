@@ -4,7 +4,7 @@
 The product's `ClipoMegatronPolicyWorkerImpl` (`ClipoWorkerMixin` over NeMo-RL's
 `MegatronPolicyWorkerImpl`, unchanged) is built by NeMo-RL's real `__init__` (HF import through
 Megatron-Bridge, Bridge's initialize / model / DDP / optimizer / scheduler setup, reference model)
-with the CUDA and NCCL calls patched from outside (`cpu_patches.PATCHES`), over gloo, fp32. Then its
+with the CUDA and NCCL calls patched from outside (`patch_lines.PATCHES`), over gloo, fp32. Then its
 real `get_logprobs` (NeMo-RL's packing, `get_microbatch_iterator`, `megatron_forward_backward`,
 `LogprobsPostProcessor`) with the CLIPO pooler, `train` (`SequencePackingLossWrapper`, mcore DDP,
 the optimizer step), `save_checkpoint` and a resume by construction in fresh processes are compared
@@ -34,7 +34,7 @@ def sources():
 
 
 def test_every_patch_still_matches_its_source_line(sources):
-    from tests.nemo_rl.real_worker.cpu_patches import PATCHES, check_sources
+    from tests.nemo_rl.real_worker.patch_lines import PATCHES, check_sources
 
     where = check_sources()
     assert set(where) == {p.name for p in PATCHES}
@@ -45,7 +45,7 @@ def test_every_patch_still_matches_its_source_line(sources):
 
 
 def test_a_moved_source_line_fails_naming_patch_and_file(sources):
-    from tests.nemo_rl.real_worker.cpu_patches import WORKER, Patch, SeamMoved, locate
+    from tests.nemo_rl.real_worker.patch_lines import WORKER, Patch, SeamMoved, locate
 
     moved = Patch("set_device", WORKER, "torch.cuda.set_device(renamed_rank)", "test")
     with pytest.raises(SeamMoved, match=r"patch set_device: .*megatron_policy_worker\.py"):
