@@ -52,7 +52,9 @@ CASES = {
     "tp2-sp-distopt-bf16": pytest.param(
         Layout(tp=2, sp=True, dist_opt=True, bf16=True), marks=FULL
     ),
-}  # CP and TP x PP: not yet (docs/nemo_rl.md, "Layouts")
+    # TP 2 x PP 2 (4 processes): the 70B recipes' shape in small
+    "tp2-pp2-sp": pytest.param(Layout(tp=2, pp=2, sp=True), marks=FULL),
+}  # CP: not yet (docs/nemo_rl.md, "Layouts")
 
 
 def bf16_bounds(ref: dict, layers: int) -> dict[str, float]:
