@@ -2,14 +2,14 @@
 """CLIPO's cost on NeMo-RL's real Megatron worker, in one run: get_logprobs with the pooler hooked
 vs without (a ratio), and the head step beside it.
 
-One rank, CPU, fp32, the worker built by NeMo-RL's real `__init__` (tests/nemo_rl/real_worker):
+One rank (or TP ranks with sequence parallel, `--tp`), CPU, fp32, the worker built by NeMo-RL's real `__init__` (tests/nemo_rl/real_worker):
 the same packed batch through the product's `get_logprobs` with `clipo_sample_idx` (the mixin tees
 NeMo-RL's microbatch iterator and hooks the final norm) and without it (the mixin hands the call
 straight to NeMo-RL's), alternated `--repeats` times so both see the same machine load; then the
 head step (`clipo_head_step`: DP gather, contrastive loss, rewards, one AdamW step).
 
     NEMO_RL_SRC=.. BRIDGE_SRC=.. MEGATRON_LM_SRC=.. \
-      bash scripts/test_nemo_rl.sh --bench [--rows 64] [--repeats 7]
+      bash scripts/test_nemo_rl.sh --bench [--rows 64] [--repeats 7] [--tp 2]
 
 (`--bench` runs this file with the real-worker environment instead of pytest.)
 """
@@ -25,15 +25,14 @@ import time
 from pathlib import Path
 
 
-def measure(rank: int, world: int, out_dir: str, model_dir: str, rows: int, repeats: int):
+def measure(rank: int, world: int, out_dir: str, model_dir: str, rows: int, repeats: int, layout):
     import torch
 
     from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
-    from tests.nemo_rl.real_worker import build, scenario
+    from tests.nemo_rl.real_worker import scenario
+    from tests.nemo_rl.real_worker.layouts import _build
 
-    policy = build.contract_policy(Path(model_dir), Path(out_dir), dp=world)
-    worker = build.build_worker(policy, dp=world)
-    worker.clipo_setup(clipo_cfg=scenario.CLIPO)
+    policy, worker = _build(Path(out_dir), Path(model_dir), layout)  # NeMo-RL's real __init__
     scenario.B = rows  # a larger batch than the tests'
     data = scenario.batch(worker.tokenizer.pad_token_id, len(worker.tokenizer))
     pack = scenario.packing_args(policy)
@@ -59,6 +58,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--tp", type=int, default=1, help="TP size (with sequence parallel when > 1)")
     args = ap.parse_args()
     from tests.nemo_rl.real_worker.build import requirements
 
@@ -69,15 +69,19 @@ def main() -> int:
     import os
 
     from tests.nemo_rl.real_worker import build
+    from tests.nemo_rl.real_worker.layouts import Layout
     from tests.nemo_rl.real_worker.spawn import run_ranks
+
+    layout = Layout(tp=args.tp, sp=args.tp > 1)
 
     os.environ["NEMO_RL_ROOT"] = os.environ["NEMO_RL_SRC"]
     with tempfile.TemporaryDirectory(prefix="clipo_bench_rw_") as tmp:
         model = build.tiny_model(Path(tmp) / "model")
-        out = run_ranks(measure, 1, tmp, str(model), args.rows, args.repeats)[0]
+        out = run_ranks(measure, layout.world, tmp, str(model), args.rows, args.repeats, layout)[0]
     med = {k: statistics.median(v) for k, v in out["times"].items()}
     print(
-        f"\nNeMo-RL real worker, 1 rank, CPU fp32, {args.rows} rows ({out['tokens']} tokens), "
+        f"\nNeMo-RL real worker, {layout.name} ({layout.world} processes), CPU fp32, "
+        f"{args.rows} rows ({out['tokens']} tokens), "
         f"median of {args.repeats}"
     )
     print("| pass | median s | vs plain get_logprobs |\n|---|---|---|")
