@@ -250,21 +250,27 @@ def test_grpo_train_resume(full_runs, nemo_rl_cpu, contract_model, objective, cl
     shutil.copytree(root / "full" / "ckpt" / f"step_{CHECKPOINT_STEP}", ckpt / "step_2")
     cfg = _config(contract_model, root / "resumed", objective, clipo_on)
     resumed = run_grpo(cfg, worker_fqn=nemo_rl_cpu)
+    check_exact_resume(full, resumed, clipo_on)
+    _print_table(objective, clipo_on, full["flavour"], full, resumed)
+
+
+def check_exact_resume(full: dict, resumed: dict, clipo_on: bool, label: str = "") -> None:
+    """The resumed run's step STEPS is the uninterrupted run's: with CLIPO the per-row trace, the
+    head, its AdamW, RNG and step; always every metric grpo_train logged."""
     assert resumed["resumed_from"] == f"step_{CHECKPOINT_STEP}"
     if clipo_on:  # the baseline records no per-row trace
         stage = _first_difference(full["trace"][STEPS - 1], resumed["trace"][-1])
-        assert stage is None, f"resumed step {STEPS} first differs at {stage}"
+        assert stage is None, f"{label}resumed step {STEPS} first differs at {stage}"
     a, b = _train_metrics(full, STEPS), _train_metrics(resumed, STEPS)
     assert set(a) == set(b), f"only one run logged {sorted(set(a) ^ set(b))} at step {STEPS}"
     differ = {k: (a[k], b[k]) for k in a if not _same(a[k], b[k]) and not k.startswith("timing")}
-    assert not differ, f"resumed step {STEPS} differs: {differ}"
+    assert not differ, f"{label}resumed step {STEPS} differs: {differ}"
     if clipo_on:
         assert resumed["clipo_step"] == STEPS
         import torch
 
         for x, y in zip(full["head"], resumed["head"]):  # head, AdamW state, RNG, steps
             torch.testing.assert_close(x, y, rtol=0, atol=0)
-    _print_table(objective, clipo_on, full["flavour"], full, resumed)
 
 
 def test_data_parallel_workers_match_one_worker(nemo_rl_cpu, contract_model, tmp_path):

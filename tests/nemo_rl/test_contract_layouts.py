@@ -17,7 +17,6 @@ import json
 import shutil
 
 import pytest
-import torch
 
 from tests.nemo_rl import test_contract
 from tests.nemo_rl.nemo_rl_loop import train_metrics
@@ -27,8 +26,7 @@ from tests.nemo_rl.test_contract import (
     STEPS,
     WARMUP,
     _check_clipo,
-    _first_difference,
-    _same,
+    check_exact_resume,
 )
 
 # the contract module's fixtures (Ray with NeMo-RL's worker registered; the contract model)
@@ -86,15 +84,7 @@ def test_track2_layout_in_grpo_train(nemo_rl_cpu, contract_model, tmp_path, layo
     resumed = run_grpo(
         _config(contract_model, tmp_path / "resumed", layout), worker_fqn=nemo_rl_cpu, layout=layout
     )
-    assert resumed["resumed_from"] == f"step_{CHECKPOINT_STEP}"
-    stage = _first_difference(full["trace"][STEPS - 1], resumed["trace"][-1])
-    assert stage is None, f"{layout.name}: resumed step {STEPS} first differs at {stage}"
-    a, b = train_metrics(full, STEPS), train_metrics(resumed, STEPS)
-    differ = {k: (a[k], b[k]) for k in a if not _same(a[k], b[k]) and not k.startswith("timing")}
-    assert not differ, f"{layout.name}: resumed step {STEPS} differs: {differ}"
-    assert resumed["clipo_step"] == STEPS
-    for x, y in zip(full["head"], resumed["head"]):  # head, AdamW state, RNG, steps
-        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    check_exact_resume(full, resumed, clipo_on=True, label=f"{layout.name}: ")
     print(
         f"\n[contract] {layout.name} in grpo_train, steps 1-{STEPS}: "
         f"{[round(train_metrics(full, s)['clipo/loss'], 5) for s in range(1, STEPS + 1)]} "

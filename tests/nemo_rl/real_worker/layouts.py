@@ -163,11 +163,6 @@ def layout_methods(
     return _measure(worker, policy, layout, rank, head_step=0)
 
 
-def _step_paths(ckpt: Path) -> dict[str, str]:
-    policy = ckpt / "step_1" / "policy"
-    return {"weights_path": str(policy / "weights"), "optimizer_path": str(policy / "optimizer")}
-
-
 def saved_then_measured(
     rank: int, world: int, out_dir: str, model_dir: str, layout: Layout, ckpt: str
 ) -> dict[str, Any]:
@@ -176,9 +171,9 @@ def saved_then_measured(
     assert world == layout.world
     policy, worker = _build(Path(out_dir), Path(model_dir), layout)
     _measure(worker, policy, layout, rank, head_step=0)
-    paths = _step_paths(Path(ckpt))
-    worker.save_checkpoint(**paths)
-    worker.clipo_save_head(step_dir=str(Path(ckpt) / "step_1"), extra={"step": 1})
+    step_dir = Path(ckpt) / "step_1"
+    worker.save_checkpoint(**scenario.policy_paths(step_dir))
+    worker.clipo_save_head(step_dir=str(step_dir), extra={"step": 1})
     return _measure(worker, policy, layout, rank, head_step=1)
 
 
@@ -188,6 +183,9 @@ def resumed_then_measured(
     """A fresh worker in `layout` built from `ckpt` (NeMo-RL resumes by construction, Bridge's
     torch_dist resharding the policy and its optimizer), the head loaded, then step 2 measured."""
     assert world == layout.world
-    policy, worker = _build(Path(out_dir), Path(model_dir), layout, **_step_paths(Path(ckpt)))
-    worker.clipo_load_head(step_dir=str(Path(ckpt) / "step_1"))
+    step_dir = Path(ckpt) / "step_1"
+    policy, worker = _build(
+        Path(out_dir), Path(model_dir), layout, **scenario.policy_paths(step_dir)
+    )
+    worker.clipo_load_head(step_dir=str(step_dir))
     return _measure(worker, policy, layout, rank, head_step=1)

@@ -112,6 +112,13 @@ def _state(worker) -> dict[str, torch.Tensor]:
     }
 
 
+def policy_paths(step_dir: Path) -> dict[str, str]:
+    """Where NeMo-RL keeps a step's policy (`<step>/policy/weights`, `.../optimizer`), as the
+    keyword arguments of `save_checkpoint` and of the worker's resume by construction."""
+    policy = step_dir / "policy"
+    return {"weights_path": str(policy / "weights"), "optimizer_path": str(policy / "optimizer")}
+
+
 def worker_methods(
     rank: int, world: int, out_dir: str, model_dir: str, checkpoint: bool = True
 ) -> dict[str, Any]:
@@ -163,8 +170,7 @@ def worker_methods(
         return res
     # checkpoint: NeMo-RL's save (Bridge's torch_dist), the head beside it; resume by construction
     step_dir = out / "ckpt" / "step_1"
-    weights, optim = step_dir / "policy" / "weights", step_dir / "policy" / "optimizer"
-    worker.save_checkpoint(weights_path=str(weights), optimizer_path=str(optim))
+    worker.save_checkpoint(**policy_paths(step_dir))
     worker.clipo_save_head(step_dir=str(step_dir), extra={"step": 1})
     res["head"] = worker.clipo_head_state()["head"]
     return res
@@ -177,10 +183,7 @@ def resumed_worker(rank: int, world: int, out_dir: str, model_dir: str) -> dict[
     out = Path(out_dir)
     policy = build.contract_policy(Path(model_dir), out, dp=world)
     step_dir = out / "ckpt" / "step_1"
-    weights, optim = step_dir / "policy" / "weights", step_dir / "policy" / "optimizer"
-    worker = build.build_worker(
-        policy, dp=world, weights_path=str(weights), optimizer_path=str(optim)
-    )
+    worker = build.build_worker(policy, dp=world, **policy_paths(step_dir))
     worker.clipo_setup(clipo_cfg=CLIPO)
     extra = worker.clipo_load_head(step_dir=str(step_dir))
     return {"state": _state(worker), "head": worker.clipo_head_state()["head"], "extra": extra}
