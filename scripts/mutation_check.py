@@ -6,10 +6,11 @@
 
 For the unmutated tree and then for each mutation: copy this checkout to a scratch directory
 (no .git, the `.venv_nemo_rl-*` environments linked, not rebuilt), apply the mutation (an exact
-string replacement that must match once), run the minimal contract test (GRPO with CLIPO on,
-NeMo-RL's real grpo_train over NeMo-RL's own Megatron worker with the extension;
-`scripts/test_nemo_rl.sh`) there and report green / red with the
-first failing assertion. Exit status 0 iff the unmutated copy is green and every mutation red.
+string replacement that must match once), run the contract tests that mutation must turn red
+there (`scripts/test_nemo_rl.sh`; by default GRPO with CLIPO on, NeMo-RL's real grpo_train over
+NeMo-RL's own Megatron worker with the extension; a layout's mutation: that layout against TP 1,
+`test_layouts.py`), the unmutated copy all of them, and report green / red with the first failing
+assertion. Exit status 0 iff the unmutated copy is green and every mutation red.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # GRPO with CLIPO: the 3-step case (its CLIPO checks), then its exact resume (one run shared)
-TESTS = [
+TESTS = (
     "tests/nemo_rl/test_contract.py::test_grpo_train[grpo-clipo]",
     "tests/nemo_rl/test_contract.py::test_grpo_train_resume[grpo-clipo]",
-]
+)
+LAYOUT = "tests/nemo_rl/real_worker/test_layouts.py::test_layout_equals_tp1[{}]"
 SCRIPT = "scripts/test_nemo_rl.sh"
 
 
@@ -42,6 +44,7 @@ class Mutation:
     path: str
     old: str
     new: str
+    tests: tuple[str, ...] = TESTS  # the tests that must go red
 
 
 MUTATIONS = [
@@ -78,6 +81,31 @@ MUTATIONS = [
         "else torch.as_tensor(data[self.response_key]),",
         "else torch.ones_like(torch.as_tensor(data[self.response_key])),",
     ),
+    # the layouts: NeMo-RL's worker in each layout against TP 1 (test_layouts.py)
+    Mutation(
+        "tp_wrong_shard",
+        "under sequence parallel each TP rank pools the other rank's slice of the sequence",
+        "clipo_megatron/megatron/parallel_pooling.py",
+        "    return slice(tp_rank * step, (tp_rank + 1) * step)",
+        "    return slice((tp_size - 1 - tp_rank) * step, (tp_size - tp_rank) * step)",
+        (LAYOUT.format("tp2-sp-distopt"),),
+    ),
+    Mutation(
+        "pp_every_stage",
+        "the head built and fed on every pipeline stage, not the last one only",
+        "clipo_megatron/nemo_rl/worker.py",
+        "        if not mp.is_pipeline_last_stage():\n            return False\n",
+        "",
+        (LAYOUT.format("pp2"),),
+    ),
+    Mutation(
+        "cp_sum_dropped",
+        "the pooled sums not all-reduced over CP (each CP rank pools its own chunks only)",
+        "clipo_megatron/megatron/parallel_pooling.py",
+        "    if group_size(cp_group) > 1:\n        dist.all_reduce(sums, group=cp_group)\n",
+        "",
+        (LAYOUT.format("cp2"),),
+    ),
 ]
 
 
@@ -100,12 +128,12 @@ def apply(dest: Path, m: Mutation) -> None:
     f.write_text(text.replace(m.old, m.new))
 
 
-def run(dest: Path, log: Path) -> tuple[str, str, float]:
-    """("green" | "RED" | "skipped/error", first failing line, seconds) of the contract test."""
+def run(dest: Path, log: Path, tests: tuple[str, ...]) -> tuple[str, str, float]:
+    """("green" | "RED" | "skipped/error", first failing line, seconds) of the contract tests."""
     t0 = time.time()
     with log.open("w") as out:
         proc = subprocess.Popen(
-            ["bash", SCRIPT, *TESTS, "-x", "--tb=short", "-p", "no:cacheprovider"],
+            ["bash", SCRIPT, *tests, "-x", "--tb=short", "-p", "no:cacheprovider"],
             cwd=dest,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -119,7 +147,7 @@ def run(dest: Path, log: Path) -> tuple[str, str, float]:
             raise
     text = log.read_text()
     reason = next((ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")), "")
-    if rc == 0 and f"{len(TESTS)} passed" in text:
+    if rc == 0 and f"{len(tests)} passed" in text:
         result = "green"
     elif re.search(r"\b\d+ failed", text):
         result = "RED"
@@ -138,7 +166,9 @@ def main() -> int:
     if not os.environ.get("NEMO_RL_SRC"):
         print("set NEMO_RL_SRC to a NeMo-RL checkout (see docs/nemo_rl.md)", file=sys.stderr)
         return 2
-    todo = [None] + [m for m in MUTATIONS if not args.only or m.name in args.only]
+    chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
+    todo = [None, *chosen]
+    every = tuple(dict.fromkeys(t for m in chosen for t in m.tests))  # the unmutated run: all
     work = Path(tempfile.mkdtemp(prefix="clipo_mutation_"))
     # the tests find the shared data beside the checkout (parents[3] / "shared")
     (work / "shared").symlink_to((ROOT.parent / "shared").resolve())
@@ -149,7 +179,7 @@ def main() -> int:
         scratch_copy(dest)
         if m is not None:
             apply(dest, m)
-        result, reason, secs = run(dest, work / f"{dest.name}.log")
+        result, reason, secs = run(dest, work / f"{dest.name}.log", m.tests if m else every)
         expected = "green" if m is None else "RED"
         ok &= result == expected
         verdict = result + ("" if result == expected else "  <-- NOT AS EXPECTED")
@@ -158,9 +188,9 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(dest)
             (work / f"{dest.name}.log").unlink()
-    print(f"\nNeMo-RL: {os.environ['NEMO_RL_SRC']}; tests: {' '.join(TESTS)}")
+    print(f"\nNeMo-RL: {os.environ['NEMO_RL_SRC']}; tests: {' '.join(every)}")
     print(
-        "| mutation | what | contract test | wall | first failing assertion |\n|---|---|---|---|---|"
+        "| mutation | what | contract tests | wall | first failing assertion |\n|---|---|---|---|---|"
     )
     print("\n".join(rows))
     print(f"logs: {work}" if args.keep else "")

@@ -32,7 +32,11 @@ class SDPACoreAttention(MegatronModule):
 
     query [sq, b, np, hn], key/value [sk, b, ng, hn] -> context [sq, b, np * hn].
     Megatron's boolean masks mark *masked-out* positions (True = drop).
+    `context_parallel`: whether the class runs CP > 1 (this one does not; a subclass that
+    gathers keys and values over the CP group says so).
     """
+
+    context_parallel = False
 
     def __init__(
         self,
@@ -48,9 +52,9 @@ class SDPACoreAttention(MegatronModule):
     ):
         super().__init__(config=config)
         tp = _tp_size(pg_collection)
-        if config.context_parallel_size > 1:
+        if config.context_parallel_size > 1 and not self.context_parallel:
             raise ValueError(
-                "SDPACoreAttention does not implement context parallelism; use CP=1 on CPU"
+                f"{type(self).__name__} does not implement context parallelism; use CP=1 on CPU"
             )
         self.heads = config.num_attention_heads // tp
         self.groups = (config.num_query_groups or config.num_attention_heads) // tp

@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -249,7 +250,7 @@ def emulated_cuda(
         on = {"all": True, "none": False}[nccl_groups]
     nccl = (lambda g: on) if isinstance(nccl_groups, str) else nccl_groups
     saved_cuda = {k: getattr(torch.cuda, k) for k in _CUDA_CALLS}
-    from clipo_megatron.testing.emulated_nccl import COLLECTIVES, nccl_guard
+    from clipo_megatron.testing.emulated_nccl import COLLECTIVES, P2P_OPS, nccl_guard
 
     saved_dist = {n: getattr(dist, n) for n in COLLECTIVES if hasattr(dist, n)}
     # A CUDA build of torch on a GPU-less machine: the optimizer asks the (patched-available)
@@ -260,8 +261,13 @@ def emulated_cuda(
         setattr(torch.cuda, k, f)
     if saved_stream is not None:
         torch.accelerator.current_stream = lambda *a, **k: _NO_STREAM  # type: ignore[assignment]
-    for n, f in saved_dist.items():
-        setattr(dist, n, nccl_guard(n, f, nccl))
+    guarded = {n: nccl_guard(n, f, nccl) for n, f in saved_dist.items()}
+    for n, g in guarded.items():
+        setattr(dist, n, g)
+    # P2POp accepts only the module's own isend / irecv (`op not in [isend, irecv]` over
+    # distributed_c10d's names): the guarded ones must be those names too (pipeline parallel)
+    for n in P2P_OPS:
+        setattr(c10d, n, guarded[n])
     saved_order = _STRICT_ORDER[0]
     _STRICT_ORDER[0] = strict_order
     torch.__future__.set_swap_module_params_on_conversion(True)  # Module.to keeps the tag
@@ -280,6 +286,8 @@ def emulated_cuda(
             torch.accelerator.current_stream = saved_stream
         for n, f in saved_dist.items():
             setattr(dist, n, f)
+        for n in P2P_OPS:
+            setattr(c10d, n, saved_dist[n])
 
 
 from clipo_megatron.testing import emulated_moves as _moves  # noqa: E402  (it reads the above)

@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch.utils._pytree import tree_map
 
@@ -35,6 +36,7 @@ COLLECTIVES = (
     "isend",
     "irecv",
 )
+P2P_OPS = ("isend", "irecv")  # also rebound in distributed_c10d, where P2POp looks them up
 
 
 def nccl_guard(name: str, original: Callable, nccl: Callable[[Any], bool]) -> Callable:
@@ -52,6 +54,11 @@ def nccl_guard(name: str, original: Callable, nccl: Callable[[Any], bool]) -> Ca
                     )
         args = tree_map(_untag_if_tensor, args)  # gloo underneath; buffers share storage
         kwargs = tree_map(_untag_if_tensor, kwargs)
+        if name in P2P_OPS:
+            # torch's isend re-dispatches through the mode by its module-level name, which is
+            # this guard (see P2P_OPS): the host tensors handed down are already checked
+            with torch._C.DisableTorchFunction():
+                return original(*args, **kwargs)
         return original(*args, **kwargs)
 
     return guarded

@@ -39,6 +39,9 @@ TRACK2 = {
     "tp2-sp-distopt-bf16": pytest.param(
         Layout(tp=2, sp=True, dist_opt=True, bf16=True), marks=pytest.mark.contract_full
     ),
+    # the actors under `testing.emulated_cuda` (CUDA's device rules; gloo groups declared NCCL):
+    # DP 2, the checkpoint saved, and the resume
+    "dp2-emulated": pytest.param(Layout(dp=2, emulated=True), marks=pytest.mark.contract_full),
 }
 
 
@@ -69,8 +72,12 @@ def _pooled_tol(layout: Layout, contract_model) -> float:
 
 
 @pytest.mark.parametrize("layout", list(TRACK2.values()), ids=list(TRACK2))
-def test_track2_layout_in_grpo_train(nemo_rl_cpu, contract_model, tmp_path, layout):
+def test_track2_layout_in_grpo_train(nemo_rl_cpu, contract_model, tmp_path, layout, monkeypatch):
     from tests.nemo_rl.nemo_rl_loop import run_grpo
+    from tests.nemo_rl.real_worker.cpu_patches import EMULATED
+
+    if layout.emulated:  # NeMo-RL hands the driver's environment to its actors
+        monkeypatch.setenv(EMULATED, "1")
 
     cfg = _config(contract_model, tmp_path / "full", layout)
     full = run_grpo(cfg, worker_fqn=nemo_rl_cpu, layout=layout)

@@ -124,6 +124,36 @@ def test_nccl_groups_refuse_host_tensors():
         assert "NCCL takes device tensors only" in res[r]["host"]
 
 
+def _p2p_worker(rank, world):
+    """Megatron-Core's pipeline send / recv: `P2POp(dist.isend, ...)` through `batch_isend_irecv`
+    (torch checks the op is its own `isend` / `irecv`, so the guard must be that name too)."""
+    import torch.distributed as dist
+
+    peer = 1 - rank
+    with emulated_cuda():
+        send, recv = torch.full((3,), float(rank + 1)).cuda(), torch.zeros(3).cuda()
+        ops = [dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        got = (is_on_device(recv), recv.cpu().tolist())
+        try:  # refused before anything is sent (gloo runs a batch op by op), so no peer waits
+            dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.ones(3), peer)])
+            host = "sent"
+        except EmulatedDeviceError as e:
+            host = str(e)
+    return {"got": got, "host": host}
+
+
+@pytest.mark.multiprocess
+def test_pipeline_point_to_point_under_the_emulation():
+    from tests.megatron.dist_utils import run_distributed
+
+    res = run_distributed(_p2p_worker, 2, timeout=60)
+    for r in (0, 1):
+        assert res[r]["got"] == (True, [float(2 - r)] * 3)
+        assert "isend: NCCL takes device tensors only" in res[r]["host"]
+
+
 def test_the_device_spellings_nemo_rl_and_megatron_use():
     """Each way NeMo-RL's worker and Megatron-Core put a tensor on the GPU lands on the emulated
     device with its values; the host spellings (pinned buffers, meta, copies back) stay off it."""

@@ -120,6 +120,11 @@ def _cuda_type_string(original):
     return type_
 
 
+# "1" in an actor's environment: `grpo_train`'s actors run emulated (NeMo-RL hands them the
+# driver's environment; `ray_worker.RealCpuPolicyWorkerImpl`)
+EMULATED = "CLIPO_REAL_WORKER_EMULATED"
+
+
 @contextlib.contextmanager
 def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterator[None]:
     """Apply every patch in PATCHES (after checking each still matches its source line).

@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""NeMo-RL's own worker in the layouts its recipes run: TP (+ SP), PP, DP with the distributed
+"""NeMo-RL's own worker in the layouts its recipes run: TP (+ SP), PP, CP, DP with the distributed
 optimizer, bf16; each rank's numbers read where they live, for the test to hold against TP 1.
 
 `Layout` is one parallel shape; `layout_policy` makes the contract recipe's policy section run it
@@ -23,30 +23,36 @@ class Layout:
     tp: int = 1
     pp: int = 1
     dp: int = 1
+    cp: int = 1  # context parallel (packed sequences, the zigzag split; test-side CP attention)
     sp: bool = False  # sequence parallel (needs tp > 1)
     dist_opt: bool = False  # Megatron's distributed optimizer, overlapped as the recipes set it
     bf16: bool = False
     head_tp: bool = False  # CLIPO's TP-sharded head (clipo.head_tensor_parallel)
     overlap: bool | None = None  # grad-reduce / param-gather overlap (None: = dist_opt)
+    emulated: bool = False  # under `testing.emulated_cuda` instead of host mode
 
     @property
     def world(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def name(self) -> str:
         parts = (
-            [f"tp{self.tp}"] + [f"pp{self.pp}"] * (self.pp > 1) + [f"dp{self.dp}"] * (self.dp > 1)
+            [f"tp{self.tp}"]
+            + [f"pp{self.pp}"] * (self.pp > 1)
+            + [f"cp{self.cp}"] * (self.cp > 1)
+            + [f"dp{self.dp}"] * (self.dp > 1)
         )
         parts += ["sp"] * self.sp + ["distopt"] * self.dist_opt + ["bf16"] * self.bf16
-        return "-".join(parts + ["headtp"] * self.head_tp)
+        return "-".join(parts + ["headtp"] * self.head_tp + ["emulated"] * self.emulated)
 
     def coords(self, rank: int) -> dict[str, int]:
         """Megatron-Core's default order (tp fastest, then cp, dp, pp), as NeMo-RL's
         `NamedSharding` lays ranks out: [pp, dp, cp, tp]."""
         tp, rest = rank % self.tp, rank // self.tp
+        cp, rest = rest % self.cp, rest // self.cp
         dp, pp = rest % self.dp, rest // self.dp
-        return {"tp": tp, "dp": dp, "pp": pp}
+        return {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
 
 
 BF16_U, BF16_LAM = 2.0**-8, 4.0  # bf16's unit roundoff; lam of the probabilistic bound
@@ -69,7 +75,7 @@ def layout_policy(policy: dict[str, Any], layout: Layout) -> dict[str, Any]:
     mc.update(
         tensor_model_parallel_size=layout.tp,
         pipeline_model_parallel_size=layout.pp,
-        context_parallel_size=1,
+        context_parallel_size=layout.cp,
         sequence_parallel=layout.sp,
     )
     if layout.bf16:
@@ -97,7 +103,7 @@ def _sharding(layout: Layout):
     from nemo_rl.distributed.named_sharding import NamedSharding
 
     return NamedSharding(
-        layout=np.arange(layout.world).reshape(layout.pp, layout.dp, 1, layout.tp),
+        layout=np.arange(layout.world).reshape(layout.pp, layout.dp, layout.cp, layout.tp),
         names=["pipeline_parallel", "data_parallel", "context_parallel", "tensor_parallel"],
     )
 

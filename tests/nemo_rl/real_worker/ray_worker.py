@@ -24,7 +24,7 @@ import_bridge()
 
 from clipo_megatron.megatron.policy_passes import sample  # noqa: E402
 from clipo_megatron.nemo_rl.worker_extension import ClipoMegatronPolicyWorkerImpl  # noqa: E402
-from tests.nemo_rl.real_worker.cpu_patches import cpu_worker_patches  # noqa: E402
+from tests.nemo_rl.real_worker.cpu_patches import EMULATED, cpu_worker_patches  # noqa: E402
 from tests.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec  # noqa: E402
 from tests.nemo_rl.real_worker.tp_generation import TPGenerationFollowers  # noqa: E402
 
@@ -59,8 +59,10 @@ class _FullVocabModel:
             mask = torch.triu(torch.ones(s + pad, s + pad, dtype=torch.bool), 1).view(
                 1, 1, s + pad, s + pad
             )
-        logits = self.model(ids, pos, mask)[:, :s]  # [B, s, V / tp]
-        return gather_from_tensor_model_parallel_region(logits) if tp > 1 else logits
+        dev = next(self.model.parameters()).device  # the emulated device, or the host
+        logits = self.model(ids.to(dev), pos.to(dev), mask.to(dev))[:, :s]  # [B, s, V / tp]
+        logits = gather_from_tensor_model_parallel_region(logits) if tp > 1 else logits
+        return logits.cpu()  # the sampler is host code
 
 
 class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
@@ -69,7 +71,8 @@ class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
     def __init__(self, config, tokenizer, weights_path=None, optimizer_path=None, *a, **k):
         torch.set_num_threads(int(os.environ.get("CLIPO_CPU_WORKER_THREADS", "1")))
         rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
-        self._patches = cpu_worker_patches(rank)
+        # EMULATED=1 (the test's environment, which NeMo-RL hands its actors): CUDA's device rules
+        self._patches = cpu_worker_patches(rank, emulated=os.environ.get(EMULATED) == "1")
         self._patches.__enter__()  # for the actor's life
         super().__init__(config, tokenizer, weights_path, optimizer_path, *a, **k)
         self._followers = TPGenerationFollowers()  # collective: every rank, in __init__

@@ -3,8 +3,8 @@
 each against the TP 1 fp32 run of the same scenario (`layouts.layout_methods`).
 
 Per rank: the logprobs of its DP shard's rows (every TP / PP rank of a DP rank returns them),
-the pooled response states and r_CL where they live (the last pipeline stage; a TP group's
-replicas bit-equal, since every TP rank pools the same all-gathered final-norm states), the loss
+the pooled response states and r_CL where they live (the last pipeline stage; the TP and CP
+replicas bit-equal, since every TP / CP rank ends with the same all-reduced sums), the loss
 and grad norm of one NeMo-RL `train` step (NLL, packed), the final norm's weight after it, and a
 second `get_logprobs` after the step (which reads every weight: a stale parameter gather of the
 distributed optimizer shows there).
@@ -46,6 +46,8 @@ CASES = {
     "tp2-sp-distopt": Layout(tp=2, sp=True, dist_opt=True),
     "tp2-sp-headtp": Layout(tp=2, sp=True, head_tp=True),
     "pp2": Layout(pp=2),
+    # PP's point-to-point (`batch_isend_irecv` of P2POps) under CUDA's device rules
+    "pp2-emulated": pytest.param(Layout(pp=2, emulated=True), marks=FULL),
     # DP 2: the optimizer state sharded, grads reduce-scattered, params all-gathered (overlapped)
     "dp2-distopt": pytest.param(Layout(dp=2, dist_opt=True), marks=FULL),
     # Track II's layout as it runs: bf16 (`bf16_bounds`)
@@ -54,7 +56,9 @@ CASES = {
     ),
     # TP 2 x PP 2 (4 processes): the 70B recipes' shape in small
     "tp2-pp2-sp": pytest.param(Layout(tp=2, pp=2, sp=True), marks=FULL),
-}  # CP: not yet (docs/nemo_rl.md, "Layouts")
+    # CP 2 on packed sequences: the zigzag split, the CP attention of `thd_attention`
+    "cp2": Layout(cp=2),
+}
 
 
 def bf16_bounds(ref: dict, layers: int) -> dict[str, float]:
@@ -90,7 +94,14 @@ def _run(layout: Layout, model_dir, tmp_path) -> dict:
     from tests.nemo_rl.real_worker.layouts import layout_methods
     from tests.nemo_rl.real_worker.spawn import run_ranks
 
-    return run_ranks(layout_methods, layout.world, str(tmp_path), str(model_dir), layout)
+    return run_ranks(
+        layout_methods,
+        layout.world,
+        str(tmp_path),
+        str(model_dir),
+        layout,
+        emulated=layout.emulated,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -159,11 +170,13 @@ def check_layout(out: dict, ref: dict, layout: Layout, tol: dict) -> dict[str, f
         errs["norm_weight"] = max(
             errs["norm_weight"], float((res["norm_weight"] - ref["norm_weight"]).abs().max())
         )
-        if res["tp"] == 0:
+        if res["tp"] == 0 and res["cp"] == 0:
             covered += res["r_cl_rows"].tolist()
-        else:  # a TP replica: bit-equal to its TP rank 0
+        else:  # a TP / CP replica: bit-equal to TP rank 0, CP rank 0 of its DP rank
             first = next(
-                o for o in out.values() if o["dp"] == res["dp"] and o["pp"] == last and o["tp"] == 0
+                o
+                for o in out.values()
+                if o["dp"] == res["dp"] and o["pp"] == last and o["tp"] == 0 and o["cp"] == 0
             )
             for key in ("pooled", "r_cl", "norm_weight"):
                 assert torch.equal(res[key], first[key]), (rank, key)

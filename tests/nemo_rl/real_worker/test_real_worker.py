@@ -52,6 +52,27 @@ def test_a_moved_source_line_fails_naming_patch_and_file(sources):
         locate(moved)
 
 
+def test_cp_attention_splits_and_masks_as_nemo_rl_shards(sources):
+    """The test-side CP attention's positions are NeMo-RL's own zigzag split of each packed slot
+    (`_get_tokens_on_this_cp_rank`), and its mask over the gathered keys is the unsharded
+    block-diagonal causal mask, rows and columns moved to where the ranks hold them."""
+    from nemo_rl.distributed.model_utils import _get_tokens_on_this_cp_rank
+
+    from tests.nemo_rl.real_worker.thd_attention import cp_positions, cp_slot_mask, slot_mask
+
+    cu, cp = torch.tensor([0, 8, 20, 24]), 2
+    stream = torch.arange(24)
+    held = [  # what NeMo-RL's packing puts on each CP rank
+        torch.cat([_get_tokens_on_this_cp_rank(stream[a:e], r, cp, seq_dim=0) for a, e in zip(cu[:-1], cu[1:])])
+        for r in range(cp)
+    ]  # fmt: skip
+    full = slot_mask(cu, 24)[0, 0]  # [T, T]
+    keys = torch.cat(held)
+    for r in range(cp):
+        assert torch.equal(cp_positions(cu, cp, r), held[r])
+        assert torch.equal(cp_slot_mask(cu, cp, r)[0, 0], full[held[r]][:, keys])
+
+
 def test_te_stub_resolves_names_and_refuses_use():
     from tests.nemo_rl.real_worker.te_stub import TransformerEngineStubUsed, _stub_package
 

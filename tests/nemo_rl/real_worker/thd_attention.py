@@ -41,6 +41,68 @@ class PackedSDPAAttention(SDPACoreAttention):
         return query, key, value, slot_mask(cu, query.shape[0]).to(query.device)
 
 
+def cp_positions(cu_seqlens: torch.Tensor, cp: int, cp_rank: int) -> torch.Tensor:
+    """[T / cp] the global packed position of each token on CP rank `cp_rank`: NeMo-RL splits
+    every slot of `cu_seqlens_q_padded` into 2 * cp chunks and gives rank r chunks r and
+    2 * cp - 1 - r, in that order (`_get_tokens_on_this_cp_rank`)."""
+    cu = cu_seqlens.long().to(torch.device("cpu")).tolist()
+    out = []
+    for start, end in zip(cu[:-1], cu[1:]):
+        if (end - start) % (2 * cp):
+            raise ValueError(f"slot [{start}, {end}) does not split into {2 * cp} CP chunks")
+        c = (end - start) // (2 * cp)
+        for chunk in (cp_rank, 2 * cp - 1 - cp_rank):
+            out.append(torch.arange(start + chunk * c, start + (chunk + 1) * c))
+    return torch.cat(out)
+
+
+def cp_slot_mask(cu_seqlens: torch.Tensor, cp: int, cp_rank: int) -> torch.Tensor:
+    """[1, 1, T / cp, T] bool, True = masked: this rank's queries against every rank's keys in
+    the order the CP all-gather stacks them (rank-major), causal within a slot on global positions
+    (softmax does not care about the keys' order, only the mask does)."""
+    cu = cu_seqlens.long().to(torch.device("cpu"))
+    q = cp_positions(cu, cp, cp_rank)
+    k = torch.cat([cp_positions(cu, cp, r) for r in range(cp)])
+    q_slot = torch.searchsorted(cu[1:], q, right=True)
+    k_slot = torch.searchsorted(cu[1:], k, right=True)
+    allowed = (q_slot[:, None] == k_slot[None, :]) & (k[None, :] <= q[:, None])
+    return (~allowed).view(1, 1, len(q), len(k))
+
+
+class ContextParallelSDPAAttention(PackedSDPAAttention):
+    """The packed attention under CP, standing in for TransformerEngine's (Megatron-Core's local
+    attention asserts CP = 1): every rank all-gathers K / V over the CP group (the backward
+    reduce-scatters their gradients, as TE's all-gather CP does) and masks its own queries on the
+    global positions NeMo-RL's zigzag split gave them."""
+
+    context_parallel = True
+
+    def __init__(self, config, *args, pg_collection=None, **kwargs):
+        super().__init__(config, *args, pg_collection=pg_collection, **kwargs)
+        self.cp_group = getattr(pg_collection, "cp", None)
+
+    def packed_inputs(self, query, key, value, packed_seq_params):
+        from megatron.core import parallel_state
+        from megatron.core.tensor_parallel.mappings import gather_from_sequence_parallel_region
+
+        group = self.cp_group or parallel_state.get_context_parallel_group()
+        cp = group.size()
+        if cp == 1:
+            return super().packed_inputs(query, key, value, packed_seq_params)
+        if query.dim() == 3:  # [T / cp, np, hn] (THD squeezed)
+            query, key, value = (t.unsqueeze(1) for t in (query, key, value))
+        key, value = (  # [T, 1, ng, hn], rank-major
+            gather_from_sequence_parallel_region(t, True, group=group) for t in (key, value)
+        )
+        cu = packed_seq_params.cu_seqlens_q_padded
+        if cu is None:
+            cu = packed_seq_params.cu_seqlens_q
+        mask = cp_slot_mask(cu, cp, group.rank())
+        if mask.shape[2:] != (query.shape[0], key.shape[0]):
+            raise ValueError(f"CP mask {tuple(mask.shape)} does not fit q {tuple(query.shape)}")
+        return query, key, value, mask.to(query.device)
+
+
 class SequenceParallelTorchNorm:
     """torch's RMSNorm / LayerNorm where the model runs sequence parallel, as TransformerEngine's
     TENorm behaves there (Megatron-Core's `WrappedTorchNorm` refuses SP; TE is GPU-only): a norm is
@@ -59,7 +121,7 @@ def cpu_thd_layer_spec(*_args, **_kwargs):
     """Megatron-Core's local GPT layer spec with the packed-capable SDPA attention and norms that
     run sequence parallel (a provider's `transformer_layer_spec` callable: Bridge calls it with the
     provider's config). The block's final norm: `cpu_patches` (`sp_block_norm`)."""
-    spec = get_cpu_gpt_layer_spec(core_attention=PackedSDPAAttention)
+    spec = get_cpu_gpt_layer_spec(core_attention=ContextParallelSDPAAttention)
     spec.submodules.input_layernorm = SequenceParallelTorchNorm
     spec.submodules.pre_mlp_layernorm = SequenceParallelTorchNorm
     return spec
