@@ -256,7 +256,6 @@ def emulated_cuda(
     # A CUDA build of torch on a GPU-less machine: the optimizer asks the (patched-available)
     # accelerator whether a graph is being captured; no stream exists, none is.
     saved_stream = getattr(torch, "accelerator", None) and torch.accelerator.current_stream
-    swap = torch.__future__.get_swap_module_params_on_conversion()
     for k, f in _CUDA_CALLS.items():
         setattr(torch.cuda, k, f)
     if saved_stream is not None:
@@ -270,7 +269,10 @@ def emulated_cuda(
         setattr(c10d, n, guarded[n])
     saved_order = _STRICT_ORDER[0]
     _STRICT_ORDER[0] = strict_order
-    torch.__future__.set_swap_module_params_on_conversion(True)  # Module.to keeps the tag
+    # Module.to keeps the device tag and the parameters their attributes (emulated_moves)
+    saved_apply, saved_swap = torch.nn.Module._apply, torch.utils.swap_tensors
+    torch.nn.Module._apply = _moves.apply_swapping(saved_apply)  # type: ignore[method-assign]
+    torch.utils.swap_tensors = _moves.swap_keeping_attributes(saved_swap)
     import clipo_megatron.testing.emulated_calls  # noqa: F401  (fills _SPECIAL / _ENGINE)
     from clipo_megatron.testing.emulated_autograd import tags_through_functions
 
@@ -278,7 +280,8 @@ def emulated_cuda(
         with tags_through_functions(), _EmulatedCudaMode():
             yield
     finally:
-        torch.__future__.set_swap_module_params_on_conversion(swap)
+        torch.nn.Module._apply = saved_apply  # type: ignore[method-assign]
+        torch.utils.swap_tensors = saved_swap
         _STRICT_ORDER[0] = saved_order
         for k, f in saved_cuda.items():
             setattr(torch.cuda, k, f)
@@ -288,6 +291,20 @@ def emulated_cuda(
             setattr(dist, n, f)
         for n in P2P_OPS:
             setattr(c10d, n, saved_dist[n])
+
+
+@contextlib.contextmanager
+def emulated_cuda_on_this_thread() -> Iterator[None]:
+    """The device rules on the calling thread, inside an `emulated_cuda()` another thread entered:
+    torch's function modes are per thread, and Ray runs an actor's methods on threads other than
+    the one that built it. A no-op where the thread already has them."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    if any(isinstance(m, _EmulatedCudaMode) for m in _get_current_function_mode_stack()):
+        yield
+        return
+    with _EmulatedCudaMode():
+        yield
 
 
 from clipo_megatron.testing import emulated_moves as _moves  # noqa: E402  (it reads the above)

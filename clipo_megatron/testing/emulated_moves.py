@@ -12,6 +12,8 @@ device ordinals.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -94,3 +96,37 @@ def parse_to(func, args, kwargs):
         kwargs = {**kwargs, "device": "cpu"}
     device, *rest = func(*args, **kwargs)
     return (ec.CUDA if cuda else device, *rest)
+
+
+def apply_swapping(apply: Callable) -> Callable:
+    """`Module._apply` (`.to`, `.cuda`, `.float`, ...) with torch's swap of parameters on: a
+    parameter moved to the device keeps its device tag (`param.data = x` would drop the subclass).
+    Scoped to the conversion: `load_state_dict` keeps copying into the parameters in place, as on
+    a GPU (a parameter that views Megatron-Core's DDP buffer keeps viewing it)."""
+
+    @functools.wraps(apply)
+    def applied(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        before = torch.__future__.get_swap_module_params_on_conversion()
+        torch.__future__.set_swap_module_params_on_conversion(True)
+        try:
+            return apply(self, *args, **kwargs)
+        finally:
+            torch.__future__.set_swap_module_params_on_conversion(before)
+
+    return applied
+
+
+def swap_keeping_attributes(swap: Callable[[torch.Tensor, torch.Tensor], None]) -> Callable:
+    """`torch.utils.swap_tensors` as `Module.to` uses it here (the emulation turns the swap on so
+    a parameter keeps its device tag): the parameter also keeps its own Python attributes
+    (Megatron-Core's `shared`, `tensor_model_parallel`, `sequence_parallel`), as `param.data = x`
+    keeps them on a GPU; torch's swap alone hands it the new tensor's, which has none."""
+
+    @functools.wraps(swap)
+    def swapped(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        kept = dict(t1.__dict__)
+        swap(t1, t2)
+        for k, v in kept.items():
+            t1.__dict__.setdefault(k, v)
+
+    return swapped

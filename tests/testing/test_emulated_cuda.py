@@ -80,6 +80,62 @@ def test_modules_autograd_and_optimizer_stay_on_the_device():
         assert is_on_device(t.grad)
 
 
+def test_module_moves_keep_parameter_attributes():
+    """Megatron-Core marks parameters (`shared`, `tensor_model_parallel`, `sequence_parallel`) and
+    reads the marks after `model.cuda()` (the grad norm skips shared and TP-duplicate ones); on a
+    GPU the move keeps the Parameter object and its attributes, so the emulated move must too."""
+    with emulated_cuda():
+        m = torch.nn.Linear(2, 2)
+        m.weight.shared, m.bias.sequence_parallel = True, True
+        w = m.weight
+        m.cuda()
+        assert m.weight is w and is_on_device(m.weight)
+        assert m.weight.shared is True and m.bias.sequence_parallel is True
+        m.to(torch.device("cuda", 0), dtype=torch.float64)
+        assert m.weight.shared is True and m.weight.dtype == torch.float64
+
+
+def test_load_state_dict_copies_into_the_parameters_in_place():
+    """On a GPU `load_state_dict` copies into each parameter's storage, so a parameter that views
+    Megatron-Core's contiguous DDP buffer still views it after NeMo-RL swaps the reference
+    weights in and out; the emulation must not replace the storage (as a swap would)."""
+    with emulated_cuda():
+        m = torch.nn.Linear(2, 2).cuda()
+        m.weight.main_grad = torch.zeros(2, 2).cuda()
+        ptr = m.weight.data_ptr()
+        m.load_state_dict({"weight": torch.ones(2, 2), "bias": torch.zeros(2).cuda()})
+        assert m.weight.data_ptr() == ptr and is_on_device(m.weight)
+        assert float(m.weight.sum()) == 4.0 and hasattr(m.weight, "main_grad")
+
+
+def test_the_rules_on_another_thread():
+    """torch's function modes are per thread (Ray runs actor methods on threads of their own):
+    `emulated_cuda_on_this_thread` gives a thread the rules of an `emulated_cuda()` entered
+    elsewhere, once (nested, it adds no second mode)."""
+    import threading
+
+    from clipo_megatron.testing.emulated_cuda import emulated_cuda_on_this_thread
+
+    out: dict = {}
+
+    def body():
+        with emulated_cuda_on_this_thread():
+            out["device"] = is_on_device(torch.ones(2).cuda())
+            with emulated_cuda_on_this_thread():
+                out["nested"] = is_on_device(torch.ones(2).cuda() + 1)
+                try:
+                    torch.ones(2).cuda() + torch.ones(2)
+                    out["mixed"] = "allowed"
+                except EmulatedDeviceError:
+                    out["mixed"] = "refused"
+
+    with emulated_cuda():
+        worker = threading.Thread(target=body)
+        worker.start()
+        worker.join()
+    assert out == {"device": True, "nested": True, "mixed": "refused"}
+
+
 def test_atomic_accumulation_needs_deterministic_algorithms():
     from clipo_megatron.core.pooling import deterministic_algorithms
 

@@ -72,7 +72,8 @@ class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
         torch.set_num_threads(int(os.environ.get("CLIPO_CPU_WORKER_THREADS", "1")))
         rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
         # EMULATED=1 (the test's environment, which NeMo-RL hands its actors): CUDA's device rules
-        self._patches = cpu_worker_patches(rank, emulated=os.environ.get(EMULATED) == "1")
+        self.emulated = os.environ.get(EMULATED) == "1"
+        self._patches = cpu_worker_patches(rank, emulated=self.emulated)
         self._patches.__enter__()  # for the actor's life
         super().__init__(config, tokenizer, weights_path, optimizer_path, *a, **k)
         self._followers = TPGenerationFollowers()  # collective: every rank, in __init__
@@ -181,13 +182,15 @@ class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
 
 def _in_device_mode(fn):
     """Ray runs actor methods on another thread than __init__, and torch's function modes are
-    per thread: the host mapping of "cuda" (cpu_patches' device_literals) is entered per call."""
+    per thread: the host mapping of "cuda" (cpu_patches' device_literals), or the emulated CUDA's
+    rules, is entered per call."""
 
     @functools.wraps(fn)
     def wrapped(self, *a, **k):
         from clipo_megatron.megatron.cpu_shims import _CudaToCpu
+        from clipo_megatron.testing.emulated_cuda import emulated_cuda_on_this_thread
 
-        with _CudaToCpu():
+        with emulated_cuda_on_this_thread() if self.emulated else _CudaToCpu():
             return fn(self, *a, **k)
 
     return wrapped
