@@ -7,6 +7,7 @@
 - `pin_memory` (the factory keyword and the method) pins nothing: a CPU build has no pinned
   allocator, and pinned memory is host memory, so the result is an untagged host tensor; a
   device tensor cannot be pinned (CUDA's error);
+- `copy.deepcopy` of a device tensor is a device tensor;
 - `Tensor.backward` / `torch.autograd.backward` run autograd's engine under the rules: torch
   function hands them to the mode's handler with the mode popped (and to the subclass's
   default handler with subclass torch function off), so hooks and custom backwards would run
@@ -17,6 +18,7 @@ The handlers are registered in `emulated_cuda._SPECIAL` when this module is impo
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any
 
@@ -66,6 +68,21 @@ def pin_memory(args: tuple, kwargs: dict) -> Any:
     return ec._plain(t).clone()  # a pinned copy, on the host
 
 
+def deepcopy(args: tuple, kwargs: dict) -> Any:
+    """`copy.deepcopy` of a device tensor is a device tensor (Megatron-Core deep-copies the
+    optimizer's `step` on a resume): torch's default makes the copy with `new_empty`, which
+    comes back untagged, and then refuses the type."""
+    t, memo = args[0], (args[1] if len(args) > 1 else kwargs.get("memo"))
+    memo = {} if memo is None else memo
+    with torch._C.DisableTorchFunction():
+        if not ec.is_on_device(t):
+            return torch.Tensor.__deepcopy__(t, memo)
+        out = ec._own(torch.Tensor.__deepcopy__(ec._plain(t), memo))
+    out.__dict__.update(copy.deepcopy(t.__dict__, memo))
+    memo[id(t)] = out
+    return out
+
+
 _BACKWARD_SIG = {f: inspect.signature(f) for f in (torch.Tensor.backward, torch.autograd.backward)}
 
 
@@ -109,6 +126,7 @@ ec._SPECIAL.update(
     {
         torch.Tensor.type: type_,
         torch.Tensor.pin_memory: pin_memory,
+        torch.Tensor.__deepcopy__: deepcopy,
     }
 )
 ec._ENGINE.update({torch.Tensor.backward: backward, torch.autograd.backward: backward})

@@ -136,6 +136,21 @@ def test_the_rules_on_another_thread():
     assert out == {"device": True, "nested": True, "mixed": "refused"}
 
 
+def test_deepcopy_keeps_the_device():
+    """Megatron-Core deep-copies the optimizer's `step` into every parameter's state on a resume."""
+    import copy
+
+    with emulated_cuda():
+        step = torch.tensor(3.0).cuda()
+        step.note = "kept"
+        twin = copy.deepcopy({"a": step, "b": step})
+        assert is_on_device(twin["a"]) and twin["a"] is twin["b"] and twin["a"] is not step
+        assert float(twin["a"]) == 3.0 and twin["a"].note == "kept"
+        twin["a"].add_(1)
+        assert float(step) == 3.0  # a copy
+        assert not is_on_device(copy.deepcopy(torch.ones(2)))
+
+
 def test_atomic_accumulation_needs_deterministic_algorithms():
     from clipo_megatron.core.pooling import deterministic_algorithms
 
