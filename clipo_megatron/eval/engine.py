@@ -19,7 +19,7 @@ from clipo_megatron.data.records import Record
 from clipo_megatron.eval.aggregate import averages, dataset_score
 from clipo_megatron.eval.generator import Generator, texts_per_prompt
 from clipo_megatron.eval.store import SampleStore
-from clipo_megatron.verify.extract import graded_answer as extracted_answer
+from clipo_megatron.verify.choice import graded_answer as extracted_answer
 from clipo_megatron.verify.graders import status_counts
 from clipo_megatron.verify.pool import VerifierPool
 

@@ -12,8 +12,8 @@ per-answer deadline (math-verify's own signal timeouts fail in threads) and
 returns each answer's status (`STATUSES`).
 """
 
-from clipo_megatron.verify.choice import extract_choice, verify_choice
-from clipo_megatron.verify.extract import all_boxed, graded_answer, last_boxed, normalize_text
+from clipo_megatron.verify.choice import extract_choice, graded_answer, verify_choice
+from clipo_megatron.verify.extract import all_boxed, last_boxed, normalize_text
 from clipo_megatron.verify.graders import (
     GRADERS,
     KINDS,

@@ -64,16 +64,6 @@ def last_boxed(text: str) -> str | None:
     return _content(text, max(spans)) if spans else None
 
 
-def graded_answer(response: str, kind: str) -> str | None:
-    """What the grader reads: the last box (math) or the option letter in it (mc)."""
-    box = last_boxed(response)
-    if kind != "mc":
-        return box
-    from clipo_megatron.verify.choice import extract_choice  # choice imports this module
-
-    return extract_choice(box)
-
-
 def normalize_text(answer: str) -> str:
     """`\\text{ Yes. }` -> `yes`: unwrap text macros, drop `$`, spaces at the ends, a final period, case."""
     prev = None

@@ -52,7 +52,7 @@ def _grade_timed(
     response: str, gt: str, kind: str, grader: str | Grader, timeout: float, extract: bool
 ) -> Verdict:
     """One answer under this worker's alarm (the worker's main thread)."""
-    from clipo_megatron.verify.extract import graded_answer
+    from clipo_megatron.verify.choice import graded_answer
 
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
