@@ -152,10 +152,6 @@ def data_parallel_rank() -> int:
     return _ps().get_data_parallel_rank()
 
 
-def data_parallel_group():
-    return _ps().get_data_parallel_group()
-
-
 def context_parallel_rank() -> int:
     return _ps().get_context_parallel_rank()
 

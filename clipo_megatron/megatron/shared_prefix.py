@@ -158,14 +158,6 @@ def plan_shared_prefix(
     return [_pack_rows(ids, mask, c, None, pad_id) for c in chunks]
 
 
-def packed_token_count(ids: torch.Tensor, mask: torch.Tensor) -> int:
-    """Tokens a shared-prefix pass processes (no padding), for the FLOP count."""
-    return sum(
-        int(mask[g[0]].nonzero()[0]) + sum(int(mask[b].sum()) for b in g)
-        for g in prompt_groups(ids, mask)
-    )
-
-
 @contextlib.contextmanager
 def packed_rope(model, position_ids: torch.Tensor):
     """Make the model's RoPE follow `position_ids` [R, T] for the forwards inside the block.

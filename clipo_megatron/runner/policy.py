@@ -19,13 +19,6 @@ from clipo_megatron.models.hf_convert import (
 )
 
 
-def init_single_process() -> None:
-    """A world-1 gloo group + Megatron's model-parallel groups (TP = PP = 1) + CPU shims."""
-    from clipo_megatron.runner.parallel import init_distributed
-
-    init_distributed(1, 1)
-
-
 def build_policy(hf_model, tp: int = 1, pp: int = 1):
     """A GPTModel holding the HF model's weights (this rank's stage and TP shard of them), and its architecture."""
     if tp == 1 and pp == 1:
