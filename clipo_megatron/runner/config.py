@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from clipo_megatron.core.bounds import (
@@ -263,26 +263,6 @@ NULLABLE = {"train.eps_low", "train.eps_high", "train.kl_coef", "eval.perturbed_
 RUN_KEYS = {"n": "rollout.n", "steps": "train.steps", "leave_one_out": "leave_one_out"}
 
 
-_METHOD_KEYS = {f.name for f in dataclasses.fields(CLIPOConfig)}
-
-
-def _refuse_old_spellings(parts: list[DictConfig]) -> None:
-    """One error naming the new key for each spelling the runner no longer reads."""
-    for part in parts:
-        if "algo" in part:
-            raise ValueError(
-                f"algo={part['algo']} is gone: CLIPO on / off is clipo.enabled=true|false "
-                "(GRPO baseline: clipo.enabled=false) and the objective is clipo.objective"
-            )
-        clipo = part.get("clipo")
-        moved = sorted(set(clipo or {}) & _METHOD_KEYS) if isinstance(clipo, DictConfig) else []
-        if moved:
-            raise ValueError(
-                f"clipo.{moved[0]} is now clipo.method.{moved[0]} "
-                "(the method's knobs live under clipo.method)"
-            )
-
-
 def default_output_dir(config_path: str | None) -> str:
     """Where a run goes when output.dir is unset: runs/train/<config stem> ("default" without
     a --config), apart from `clipo-megatron compare`'s <out>/<objective>/<arm>/seed<k>."""
@@ -302,7 +282,6 @@ def load_config(path: str | None, overrides: list[str]) -> RunConfig:
     try:
         parts: list[Any] = [OmegaConf.load(path)] if path else []
         parts.append(OmegaConf.from_dotlist(overrides))
-        _refuse_old_spellings(parts)
         merged = OmegaConf.merge(OmegaConf.structured(RunConfig), *parts)
         cfg = cast(RunConfig, OmegaConf.to_object(merged))
     except OmegaConfBaseException as e:  # unknown key / wrong type: its first line names the key

@@ -26,7 +26,6 @@ finishes the current step (a second signal abandons it) and says where a rerun r
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -79,7 +78,6 @@ class StopSignals:
 def _parse(argv):
     ap = make_parser(PROG, __doc__)
     ap.add_argument("--config", help="YAML recipe (e.g. examples/configs/cpu_demo.yaml)")
-    ap.add_argument("--algo", help=argparse.SUPPRESS)  # gone: named in the error
     ap.add_argument(
         "--allow-config-change",
         action="store_true",
@@ -88,14 +86,6 @@ def _parse(argv):
     )
     ap.add_argument("overrides", nargs="*", help="OmegaConf dotted overrides, key=value")
     args = ap.parse_intermixed_args(argv)
-    if args.algo is not None:
-        from clipo_megatron.core.objectives import OBJECTIVES
-
-        user_error(
-            PROG,
-            f"--algo {args.algo} is gone: use clipo.enabled=false for the GRPO baseline "
-            f"(clipo.enabled=true for CLIPO) and clipo.objective={'|'.join(OBJECTIVES)}",
-        )
     return args
 
 

@@ -43,9 +43,9 @@ def test_unparsable_eval_file_is_named(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, named",
     [
-        (["--algo", "grpo"], "clipo.enabled=false"),
-        (["algo=grpo"], "clipo.enabled"),
-        (["clipo.temperature=0.1"], "clipo.method.temperature"),
+        (["--algo", "grpo"], "unrecognized arguments: --algo"),
+        (["algo=grpo"], "(key algo)"),
+        (["clipo.temperature=0.1"], "(key clipo.temperature)"),
         (["clipo.objective=ppo"], "clipo.objective"),
         (["clipo.method.loss_type=foo"], "clipo.method.loss_type"),
         (["train.foo=1"], "train.foo"),
