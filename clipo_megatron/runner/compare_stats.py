@@ -14,26 +14,14 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 
-# t_{0.975, df} for df = 1..30, then 40, 60, 120 (standard tables; 120 also serves beyond).
-_T975 = (
-    12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
-    2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
-    2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423,
-)  # fmt: skip
-_T975_LARGE = ((40, 2.0211), (60, 2.0003), (120, 1.9799))
-
 
 def t975(df: int) -> float:
-    """The two-sided 95 % critical value of Student's t; between table rows the smaller df's
-    (larger, so the interval errs wide)."""
+    """The two-sided 95 % critical value of Student's t with `df` degrees of freedom."""
     if df < 1:
         raise ValueError(f"df={df} must be >= 1")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    t = _T975[-1]
-    for d, td in _T975_LARGE:
-        t = td if df >= d else t
-    return t
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
 
 
 @dataclass(frozen=True)
