@@ -28,6 +28,9 @@ import sys
 import tempfile
 import time
 import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.token_counting
 
 
 def matmul_peak_flops(n: int = 2048, repeats: int = 5) -> float:
@@ -85,7 +88,7 @@ def run_phase(run, steps: int, phase: str):
     probe = StepProbe(run)
     counter = nullcontext(None)
     if hasattr(run.gen, "llm"):
-        from clipo_megatron.generation.counting import VLLMTokenCounter
+        from tests.token_counting import VLLMTokenCounter
 
         counter = VLLMTokenCounter(run.gen.llm)
     hist, counts = [], []

@@ -13,9 +13,9 @@ import torch
 
 pytest.importorskip("transformers")
 
-from clipo_megatron.generation.counting import HFTokenCounter  # noqa: E402
 from clipo_megatron.generation.hf_backend import HFGenerator, chat_text  # noqa: E402
 from tests.tiny_models import tiny_char_llama  # noqa: E402
+from tests.token_counting import HFTokenCounter  # noqa: E402
 
 PROMPTS = [
     "What is 3 + 4? Put the answer in \\boxed{}.",

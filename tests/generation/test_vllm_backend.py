@@ -171,7 +171,7 @@ def _sample(gen, prompts, n, *, share: bool, seed: int, temperature=1.0, max_tok
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from clipo_megatron.generation.counting import VLLMTokenCounter
+    from tests.token_counting import VLLMTokenCounter
 
     ids = gen.generate(prompts, 1, temperature=0.0, top_p=1.0, max_tokens=1, seed=0).prompt_ids
     params = SamplingParams(
