@@ -4,8 +4,8 @@
 `train`, `compare` and `eval` write only into a folder that does not exist yet, is empty, or
 holds their own marker (`clipo_megatron_output.json`, e.g. {"kind": "train"}). Anything else,
 an HF model's folder with its `config.json`, a symlink to one, another command's output, is
-refused in one line before a model loads: the commands used to write into it (its
-`config.json` replaced, a foreign `metrics.jsonl` line dropped as "a torn last line").
+refused in one line before a model loads: writing into it would replace its `config.json`
+or drop a foreign `metrics.jsonl` line as "a torn last line".
 
 Folders written before the marker existed are recognised by files only this project writes
 (`LEGACY`), and get the marker on their next run.

@@ -58,7 +58,7 @@ def check_readable(path: str | Path, fix: str, elsewhere: str) -> dict:
     Cheap, so it runs before any model loads: the zip container's CRCs are checked (a
     truncated or overwritten file), then the pickle is read weights-only (a file that is not a
     checkpoint of this project, or one that names code to run: refused, never run). A
-    zero-byte file used to surface as a bare `EOFError` naming no file."""
+    zero-byte file is named, where torch would raise a bare `EOFError`."""
     try:
         with zipfile.ZipFile(path) as z:
             bad = z.testzip()

@@ -34,7 +34,7 @@ _C = ("choices", "options")
 @dataclass(frozen=True)
 class SizeCaps:
     """Bounds on what a data file may hold, checked as it is read, before any model loads: a
-    200 MB question used to run the box out of memory minutes into a run. The authors' files
+    200 MB question would run the box out of memory minutes into a run. The authors' files
     peak at 8 k characters a row (math75) and 3 MB a file. `*_key`: the knob that raises a cap,
     for the message (the runner's config keys; the eval suites use these defaults)."""
 

@@ -2,9 +2,9 @@
 """The eval CLI's inputs, checked before any model loads and before anything is written.
 
 Each bad input is one ValueError line naming the flag (or the file) and the fix; `eval/run.py`
-prints it and exits 2. A typo in `--model` used to write `run.json` first (and the corrected
-rerun into the same `--out` was then refused), `--limit -1` evaluated every question at 2048
-tokens, and a zero-byte checkpoint was a bare `EOFError` after the imports.
+prints it and exits 2. Checked first so that a typo in `--model` writes no `run.json` (which
+would refuse the corrected rerun into the same `--out`), `--limit -1` is not read as "every
+question", and a zero-byte checkpoint is named, not a bare `EOFError` after the imports.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def bar_chart(
         xs = [i + (k - (len(runs) - 1) / 2) * width for i in range(len(cols))]
         bars = ax.bar(xs, [scores.get(c) or 0.0 for c in cols], width, label=name)
         ax.bar_label(bars, fmt="%.1f", fontsize=7)  # a 0 bar is still read as 0, not as missing
-    # pass@1 in %: a fixed 0..100 axis (all-zero scores used to give an empty -0.04..0.04 axis)
+    # pass@1 in %: a fixed 0..100 axis (matplotlib gives all-zero scores an empty -0.04..0.04)
     top = max([100.0] + [v or 0.0 for s in runs.values() for v in s.values()])
     ax.set_ylim(0, top * 1.05)
     ax.set_xticks(range(len(cols)), [label(c) for c in cols], rotation=30, ha="right")

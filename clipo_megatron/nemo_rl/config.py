@@ -183,7 +183,7 @@ NEMO_RL_RANGES: dict[str, Range] = {
 }
 
 
-# Switches the cross-field rules read: a string there ("abc", "no") used to count as true.
+# Switches the cross-field rules read: a bool each, since a string there ("abc", "no") is truthy.
 NEMO_RL_SWITCHES = (
     "policy.megatron_cfg.enabled",
     "policy.dtensor_cfg.enabled",

@@ -2,8 +2,8 @@
 """Child processes of a run die with their parent.
 
 A `compare` arm runs in a spawned child and a torchrun rank is a child of torchrun's agent:
-when the parent is killed (kill -9 included, which no handler sees) the child used to train on
-for as long as its run lasted, holding the run directory's lock. Linux's
+when the parent is killed (kill -9 included, which no handler sees) the child would train on
+for as long as its run lasts, holding the run directory's lock. Linux's
 `PR_SET_PDEATHSIG` has the kernel send the child SIGTERM when its parent dies; the runner's
 SIGTERM handler then stops after the current step, as a Ctrl-C would. Elsewhere: a no-op.
 """

@@ -66,7 +66,8 @@ def check_inputs(paths: dict[str, str], *, output_kind: str = "train") -> None:
 def check_data(cfg) -> None:
     """The training data fills one step: `rollout.prompts_per_step` distinct prompts, every
     row with a question and an answer. Read before the model loads (the run reads it again
-    then): a short file used to fail after the model load and the first evaluation."""
+    then), so a short file fails in a second, not after the model load and the first
+    evaluation."""
     from clipo_megatron.runner.problems import load_problems, step_problems
 
     where = f"data.path={cfg.data.path}: " if cfg.data.path else ""

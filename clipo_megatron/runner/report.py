@@ -85,8 +85,8 @@ def trim_metrics_log(path: Path, from_step: int) -> None:
     """Drop the lines of steps >= `from_step` (re-run after a resume), so no step is logged twice.
 
     A last line that does not parse is a write torn by a kill or a full disk: dropped with a
-    warning (every rerun used to crash here). An unparsable line before the last is not a
-    torn write: ValueError naming file:line, nothing rewritten.
+    warning, so the rerun goes on. An unparsable line before the last is not a torn write:
+    ValueError naming file:line, nothing rewritten.
     """
     if not path.exists():
         return

@@ -4,7 +4,7 @@
 - `RunLock`: an advisory lock (`fcntl.flock`) on `output.dir/run.lock`, held for the run's
   life. The OS drops it when the process ends however it ends (kill -9 included), so a dead
   run never blocks its rerun; a second live run on the same directory is refused, naming
-  the holder's pid (two runs used to interleave their metrics and overwrite each other's
+  the holder's pid (two runs would interleave their metrics and overwrite each other's
   checkpoint).
 - `config_changes`: where the run's config differs from the one its checkpoint was trained
   with. A resume that changes what the checkpoint means (the method, model, objective, data,

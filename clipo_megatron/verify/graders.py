@@ -85,7 +85,7 @@ def resolve_grader(grader: str | Grader) -> Grader:
 
 def check_texts(responses: Sequence[object], ground_truths: Sequence[object]) -> None:
     """ValueError naming the first row whose response or ground truth is not a string: `None`
-    used to be graded as the text "None" (0.0, status ok) and an int was a bare TypeError."""
+    would be graded as the text "None" (0.0, status ok) and an int would be a bare TypeError."""
     for what, seq, fix in (
         ("responses", responses, "pass '' for an empty response"),
         ("ground_truths", ground_truths, "each answer needs its ground truth as a string"),
