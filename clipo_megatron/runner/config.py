@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, cast
 
@@ -165,7 +166,7 @@ class RunConfig:
                 raise ValueError(f"config: {what}")
 
         for key, rule in RANGES.items():
-            value = _get(self, key)
+            value = attrgetter(key)(self)  # "train.steps" -> self.train.steps
             if value is not None or key not in NULLABLE:
                 try:
                     rule.check(key, value)
@@ -209,13 +210,6 @@ class RunConfig:
         self.clipo.check_run(
             n=self.rollout.n, steps=self.train.steps, leave_one_out=False, keys=RUN_KEYS
         )
-
-
-def _get(cfg: RunConfig, dotted: str):
-    node = cfg
-    for part in dotted.split("."):
-        node = getattr(node, part)
-    return node
 
 
 # The runner's numeric knobs and their ranges (the method's live in core/config.py, the
