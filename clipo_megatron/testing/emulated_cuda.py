@@ -5,17 +5,15 @@ Every CPU test over gloo runs host tensors only, so a host tensor indexing a
 device tensor, a mask built on the host for device rows, or a host buffer sent
 through NCCL never shows. Inside `emulated_cuda()`:
 
-- tensors placed on "cuda" (`.cuda()`, `.to("cuda"/0/device)`, factories with
-  `device="cuda"`, `nn.Module.to("cuda")`) are CPU tensors of the subclass
-  `EmulatedCudaTensor`, which reports `device == cuda:0` and `is_cuda`, and
-  everything computed from them stays tagged; `.cpu()` / `.to("cpu")` untag
-  (a copy, as on a GPU; every spelling NeMo-RL uses: testing/emulated_moves.py);
-- an op that mixes tagged and untagged tensors raises as CUDA does (0-dim host
-  tensors are allowed as CUDA allows scalars; a host index into a device tensor
-  is allowed, a device index into a host tensor is not; `copy_` crosses
-  devices); `.numpy()` of a device tensor raises;
-- `torch.distributed` collectives on a group declared NCCL (all groups, by
-  default) refuse host tensors, as NCCL does;
+- tensors placed on "cuda" (`.cuda()`, `.to("cuda"/0/device)`, factories with `device="cuda"`,
+  `nn.Module.to("cuda")`) are CPU tensors of the subclass `EmulatedCudaTensor`, which reports
+  `device == cuda:0` and `is_cuda`; everything computed from them stays tagged; `.cpu()` /
+  `.to("cpu")` untag (a copy, as on a GPU; every spelling NeMo-RL uses: testing/emulated_moves.py);
+- an op that mixes tagged and untagged tensors raises as CUDA does (0-dim host tensors are
+  allowed as CUDA allows scalars; a host index into a device tensor is allowed, a device index
+  into a host tensor is not; `copy_` crosses devices); `.numpy()` of a device tensor raises;
+- `torch.distributed` collectives on a group declared NCCL (all groups, by default) refuse host
+  tensors, as NCCL does;
 - custom `autograd.Function`s (Megatron-Core's linears) carry the tags through their
   outputs, saved tensors, backward grads and hooks: autograd re-wraps tensors in C++, where
   the tag is lost (testing/emulated_autograd.py says where and what restores it);
@@ -25,13 +23,12 @@ through NCCL never shows. Inside `emulated_cuda()`:
   runs in order with the host (`current_stream()` waits and `synchronize()` are no-ops);
 - a device tensor is the op's own result retyped in place, not an alias, so autograd's
   graph is the one a GPU run builds (Megatron-Core's DDP hooks AccumulateGrad nodes);
-- stricter than CUDA: ops that CUDA accumulates with atomics (`index_add`,
-  `scatter_add`, ...) raise on device tensors unless deterministic algorithms
-  are on, since on a GPU their sums differ from run to run and between replicas.
+- stricter than CUDA: ops that CUDA accumulates with atomics (`index_add`, `scatter_add`, ...)
+  raise on device tensors unless deterministic algorithms are on, since on a GPU their sums
+  differ from run to run and between replicas.
 
-It is strict where CUDA is strict and lenient where CUDA is lenient (see
-tests/testing/test_emulated_cuda.py for the rules, each checked both ways);
-numbers are computed by the CPU kernels, so results equal plain CPU runs.
+Strict where CUDA is strict, lenient where it is lenient (tests/testing/test_emulated_cuda.py
+checks each rule both ways); the CPU kernels compute, so results equal plain CPU runs.
 """
 
 from __future__ import annotations
@@ -42,8 +39,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -250,9 +245,8 @@ def emulated_cuda(
         on = {"all": True, "none": False}[nccl_groups]
     nccl = (lambda g: on) if isinstance(nccl_groups, str) else nccl_groups
     saved_cuda = {k: getattr(torch.cuda, k) for k in _CUDA_CALLS}
-    from clipo_megatron.testing.emulated_nccl import COLLECTIVES, P2P_OPS, nccl_guard
+    from clipo_megatron.testing.emulated_nccl import nccl_guards
 
-    saved_dist = {n: getattr(dist, n) for n in COLLECTIVES if hasattr(dist, n)}
     # A CUDA build of torch on a GPU-less machine: the optimizer asks the (patched-available)
     # accelerator whether a graph is being captured; no stream exists, none is.
     saved_stream = getattr(torch, "accelerator", None) and torch.accelerator.current_stream
@@ -260,13 +254,6 @@ def emulated_cuda(
         setattr(torch.cuda, k, f)
     if saved_stream is not None:
         torch.accelerator.current_stream = lambda *a, **k: _NO_STREAM  # type: ignore[assignment]
-    guarded = {n: nccl_guard(n, f, nccl) for n, f in saved_dist.items()}
-    for n, g in guarded.items():
-        setattr(dist, n, g)
-    # P2POp accepts only the module's own isend / irecv (`op not in [isend, irecv]` over
-    # distributed_c10d's names): the guarded ones must be those names too (pipeline parallel)
-    for n in P2P_OPS:
-        setattr(c10d, n, guarded[n])
     saved_order = _STRICT_ORDER[0]
     _STRICT_ORDER[0] = strict_order
     # Module.to keeps the device tag and the parameters their attributes (emulated_moves)
@@ -277,7 +264,7 @@ def emulated_cuda(
     from clipo_megatron.testing.emulated_autograd import tags_through_functions
 
     try:
-        with tags_through_functions(), _EmulatedCudaMode():
+        with tags_through_functions(), nccl_guards(nccl), _EmulatedCudaMode():
             yield
     finally:
         torch.nn.Module._apply = saved_apply  # type: ignore[method-assign]
@@ -287,10 +274,6 @@ def emulated_cuda(
             setattr(torch.cuda, k, f)
         if saved_stream is not None:
             torch.accelerator.current_stream = saved_stream
-        for n, f in saved_dist.items():
-            setattr(dist, n, f)
-        for n in P2P_OPS:
-            setattr(c10d, n, saved_dist[n])
 
 
 @contextlib.contextmanager

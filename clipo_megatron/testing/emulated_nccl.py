@@ -8,12 +8,14 @@ and the dtype, as a real NCCL group would fail (or, worse, hang) on the GPU path
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 from torch.utils._pytree import tree_map
 
 from clipo_megatron.testing.emulated_cuda import (
@@ -62,3 +64,23 @@ def nccl_guard(name: str, original: Callable, nccl: Callable[[Any], bool]) -> Ca
         return original(*args, **kwargs)
 
     return guarded
+
+
+@contextlib.contextmanager
+def nccl_guards(nccl: Callable[[Any], bool]) -> Iterator[None]:
+    """Every collective of COLLECTIVES guarded for the block (`nccl`: is this group NCCL?).
+    P2POp accepts only distributed_c10d's own isend / irecv (`op not in [isend, irecv]` over that
+    module's names): the guarded ones are bound under those names too (pipeline parallel)."""
+    saved = {n: getattr(dist, n) for n in COLLECTIVES if hasattr(dist, n)}
+    guarded = {n: nccl_guard(n, f, nccl) for n, f in saved.items()}
+    for n, g in guarded.items():
+        setattr(dist, n, g)
+    for n in P2P_OPS:
+        setattr(c10d, n, guarded[n])
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(dist, n, f)
+        for n in P2P_OPS:
+            setattr(c10d, n, saved[n])
