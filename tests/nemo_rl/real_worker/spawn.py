@@ -51,7 +51,19 @@ def _entry(rank, world, port, fn, args, queue, emulated=False):
 
 def run_ranks(fn, world: int, *args, timeout: float = 1500.0, emulated: bool = False) -> dict:
     """fn(rank, world, *args) in `world` spawned processes (inside cpu_worker_patches) -> {rank: out}.
-    emulated: under `testing.emulated_cuda` (cpu_worker_patches)."""
+    emulated: under `testing.emulated_cuda` (cpu_worker_patches). The rendezvous port is free when
+    picked, but another job on the machine may bind it before rank 0 does: that start (nothing
+    has run yet) is retried on a new port, twice at most."""
+    for attempt in range(3):
+        try:
+            return _run_ranks_once(fn, world, args, timeout, emulated)
+        except RuntimeError as e:
+            if "EADDRINUSE" not in str(e) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _run_ranks_once(fn, world: int, args: tuple, timeout: float, emulated: bool) -> dict:
     import queue as queue_mod
 
     import torch.multiprocessing as mp

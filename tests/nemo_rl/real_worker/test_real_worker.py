@@ -173,3 +173,32 @@ def test_the_grpo_actor_has_no_coroutines(sources):
         or inspect.isasyncgenfunction(getattr(cls, n, None))
     ]
     assert not coroutines, f"make these sync on the CPU actor (ray_worker.py): {coroutines}"
+
+
+def _rendezvous(rank: int, world: int) -> int:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    dist.barrier()
+    dist.destroy_process_group()
+    return rank
+
+
+@pytest.mark.contract_full
+def test_a_port_taken_before_the_rendezvous_is_retried(sources, monkeypatch):
+    """The port `run_ranks` picks is free when picked; a job that binds it first must cost a
+    retry on another port, not the test (seen once in a full contract run: EADDRINUSE)."""
+    import socket
+
+    from tests.nemo_rl.real_worker import spawn
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1], spawn._free_port()])
+    monkeypatch.setattr(spawn, "_free_port", lambda: next(ports))
+    try:
+        assert spawn.run_ranks(_rendezvous, 2, timeout=120) == {0: 0, 1: 1}
+    finally:
+        taken.close()
+    assert next(ports, None) is None  # the second port was used: the first start was retried
