@@ -45,15 +45,15 @@ def cp_positions(cu_seqlens: torch.Tensor, cp: int, cp_rank: int) -> torch.Tenso
     """[T / cp] the global packed position of each token on CP rank `cp_rank`: NeMo-RL splits
     every slot of `cu_seqlens_q_padded` into 2 * cp chunks and gives rank r chunks r and
     2 * cp - 1 - r, in that order (`_get_tokens_on_this_cp_rank`)."""
+    from clipo_megatron.megatron.parallel_pooling import cp_chunk_positions
+
     cu = cu_seqlens.long().to(torch.device("cpu")).tolist()
-    out = []
-    for start, end in zip(cu[:-1], cu[1:]):
-        if (end - start) % (2 * cp):
-            raise ValueError(f"slot [{start}, {end}) does not split into {2 * cp} CP chunks")
-        c = (end - start) // (2 * cp)
-        for chunk in (cp_rank, 2 * cp - 1 - cp_rank):
-            out.append(torch.arange(start + chunk * c, start + (chunk + 1) * c))
-    return torch.cat(out)
+    return torch.cat(
+        [
+            cp_chunk_positions(end - start, cp, cp_rank) + start
+            for start, end in zip(cu[:-1], cu[1:])
+        ]
+    )
 
 
 def cp_slot_mask(cu_seqlens: torch.Tensor, cp: int, cp_rank: int) -> torch.Tensor:
