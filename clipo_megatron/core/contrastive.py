@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from clipo_megatron.core.registry import Registry
+
 
 @dataclass(frozen=True)
 class GroupPairs:
@@ -66,26 +68,12 @@ class ContrastiveLoss:
             raise ValueError(f"contrastive loss {self.name}: default_lambda must be finite, >= 0")
 
 
-CONTRASTIVE_LOSSES: dict[str, ContrastiveLoss] = {}
-
-
-def register_contrastive_loss(loss: ContrastiveLoss) -> ContrastiveLoss:
-    """Add a loss to the registry `CLIPOConfig.loss_type` names (name clashes are errors)."""
-    if loss.name in CONTRASTIVE_LOSSES:
-        raise ValueError(f"contrastive loss {loss.name!r} is already registered")
-    CONTRASTIVE_LOSSES[loss.name] = loss
-    return loss
-
-
-def get_contrastive_loss(name: str) -> ContrastiveLoss:
-    """The registered loss `name`, or one error naming the choices."""
-    try:
-        return CONTRASTIVE_LOSSES[name]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"CLIPOConfig.loss_type={name!r} is not one of {sorted(CONTRASTIVE_LOSSES)} "
-            "(set clipo.method.loss_type)"
-        ) from None
+CONTRASTIVE_LOSSES: Registry[ContrastiveLoss] = Registry(
+    "contrastive loss",
+    "CLIPOConfig.loss_type={name!r} is not one of {choices} (set clipo.method.loss_type)",
+)
+register_contrastive_loss = CONTRASTIVE_LOSSES.register  # adds a loss `loss_type` can name
+get_contrastive_loss = CONTRASTIVE_LOSSES.lookup
 
 
 def masked_logsumexp(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,7 @@ from clipo_megatron.core.policy_loss import (
     objective_loss,
     ppo_clip_terms,
 )
+from clipo_megatron.core.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -117,25 +118,11 @@ class Objective:
         return dynamic_sampling_filter(rewards, group_ids) if self.dynamic_sampling else None
 
 
-OBJECTIVES: dict[str, Objective] = {}
-
-
-def register_objective(objective: Objective) -> Objective:
-    """Add an objective to the registry both drivers read (name clashes are errors)."""
-    if objective.name in OBJECTIVES:
-        raise ValueError(f"objective {objective.name!r} is already registered")
-    OBJECTIVES[objective.name] = objective
-    return objective
-
-
-def get_objective(name: str) -> Objective:
-    """The registered objective `name`, or one error naming the choices."""
-    try:
-        return OBJECTIVES[name]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"objective {name!r} is not one of {sorted(OBJECTIVES)} (set clipo.objective)"
-        ) from None
+OBJECTIVES: Registry[Objective] = Registry(
+    "objective", "objective {name!r} is not one of {choices} (set clipo.objective)"
+)
+register_objective = OBJECTIVES.register  # adds an objective both drivers read
+get_objective = OBJECTIVES.lookup
 
 
 def policy_objective_loss(

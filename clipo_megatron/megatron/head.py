@@ -41,6 +41,22 @@ def get_contrastive_head_spec(tensor_parallel: bool = False) -> ModuleSpec:
     return ModuleSpec(module=ContrastiveHead, submodules=ContrastiveHeadSubmodules(linear=linear))
 
 
+def shards_output(linear: type) -> bool:
+    """Whether the spec's projection shards d over TP: Megatron-Core's ColumnParallelLinear or a
+    subclass does, torch.nn.Linear or a subclass is replicated. Any other class (e.g.
+    TransformerEngine's, whose constructor differs) is refused rather than guessed."""
+    if isinstance(linear, type) and issubclass(linear, ColumnParallelLinear):
+        return True
+    if isinstance(linear, type) and issubclass(linear, torch.nn.Linear):
+        return False
+    raise ValueError(
+        f"the contrastive head's linear {getattr(linear, '__qualname__', linear)!r} is neither "
+        "Megatron-Core's ColumnParallelLinear (a TP-sharded head) nor torch.nn.Linear (a "
+        "replicated one), or a subclass of either; build the head spec with "
+        "get_contrastive_head_spec(tensor_parallel=...)"
+    )
+
+
 class ContrastiveHead(MegatronModule):
     """Projection D -> d of pooled response hidden states to contrastive embeddings."""
 
@@ -56,7 +72,7 @@ class ContrastiveHead(MegatronModule):
     ):
         super().__init__(config=config)
         self.tp_group = tp_group
-        self.tensor_parallel = submodules.linear is ColumnParallelLinear
+        self.tensor_parallel = shards_output(submodules.linear)
         tp = group_size(tp_group) if self.tensor_parallel else 1
         if embed_dim % tp:
             raise ValueError(

@@ -19,22 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clipo_megatron.core.bounds import (
-    CLIP_EPS,
-    KL_COEF,
-    LEARNING_RATE,
-    ROLLOUT_TEMPERATURE,
-    ROLLOUTS_PER_PROMPT,
-    TOP_P,
-    WEIGHT_DECAY,
-    Range,
-)
 from clipo_megatron.core.config import ClipoBlock
 from clipo_megatron.nemo_rl.losses import (
     check_objective_loss_switches,
     objective_settings,
     uses_clipped_pg,
 )
+from clipo_megatron.nemo_rl.recipe_keys import as_conf, check_knob_ranges, dotted_get
 
 
 @dataclass
@@ -67,23 +58,12 @@ class ClipoNemoRLConfig(ClipoBlock):
 # ----------------------------------------------------------------------------- validation
 
 
-def dotted_get(
-    cfg: dict, dotted: str, default: Any = None, *, none_is_default: bool = False
-) -> Any:
-    """`cfg["a"]["b"]` for "a.b", or `default` where a key is missing (or null, if asked)."""
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return default if none_is_default and node is None else node
-
-
 def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
     """Check the cross-field rules between `clipo:` and NeMo-RL's blocks; return the typed block.
 
     Raises ValueError naming the clashing keys and the fix.
     """
+    conf = as_conf(cfg)  # wrapped once for the keys read below
     # NeMo-RL's own keys first: clipo_base.yaml sets clipo.method.max_group_size to
     # ${grpo.num_generations_per_prompt}, and a bad n was reported under the clipo key.
     check_knob_ranges(cfg)
@@ -94,25 +74,25 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
         from clipo_megatron.nemo_rl.env_grading import EnvSettings
 
         EnvSettings.from_cfg(env["clipo_math"])
-    if not dotted_get(cfg, "policy.megatron_cfg.enabled", False):
+    if not dotted_get(conf, "policy.megatron_cfg.enabled", False):
         raise ValueError(
             "policy.megatron_cfg.enabled is false: this integration runs on NeMo-RL's Megatron "
             "backend; set policy.megatron_cfg.enabled=true and policy.dtensor_cfg.enabled=false"
         )
-    if dotted_get(cfg, "policy.dtensor_cfg.enabled", False):
+    if dotted_get(conf, "policy.dtensor_cfg.enabled", False):
         raise ValueError(
             "policy.dtensor_cfg.enabled and policy.megatron_cfg.enabled are both true; "
             "set policy.dtensor_cfg.enabled=false"
         )
-    tp = int(dotted_get(cfg, "policy.megatron_cfg.tensor_model_parallel_size", 1))
-    pp = int(dotted_get(cfg, "policy.megatron_cfg.pipeline_model_parallel_size", 1))
-    cp = int(dotted_get(cfg, "policy.megatron_cfg.context_parallel_size", 1))
-    if cp > 1 and not dotted_get(cfg, "policy.sequence_packing.enabled", False):
+    tp = int(dotted_get(conf, "policy.megatron_cfg.tensor_model_parallel_size", 1))
+    pp = int(dotted_get(conf, "policy.megatron_cfg.pipeline_model_parallel_size", 1))
+    cp = int(dotted_get(conf, "policy.megatron_cfg.context_parallel_size", 1))
+    if cp > 1 and not dotted_get(conf, "policy.sequence_packing.enabled", False):
         raise ValueError(
             f"policy.megatron_cfg.context_parallel_size={cp} needs policy.sequence_packing.enabled=true "
             "(NeMo-RL shards CP only on packed sequences)"
         )
-    if pp > 1 and dotted_get(cfg, "policy.dynamic_batching.enabled", False):
+    if pp > 1 and dotted_get(conf, "policy.dynamic_batching.enabled", False):
         raise ValueError(
             f"policy.megatron_cfg.pipeline_model_parallel_size={pp} is incompatible with "
             "policy.dynamic_batching.enabled=true in NeMo-RL; use policy.sequence_packing instead"
@@ -122,10 +102,10 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
             f"clipo.method.embed_dim={m.embed_dim} is not divisible by tensor_model_parallel_size={tp}; "
             "pick a multiple of TP or set clipo.head_tensor_parallel=false (replicated head)"
         )
-    n_gen = int(dotted_get(cfg, "grpo.num_generations_per_prompt", 0))
-    n_prompts = int(dotted_get(cfg, "grpo.num_prompts_per_step", 0))
-    max_steps = dotted_get(cfg, "grpo.max_num_steps")
-    loo_key = leave_one_out_key(cfg)
+    n_gen = int(dotted_get(conf, "grpo.num_generations_per_prompt", 0))
+    n_prompts = int(dotted_get(conf, "grpo.num_prompts_per_step", 0))
+    max_steps = dotted_get(conf, "grpo.max_num_steps")
+    loo_key = leave_one_out_key(conf)
     clipo.check_run(  # the rules shared with the runner (core/config.py ClipoBlock)
         n=n_gen,
         steps=None if max_steps is None else int(max_steps),
@@ -136,13 +116,13 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
             "leave_one_out": loo_key or "grpo.use_leave_one_out_baseline",
         },
     )
-    gbs = dotted_get(cfg, "policy.train_global_batch_size")
+    gbs = dotted_get(conf, "policy.train_global_batch_size")
     if gbs is not None and n_prompts and (n_prompts * n_gen) % int(gbs):
         raise ValueError(
             f"grpo.num_prompts_per_step * num_generations_per_prompt = {n_prompts * n_gen} is not a "
             f"multiple of policy.train_global_batch_size={gbs}"
         )
-    est = dotted_get(cfg, "grpo.adv_estimator.name", "grpo")
+    est = dotted_get(conf, "grpo.adv_estimator.name", "grpo")
     if clipo.head_runs and est != "grpo":
         raise ValueError(
             f"grpo.adv_estimator.name={est!r}: CLIPO adds its reward before GRPO's group "
@@ -150,86 +130,9 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
         )
 
     if clipo.head_runs:
-        _check_capture_runs(cfg)
+        _check_capture_runs(conf)
     _check_objective_settings(cfg, clipo)
     return clipo
-
-
-# NeMo-RL's sampling and optimizer knobs under the rules the runner's share (core/bounds.py);
-# a key the recipe leaves out (or null) is NeMo-RL's default and not checked here.
-NEMO_RL_RANGES: dict[str, Range] = {
-    "grpo.num_prompts_per_step": Range(1, 65536, integer=True),
-    "grpo.num_generations_per_prompt": ROLLOUTS_PER_PROMPT,
-    "grpo.max_num_steps": Range(1, integer=True),
-    "policy.train_global_batch_size": Range(1, integer=True),
-    "policy.megatron_cfg.tensor_model_parallel_size": Range(1, 1024, integer=True),
-    "policy.megatron_cfg.pipeline_model_parallel_size": Range(1, 1024, integer=True),
-    "policy.megatron_cfg.context_parallel_size": Range(1, 1024, integer=True),
-    "policy.generation.vllm_cfg.tensor_parallel_size": Range(1, 1024, integer=True),
-    "policy.train_micro_batch_size": Range(1, integer=True),
-    "policy.make_sequence_length_divisible_by": Range(1, integer=True),
-    "policy.max_total_sequence_length": Range(1, integer=True),
-    "cluster.num_nodes": Range(1, integer=True),
-    "cluster.gpus_per_node": Range(1, integer=True),
-    "policy.generation.temperature": ROLLOUT_TEMPERATURE,
-    "policy.generation.top_p": TOP_P,
-    "policy.megatron_cfg.optimizer.lr": LEARNING_RATE,
-    "policy.megatron_cfg.optimizer.weight_decay": WEIGHT_DECAY,
-    # Megatron's clip_grad: 0 turns clipping off (the runner's grad_clip has no "off").
-    "policy.max_grad_norm": Range(0, note="0: no clipping, Megatron's clip_grad; paper 1.0"),
-    "loss_fn.ratio_clip_min": CLIP_EPS,
-    "loss_fn.ratio_clip_max": CLIP_EPS,
-    "loss_fn.reference_policy_kl_penalty": KL_COEF,
-}
-
-
-# Switches the cross-field rules read: a bool each, since a string there ("abc", "no") is truthy.
-NEMO_RL_SWITCHES = (
-    "policy.megatron_cfg.enabled",
-    "policy.dtensor_cfg.enabled",
-    "policy.sequence_packing.enabled",
-    "policy.dynamic_batching.enabled",
-    "grpo.use_leave_one_out_baseline",
-)
-
-
-def knob_problems(cfg: dict[str, Any], derived: frozenset[str] = frozenset()) -> list[str]:
-    """One line per NEMO_RL_RANGES key out of its range and per NEMO_RL_SWITCHES key that is
-    not true / false, naming the key as the recipe spells it. `derived`: keys the recipe sets
-    by interpolation (`${...}`), whose bad value is its source's, named there."""
-    problems = [
-        f"{key}={value!r} must be true or false"
-        for key in NEMO_RL_SWITCHES
-        if key not in derived
-        and (value := dotted_get(cfg, key)) is not None
-        and not isinstance(value, bool)
-    ]
-    for key, rule in NEMO_RL_RANGES.items():
-        if key in derived:
-            continue
-        value = dotted_get(cfg, key)
-        if value is not None:
-            try:
-                rule.check(key, value)
-            except ValueError as e:
-                problems.append(str(e))
-    return problems
-
-
-def interpolated_keys(raw: dict[str, Any]) -> frozenset[str]:
-    """The checked keys an unresolved recipe sets by interpolation (`${...}`)."""
-    return frozenset(
-        k
-        for k in (*NEMO_RL_RANGES, *NEMO_RL_SWITCHES)
-        if isinstance(v := dotted_get(raw, k), str) and "${" in v
-    )
-
-
-def check_knob_ranges(cfg: dict[str, Any]) -> None:
-    """Each of NEMO_RL_RANGES' keys the recipe sets is in its range (ValueError: the first)."""
-    problems = knob_problems(cfg)
-    if problems:
-        raise ValueError(problems[0])
 
 
 ENV_NAME = "clipo_math"  # the environment the recipes' data sections name
@@ -253,34 +156,36 @@ def with_env_grader(cfg: dict[str, Any]) -> dict[str, Any]:
 def leave_one_out_key(cfg: dict[str, Any]) -> str | None:
     """The key that turns NeMo-RL's leave-one-out baseline on, None when it is off. Both are
     read (the estimator's and the dynamic-sampling std's); NeMo-RL's default for each is on."""
-    est = dotted_get(cfg, "grpo.adv_estimator.use_leave_one_out_baseline")
+    conf = as_conf(cfg)  # wrapped once for the keys read below
+    est = dotted_get(conf, "grpo.adv_estimator.use_leave_one_out_baseline")
     if est:
         return "grpo.adv_estimator.use_leave_one_out_baseline"
-    top = dotted_get(cfg, "grpo.use_leave_one_out_baseline", True, none_is_default=True)
+    top = dotted_get(conf, "grpo.use_leave_one_out_baseline", True, none_is_default=True)
     return "grpo.use_leave_one_out_baseline" if top else None
 
 
 def _check_capture_runs(cfg: dict[str, Any]) -> None:
     """Settings under which CLIPO's capture never runs: it pools the final norm's output inside
     NeMo-RL's prev-logprob pass, in Python (forward hook / output processor)."""
-    threshold = dotted_get(cfg, "grpo.seq_logprob_error_threshold")
-    if dotted_get(cfg, "loss_fn.force_on_policy_ratio", False) and threshold is None:
+    conf = as_conf(cfg)  # wrapped once for the keys read below
+    threshold = dotted_get(conf, "grpo.seq_logprob_error_threshold")
+    if dotted_get(conf, "loss_fn.force_on_policy_ratio", False) and threshold is None:
         raise ValueError(  # grpo_train's skip rule, the same in v0.7.0 and main
             "loss_fn.force_on_policy_ratio=true makes NeMo-RL skip the prev-logprob pass (with "
             "grpo.seq_logprob_error_threshold unset), the pass CLIPO pools hidden states in, so "
             "the head gets nothing; set loss_fn.force_on_policy_ratio=false"
         )
     mc = "policy.megatron_cfg."
-    mtp = int(dotted_get(cfg, mc + "mtp_num_layers", 0, none_is_default=True))
-    last = dotted_get(cfg, mc + "num_layers_in_last_pipeline_stage")
-    if mtp and last == 0 and int(dotted_get(cfg, mc + "pipeline_model_parallel_size", 1)) > 1:
+    mtp = int(dotted_get(conf, mc + "mtp_num_layers", 0, none_is_default=True))
+    last = dotted_get(conf, mc + "num_layers_in_last_pipeline_stage")
+    if mtp and last == 0 and int(dotted_get(conf, mc + "pipeline_model_parallel_size", 1)) > 1:
         raise ValueError(  # Megatron-Core's TransformerBlock.has_final_layernorm_in_this_stage
             f"{mc}num_layers_in_last_pipeline_stage=0 with {mc}mtp_num_layers={mtp}: Megatron-Core "
             "then puts the final norm on the stage before the last, and CLIPO pools its output on "
             "the last stage (beside the head), so the head gets nothing; give the last pipeline "
             "stage at least one decoder layer"
         )
-    impl = dotted_get(cfg, "policy.megatron_cfg.cuda_graph_impl", "none", none_is_default=True)
+    impl = dotted_get(conf, "policy.megatron_cfg.cuda_graph_impl", "none", none_is_default=True)
     if str(impl).lower() != "none":
         raise ValueError(
             f"policy.megatron_cfg.cuda_graph_impl={impl!r}: a replayed CUDA graph runs no Python, "
@@ -291,9 +196,10 @@ def _check_capture_runs(cfg: dict[str, Any]) -> None:
 
 def _check_objective_settings(cfg: dict[str, Any], clipo: ClipoNemoRLConfig) -> None:
     """The `loss_fn:` / `grpo:` switches an objective is defined by, read from the registry."""
+    conf = as_conf(cfg)  # wrapped once for the keys read below
     name = clipo.objective
     obj = clipo.policy_objective()  # clipo.dynamic_sampling applied
-    seq_ratio = bool(dotted_get(cfg, "loss_fn.sequence_level_importance_ratios", False))
+    seq_ratio = bool(dotted_get(conf, "loss_fn.sequence_level_importance_ratios", False))
     if seq_ratio != obj.sequence_level_ratio:
         raise ValueError(
             f"clipo.objective={name!r} uses a {'sequence' if obj.sequence_level_ratio else 'token'}"
@@ -306,12 +212,12 @@ def _check_objective_settings(cfg: dict[str, Any], clipo: ClipoNemoRLConfig) -> 
         check_objective_loss_switches(name, loss_cfg)
     token_level = obj.aggregation == "token-mean"
     # token-mean / sequence mean is a free choice where Objective.loss computes it (GMPO)
-    if obj.in_nemo_rl and bool(dotted_get(cfg, "loss_fn.token_level_loss", True)) != token_level:
+    if obj.in_nemo_rl and bool(dotted_get(conf, "loss_fn.token_level_loss", True)) != token_level:
         raise ValueError(
             f"clipo.objective={name!r} aggregates {obj.aggregation} (paper App.); set "
             f"loss_fn.token_level_loss={str(token_level).lower()}"
         )
-    use_ds = bool(dotted_get(cfg, "grpo.use_dynamic_sampling", False))
+    use_ds = bool(dotted_get(conf, "grpo.use_dynamic_sampling", False))
     if obj.dynamic_sampling and not use_ds:
         raise ValueError(
             f"clipo.objective={name!r} filters groups by dynamic sampling; set "
@@ -322,8 +228,8 @@ def _check_objective_settings(cfg: dict[str, Any], clipo: ClipoNemoRLConfig) -> 
             "clipo.dynamic_sampling=false but grpo.use_dynamic_sampling=true; set "
             "grpo.use_dynamic_sampling=false"
         )
-    lo = float(dotted_get(cfg, "loss_fn.ratio_clip_min", obj.eps_low))
-    hi = float(dotted_get(cfg, "loss_fn.ratio_clip_max", obj.eps_high))
+    lo = float(dotted_get(conf, "loss_fn.ratio_clip_min", obj.eps_low))
+    hi = float(dotted_get(conf, "loss_fn.ratio_clip_max", obj.eps_high))
     if obj.eps_high > obj.eps_low and hi <= lo:
         raise ValueError(
             f"clipo.objective={name!r} uses an asymmetric clip, eps_high > eps_low (paper {obj.eps_low} / "

@@ -31,14 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clipo_megatron.nemo_rl.config import (
-    ClipoNemoRLConfig,
-    interpolated_keys,
-    knob_problems,
-    validate_master_config,
-)
+from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
 from clipo_megatron.nemo_rl.preflight_data import check_files, check_overlap
 from clipo_megatron.nemo_rl.preflight_parallel import check_parallel
+from clipo_megatron.nemo_rl.recipe_keys import interpolated_keys, knob_problems
 from clipo_megatron.nemo_rl.recipes import NEMO_RL_PREFIX, load_recipe, nemo_rl_root
 from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clipo_megatron.nemo_rl.config import dotted_get
+from clipo_megatron.nemo_rl.recipe_keys import as_conf, dotted_get
 
 
 @dataclass(frozen=True)
@@ -86,11 +86,6 @@ def model_shape(model_name: str) -> ModelShape | None:
     return KNOWN_MODELS.get(model_name)
 
 
-def _get(cfg: dict, dotted: str, default: Any = None) -> Any:
-    """A dotted key of the recipe; a null counts as unset here (parallel sizes default to 1)."""
-    return dotted_get(cfg, dotted, default, none_is_default=True)
-
-
 def min_sequence_multiple(cfg: dict[str, Any]) -> int:
     """NeMo-RL's minimum `make_sequence_length_divisible_by`.
 
@@ -98,12 +93,13 @@ def min_sequence_multiple(cfg: dict[str, Any]) -> int:
     TP > 1 with sequence parallel. Unpacked: TP under sequence parallel (Megatron scatters the
     sequence over TP ranks).
     """
+    conf = as_conf(cfg)  # a null counts as unset here (parallel sizes default to 1)
     mc = "policy.megatron_cfg."
-    tp = int(_get(cfg, mc + "tensor_model_parallel_size", 1))
-    cp = int(_get(cfg, mc + "context_parallel_size", 1))
-    sp = bool(_get(cfg, mc + "sequence_parallel", False))
+    tp = int(dotted_get(conf, mc + "tensor_model_parallel_size", 1, none_is_default=True))
+    cp = int(dotted_get(conf, mc + "context_parallel_size", 1, none_is_default=True))
+    sp = bool(dotted_get(conf, mc + "sequence_parallel", False, none_is_default=True))
     factor = 1
-    if _get(cfg, "policy.sequence_packing.enabled", False) and cp > 1:
+    if dotted_get(conf, "policy.sequence_packing.enabled", False, none_is_default=True) and cp > 1:
         factor *= 2 * cp
     if tp > 1 and sp:
         factor *= tp
@@ -112,17 +108,20 @@ def min_sequence_multiple(cfg: dict[str, Any]) -> int:
 
 def check_parallel(cfg: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(problems, warnings) for the parallel layout of a merged recipe."""
+    conf = as_conf(cfg)  # a null counts as unset here (parallel sizes default to 1)
     problems: list[str] = []
     warnings: list[str] = []
     mc = "policy.megatron_cfg."
-    tp = int(_get(cfg, mc + "tensor_model_parallel_size", 1))
-    pp = int(_get(cfg, mc + "pipeline_model_parallel_size", 1))
-    cp = int(_get(cfg, mc + "context_parallel_size", 1))
-    vtp = int(_get(cfg, "policy.generation.vllm_cfg.tensor_parallel_size", 1))
-    sp = bool(_get(cfg, mc + "sequence_parallel", False))
+    tp = int(dotted_get(conf, mc + "tensor_model_parallel_size", 1, none_is_default=True))
+    pp = int(dotted_get(conf, mc + "pipeline_model_parallel_size", 1, none_is_default=True))
+    cp = int(dotted_get(conf, mc + "context_parallel_size", 1, none_is_default=True))
+    vtp = int(
+        dotted_get(conf, "policy.generation.vllm_cfg.tensor_parallel_size", 1, none_is_default=True)
+    )
+    sp = bool(dotted_get(conf, mc + "sequence_parallel", False, none_is_default=True))
 
     need = min_sequence_multiple(cfg)
-    div = int(_get(cfg, "policy.make_sequence_length_divisible_by", 1))
+    div = int(dotted_get(conf, "policy.make_sequence_length_divisible_by", 1, none_is_default=True))
     if div % need:
         problems.append(
             f"policy.make_sequence_length_divisible_by={div} is not a multiple of {need} "
@@ -131,7 +130,7 @@ def check_parallel(cfg: dict[str, Any]) -> tuple[list[str], list[str]]:
             f"set policy.make_sequence_length_divisible_by={need}"
         )
 
-    name = str(_get(cfg, "policy.model_name", ""))
+    name = str(dotted_get(conf, "policy.model_name", "", none_is_default=True))
     shape = model_shape(name)
     if shape is None:
         warnings.append(
@@ -158,8 +157,8 @@ def check_parallel(cfg: dict[str, Any]) -> tuple[list[str], list[str]]:
                 "by it (or it by them); pick a divisor of both"
             )
 
-    nodes = _get(cfg, "cluster.num_nodes")
-    gpn = _get(cfg, "cluster.gpus_per_node")
+    nodes = dotted_get(conf, "cluster.num_nodes", none_is_default=True)
+    gpn = dotted_get(conf, "cluster.gpus_per_node", none_is_default=True)
     if nodes is None or gpn is None:
         return problems, warnings
     world = int(nodes) * int(gpn)
@@ -171,8 +170,8 @@ def check_parallel(cfg: dict[str, Any]) -> tuple[list[str], list[str]]:
         )
         return problems, warnings
     dp = world // model_ranks
-    gbs = int(_get(cfg, "policy.train_global_batch_size", 0))
-    mbs = int(_get(cfg, "policy.train_micro_batch_size", 1))
+    gbs = int(dotted_get(conf, "policy.train_global_batch_size", 0, none_is_default=True))
+    mbs = int(dotted_get(conf, "policy.train_micro_batch_size", 1, none_is_default=True))
     if gbs % dp:
         problems.append(
             f"policy.train_global_batch_size={gbs} is not a multiple of the data-parallel size "
@@ -181,8 +180,8 @@ def check_parallel(cfg: dict[str, Any]) -> tuple[list[str], list[str]]:
         )
     elif (
         not (
-            _get(cfg, "policy.sequence_packing.enabled", False)
-            or _get(cfg, "policy.dynamic_batching.enabled", False)
+            dotted_get(conf, "policy.sequence_packing.enabled", False, none_is_default=True)
+            or dotted_get(conf, "policy.dynamic_batching.enabled", False, none_is_default=True)
         )
         and (gbs // dp) % mbs
     ):

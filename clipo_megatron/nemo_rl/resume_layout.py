@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from clipo_megatron.nemo_rl.config import dotted_get
+from clipo_megatron.nemo_rl.recipe_keys import dotted_get
 
 LAYOUT_FILE = "clipo_layout.json"
 NEMO_RL_CONFIG_FILE = "config.yaml"  # the master config NeMo-RL's init_tmp_checkpoint writes

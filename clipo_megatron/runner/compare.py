@@ -120,7 +120,7 @@ def _plan(args) -> Plan:
     except ValueError as e:
         raise ValueError(str(e).replace("output.dir", "--out")) from None
     from clipo_megatron.output_folder import check_output_folder, claim_output_folder
-    from clipo_megatron.runner.compare_report import ARMS, run_dir
+    from clipo_megatron.reporting.compare_report import ARMS, run_dir
     from clipo_megatron.runner.config import load_config, to_dict
     from clipo_megatron.runner.memory import check_memory
 
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = _plan(args)
     except (ValueError, FileNotFoundError) as e:
         user_error(PROG, str(e))
-    from clipo_megatron.runner.compare_report import write_report
+    from clipo_megatron.reporting.compare_report import write_report
 
     for i, (obj, arm, seed, cfg) in enumerate(plan, 1):
         d = Path(cfg.output.dir)

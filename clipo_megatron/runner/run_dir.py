@@ -193,7 +193,7 @@ def claim(cfg, *, allow_config_change: bool = False, rank0: bool = True) -> RunL
             claim_output_folder(out, kind="train", key="output.dir")
         changed, step = check_resume(out, now, allow_change=allow_config_change)
         if rank0:
-            from clipo_megatron.runner.report import trim_metrics_log
+            from clipo_megatron.reporting.metrics_log import trim_metrics_log
 
             # The steps the rerun redoes (and a torn last line) leave metrics.jsonl here, so
             # a broken log is named before the model loads, not after.

@@ -26,13 +26,11 @@ finishes the current step (a second signal abandons it) and says where a rerun r
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import threading
 import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clipo_megatron.cli_args import make_parser, user_error
@@ -152,161 +150,12 @@ def _rank0_by_env() -> bool:
 
 
 def _train(run, cfg, stop: StopSignals, before: dict | None = None) -> int:
-    from tqdm import tqdm
+    """The run's loop; an error it stops on is one line on stderr, exit 1."""
+    from clipo_megatron.runner.loop import RunFailed, train_loop
 
-    from clipo_megatron.runner import nonfinite
-    from clipo_megatron.runner.checkpoint import (
-        CheckpointNotWritten,
-        checkpoint_path,
-        load_checkpoint,
-        save_checkpoint,
-    )
-    from clipo_megatron.runner.evaluation import evaluate
-    from clipo_megatron.runner.parallel import broadcast_from_rank0, is_rank0
-    from clipo_megatron.runner.report import (
-        MetricsLog,
-        MetricsLogError,
-        run_label,
-        trim_metrics_log,
-    )
-
-    out, ckpt = Path(cfg.output.dir), checkpoint_path(cfg.output.dir)
-    rank0 = is_rank0()  # only rank 0 writes, prints and evaluates (it alone holds the generator)
-    results: dict = {}
-    evaluates = cfg.eval.size > 0 or cfg.perturbed_eval_size() > 0
-    if ckpt.exists():
-        run.load_state_dict(load_checkpoint(ckpt))
-        if (out / "eval_before.json").exists():
-            results = json.loads((out / "eval_before.json").read_text())
-        if rank0:
-            print(f"[clipo-megatron] resumed from {ckpt} at step {run.step_idx}")
-    elif cfg.eval.before_training and evaluates and rank0:
-        results = before if before is not None else evaluate(run)
-        try:
-            (out / "eval_before.json").write_text(json.dumps(results, indent=2))
-        except OSError as e:  # a full disk before step 0: nothing trained yet, nothing lost
-            (out / "eval_before.json").unlink(missing_ok=True)
-            print(
-                f"{PROG}: error: cannot write {out / 'eval_before.json'}: {e.strerror or e}; "
-                "free space and rerun the same command",
-                file=sys.stderr,
-            )
-            return 1
-        print(f"[clipo-megatron] before training: {_scores(results)}")
-    saved_at = run.step_idx  # a rerun resumes here
-    if rank0:
-        trim_metrics_log(out / "metrics.jsonl", run.step_idx)
-    writer = None
-    if cfg.output.tensorboard and rank0:
-        from torch.utils.tensorboard import SummaryWriter
-
-        writer = SummaryWriter(str(out / "tensorboard"), purge_step=run.step_idx)
-    bar = tqdm(
-        total=cfg.train.steps,
-        initial=run.step_idx,
-        desc=run_label(cfg),
-        dynamic_ncols=True,
-        disable=not rank0,
-    )
-    log = MetricsLog(out / "metrics.jsonl") if rank0 else None  # strict JSON, unbuffered
-    failed = ""
     try:
-        while run.step_idx < cfg.train.steps:
-            if broadcast_from_rank0(stop.signum) is not None:
-                break  # every rank stops before the same step (rank 0's signal decides)
-            m = run.step()
-            nonfinite.count(run.history)  # m is the history's last entry
-            if log:
-                log.write(m)
-            if writer:
-                for k, v in m.items():
-                    if k != "step" and not isinstance(v, str):  # rollout/token_hash: jsonl only
-                        writer.add_scalar(k, v, m["step"])
-            shown = {"reward": m["reward/mean"]}
-            if "clipo/loss" in m:  # the baseline has no head: nothing of CLIPO's to show
-                shown.update(cl_loss=m["clipo/loss"], valid=m["clipo/valid_group_frac"])
-                shown["share"] = m.get("clipo/adv_share", 0.0)
-            bar.set_postfix({k: f"{v:.2f}" for k, v in shown.items()})
-            bar.update(1)
-            nonfinite.check(run.history, cfg.train.max_nonfinite_skips, saved_at)
-            if run.step_idx % cfg.output.checkpoint_every == 0 or run.step_idx == cfg.train.steps:
-                save_checkpoint(run, ckpt)
-                saved_at = run.step_idx
-    except KeyboardInterrupt:  # a second signal: abandon the step
-        stop.signum = stop.signum or signal.SIGINT
-    except MetricsLogError as e:  # a full disk: said below the bar, with where a rerun resumes
-        failed = f"{e} at step {run.step_idx - 1}"
-    except nonfinite.NonFiniteStop as e:  # K updates skipped in a row: a knob poisons every step
-        bar.close()  # the bar's line ends first: the error is a line of its own
-        if rank0:
+        return train_loop(run, cfg, stop, before)
+    except RunFailed as e:
+        if e.shown:
             print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
-    except CheckpointNotWritten as e:  # non-finite weights or a full disk; the old one is kept
-        bar.close()
-        if rank0:
-            hint = "free space and rerun" if e.full_disk else "rerun"
-            print(
-                f"{PROG}: error: {e}; {hint} the same command to resume from step {saved_at}",
-                file=sys.stderr,
-            )
-        return 1
-    finally:
-        bar.close()
-        if log:
-            log.close()
-        if writer:
-            writer.close()
-    if failed:
-        print(
-            f"{PROG}: error: {failed}; free space and rerun the same command to resume "
-            f"from step {saved_at}",
-            file=sys.stderr,
-        )
-        return 1
-    if run.step_idx < cfg.train.steps:
-        if rank0:
-            print(
-                f"stopped at step {run.step_idx}; rerun the same command to resume from step {saved_at}",
-                file=sys.stderr,
-            )
-        return stop.exit_code
-    if not rank0:
-        return 0
-    final = evaluate(run) if evaluates else {}
-    try:
-        _write_outputs(cfg, run, out, results, final)
-    except OSError as e:  # a full disk after the last step: training is saved, the outputs are not
-        (out / "results.json.tmp").unlink(missing_ok=True)
-        print(
-            f"{PROG}: error: cannot write the run's outputs in {out}: {e.strerror or e}; training "
-            f"is checkpointed at step {saved_at}: free space and rerun the same command to write them",
-            file=sys.stderr,
-        )
-        return 1
-    print((out / "results.md").read_text())
-    return 0
-
-
-def _write_outputs(cfg, run, out, results: dict, final: dict) -> None:
-    """Plots, results.md, then results.json (last: it marks a finished run)."""
-    from clipo_megatron.runner.report import run_label, write_results
-
-    if cfg.output.plots:
-        from clipo_megatron.runner.plots import plot_curves, plot_tsne
-
-        plot_curves(run.history, out / "curves.png", title=run_label(cfg))
-        if run.embeddings:
-            plot_tsne(run.embeddings, out / "tsne.png")
-        else:  # the baseline arm (CLIPO off) builds no head
-            print("[clipo-megatron] no tsne.png: this run has no head embeddings (CLIPO off)")
-    write_results(out, cfg, run.history, results, final)
-
-
-def _scores(res: dict) -> str:
-    """e.g. "pass@1 0.688, perturbed pass@1 0.250 (6.1 samples/s)"."""
-    parts = [f"{name} {res[k]:.3f}" for k, name in _SCORES if k in res]
-    rate = f" ({res['samples_per_s']:.1f} samples/s)" if "samples_per_s" in res else ""
-    return ", ".join(parts) + rate
-
-
-_SCORES = (("pass@1", "pass@1"), ("pass@1_perturbed", "perturbed pass@1"))

@@ -45,16 +45,15 @@ from typing import Any
 
 import torch
 from torch.autograd.function import BackwardCFunction, Function, FunctionCtx
-from torch.overrides import _get_current_function_mode_stack
 from torch.utils._pytree import tree_map
 
-from clipo_megatron.testing.emulated_cuda import (
+from clipo_megatron.testing.emulated_tags import (
     EmulatedDeviceError,
-    _EmulatedCudaMode,
-    _own,
-    _plain,
-    _tensors,
     is_on_device,
+    mode_on_this_thread,
+    own,
+    plain,
+    tensors_in,
 )
 
 _BASE_SAVED: Any = torch._C._FunctionBase.saved_tensors  # the C getter: plain tensors
@@ -63,24 +62,14 @@ _ABSENT = object()
 
 def _retagged(t: Any) -> Any:
     """`t` (a plain tensor autograd made in C++) on the device again."""
-    return _own(t)
+    return own(t)
 
 
 def _storage_key(t: torch.Tensor) -> int | None:
     try:
-        return _plain(t).untyped_storage()._cdata
+        return plain(t).untyped_storage()._cdata
     except (RuntimeError, NotImplementedError):  # no storage (sparse, nested, meta...)
         return None
-
-
-@contextlib.contextmanager
-def _mode_on() -> Iterator[None]:
-    """The emulated mode on the stack (it is popped while its own handler runs `backward`)."""
-    if any(isinstance(m, _EmulatedCudaMode) for m in _get_current_function_mode_stack()):
-        yield
-        return
-    with _EmulatedCudaMode():
-        yield
 
 
 def _ctx_of(cls: type, outs: list[torch.Tensor]) -> Any:
@@ -94,7 +83,7 @@ def _ctx_of(cls: type, outs: list[torch.Tensor]) -> Any:
 def _apply_carrying_tags(original: Callable) -> Callable:
     def apply(cls, *args, **kwargs):
         out = original(cls, *args, **kwargs)
-        inputs = _tensors(args, kwargs)
+        inputs = tensors_in(args, kwargs)
         on_device = {_storage_key(t) for t in inputs if is_on_device(t)} - {None}
         if on_device:
             out = tree_map(
@@ -146,7 +135,7 @@ def _checked_grads(ctx, result: Any) -> Any:
             continue
         if devices[i] != is_on_device(g):
             if g.dim() == 0:
-                grads[i] = _retagged(g) if devices[i] else _plain(g).clone()
+                grads[i] = _retagged(g) if devices[i] else plain(g).clone()
                 continue
             want, got = ("cuda:0", "cpu") if devices[i] else ("cpu", "cuda:0")
             raise EmulatedDeviceError(
@@ -166,7 +155,7 @@ def _backward_carrying_tags(original: Callable) -> Callable:
             for i, g in enumerate(flat)
         ]
         grads = (flat,) if boxed else tuple(flat)
-        with torch._C._EnableTorchFunction(), _mode_on():
+        with torch._C._EnableTorchFunction(), mode_on_this_thread():
             result = original(ctx, *grads)
         return _checked_grads(ctx, result)
 

@@ -13,19 +13,20 @@
   default handler with subclass torch function off), so hooks and custom backwards would run
   outside the emulation; here the engine runs with both on.
 
-The handlers are registered in `emulated_cuda._SPECIAL` when this module is imported.
+`SPECIAL` and `ENGINE` map each call to its handler; `emulated_cuda`'s rules look them up.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.autograd.variable import Variable
 
-from clipo_megatron.testing import emulated_cuda as ec
+from clipo_megatron.testing import emulated_tags as tags
 
 
 def _type_name(spec: Any) -> str | None:
@@ -39,33 +40,33 @@ def _type_name(spec: Any) -> str | None:
 def type_(args: tuple, kwargs: dict) -> Any:
     t, rest = args[0], args[1:]
     spec = rest[0] if rest else kwargs.get("dtype")
-    plain = ec._plain(t)
+    plain = tags.plain(t)
     with torch._C.DisableTorchFunction():
         if spec is None:
             own: str = plain.type()
-            return own.replace("torch.", "torch.cuda.", 1) if ec.is_on_device(t) else own
+            return own.replace("torch.", "torch.cuda.", 1) if tags.is_on_device(t) else own
         name = _type_name(spec)
         if name is None:
             out = plain.type(spec)
-            to_device = ec.is_on_device(t)
+            to_device = tags.is_on_device(t)
         else:
             to_device = ".cuda." in name
             out = plain.type(name.replace("torch.cuda.", "torch.", 1))
-            if to_device == ec.is_on_device(t) and out is plain:
+            if to_device == tags.is_on_device(t) and out is plain:
                 return t  # already that type on that device: itself, as torch does
             if out is plain:
                 out = plain.clone()  # a move copies
-    return ec._own(out) if to_device else out
+    return tags.own(out) if to_device else out
 
 
 def pin_memory(args: tuple, kwargs: dict) -> Any:
     t = args[0]
-    if ec.is_on_device(t):
+    if tags.is_on_device(t):
         raise RuntimeError(
             "cannot pin 'torch.cuda.FloatTensor' only dense CPU tensors can be pinned "
             "(emulated CUDA)"
         )
-    return ec._plain(t).clone()  # a pinned copy, on the host
+    return tags.plain(t).clone()  # a pinned copy, on the host
 
 
 def deepcopy(args: tuple, kwargs: dict) -> Any:
@@ -75,9 +76,9 @@ def deepcopy(args: tuple, kwargs: dict) -> Any:
     t, memo = args[0], (args[1] if len(args) > 1 else kwargs.get("memo"))
     memo = {} if memo is None else memo
     with torch._C.DisableTorchFunction():
-        if not ec.is_on_device(t):
+        if not tags.is_on_device(t):
             return torch.Tensor.__deepcopy__(t, memo)
-        out = ec._own(torch.Tensor.__deepcopy__(ec._plain(t), memo))
+        out = tags.own(torch.Tensor.__deepcopy__(tags.plain(t), memo))
     out.__dict__.update(copy.deepcopy(t.__dict__, memo))
     memo[id(t)] = out
     return out
@@ -109,7 +110,7 @@ def backward(func: Any, args: tuple, kwargs: dict) -> Any:
     inputs = () if inputs is None else (inputs,) if isinstance(inputs, torch.Tensor) else inputs
     create = bool(a.get("create_graph", False))
     retain = a.get("retain_graph")
-    with torch._C._EnableTorchFunction(), ec._EmulatedCudaMode():
+    with torch._C._EnableTorchFunction(), tags.EmulatedCudaMode():
         Variable._execution_engine.run_backward(
             roots,
             tuple(made),
@@ -122,11 +123,11 @@ def backward(func: Any, args: tuple, kwargs: dict) -> Any:
     return None
 
 
-ec._SPECIAL.update(
-    {
-        torch.Tensor.type: type_,
-        torch.Tensor.pin_memory: pin_memory,
-        torch.Tensor.__deepcopy__: deepcopy,
-    }
-)
-ec._ENGINE.update({torch.Tensor.backward: backward, torch.autograd.backward: backward})
+# (args, kwargs) -> result, for device tensors and for the mode
+SPECIAL: dict[Any, Callable] = {
+    torch.Tensor.type: type_,
+    torch.Tensor.pin_memory: pin_memory,
+    torch.Tensor.__deepcopy__: deepcopy,
+}
+# (func, args, kwargs) -> result, for the mode
+ENGINE: dict[Any, Callable] = {torch.Tensor.backward: backward, torch.autograd.backward: backward}

@@ -39,22 +39,33 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_map
 
-CUDA = torch.device("cuda", 0)
-MIXED = (
-    "Expected all tensors to be on the same device, but found at least two devices, "
-    "cuda:0 and cpu! (emulated CUDA: {op})"
+from clipo_megatron.testing import emulated_calls, emulated_moves
+from clipo_megatron.testing.emulated_autograd import tags_through_functions
+from clipo_megatron.testing.emulated_nccl import nccl_guards
+from clipo_megatron.testing.emulated_tags import (
+    CUDA,
+    MIXED,
+    EmulatedCudaMode,
+    EmulatedCudaTensor,
+    EmulatedDeviceError,
+    EmulatedNondeterminismError,
+    install_rules,
+    is_on_device,
+    mode_on_this_thread,
+    own,
+    tag,
+    tensors_in,
 )
 
-
-class EmulatedDeviceError(RuntimeError):
-    """What CUDA raises on a host/device mix-up (a RuntimeError, as torch's own)."""
-
-
-class EmulatedNondeterminismError(RuntimeError):
-    """Stricter than CUDA, on purpose: where a GPU would silently give order-dependent sums."""
+__all__ = [
+    "EmulatedCudaTensor",
+    "EmulatedDeviceError",
+    "EmulatedNondeterminismError",
+    "emulated_cuda",
+    "emulated_cuda_on_this_thread",
+    "is_on_device",
+]
 
 
 # Ops CUDA runs with floating-point atomics unless deterministic algorithms are on.
@@ -67,37 +78,6 @@ _ATOMIC_ON_CUDA = {
     "scatter_reduce_",
 }
 _STRICT_ORDER = [True]  # emulated_cuda(strict_order=...) for the block
-# .type() / pin_memory / backward answered differently on the device: testing/emulated_calls.py
-_SPECIAL: dict[Any, Callable] = {}  # (args, kwargs) -> result, for both handlers
-_ENGINE: dict[Any, Callable] = {}  # (func, args, kwargs) -> result, for the mode
-
-
-def is_on_device(t: Any) -> bool:
-    return isinstance(t, EmulatedCudaTensor)
-
-
-def _plain(t: torch.Tensor) -> torch.Tensor:
-    with torch._C.DisableTorchFunctionSubclass():
-        return t.as_subclass(torch.Tensor) if isinstance(t, EmulatedCudaTensor) else t
-
-
-def _own(t: Any) -> Any:
-    """A plain tensor made by an op marked a device tensor in place: an alias (`as_subclass`)
-    would add a node per op to autograd's graph and hide the AccumulateGrad node that
-    Megatron-Core's DDP hooks (`param.expand_as(param).grad_fn.next_functions[0][0]`)."""
-    if type(t) is torch.Tensor:
-        t.__class__ = EmulatedCudaTensor
-    return t
-
-
-def _tag(x: Any) -> Any:
-    """Tag every tensor in `x` (already on the host, freshly made) as a device tensor."""
-    return tree_map(_own, x)
-
-
-def _tensors(args, kwargs) -> list[torch.Tensor]:
-    flat, _ = tree_flatten((args, kwargs or {}))
-    return [a for a in flat if isinstance(a, torch.Tensor)]
 
 
 # The property getters torch function reports (typed as the values they return).
@@ -108,7 +88,7 @@ def _grad_of(t: torch.Tensor):
     """A device tensor's .grad is on the device (autograd's engine makes plain tensors)."""
     with torch._C.DisableTorchFunctionSubclass():
         g = _GRAD_GET(t)
-    return None if g is None else _tag(g)
+    return None if g is None else tag(g)
 
 
 _GETTERS: dict[Any, Callable] = {
@@ -123,14 +103,14 @@ _CROSS_DEVICE = {torch.Tensor.copy_, torch._has_compatible_shallow_copy_type}
 
 
 def _check_mix(func, args, kwargs) -> None:
-    tensors = _tensors(args, kwargs)
+    tensors = tensors_in(args, kwargs)
     if not any(is_on_device(t) for t in tensors) or func in _CROSS_DEVICE:
         return
     name = getattr(func, "__name__", repr(func))
     if func in _INDEXING:
         target = args[0]
         index = args[1] if len(args) > 1 else None
-        idx_tensors = _tensors((index,), None)
+        idx_tensors = tensors_in((index,), None)
         if not is_on_device(target):
             if any(is_on_device(t) and t.dim() > 0 for t in idx_tensors):
                 raise EmulatedDeviceError(
@@ -151,73 +131,67 @@ def _check_mix(func, args, kwargs) -> None:
         raise EmulatedDeviceError(MIXED.format(op=name))
 
 
-class EmulatedCudaTensor(torch.Tensor):
-    """A host tensor that behaves, device-wise, as one on cuda:0 (see the module doc)."""
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        getter = _GETTERS.get(func)
-        if getter is not None:
-            return getter(args[0])
-        if func in _SPECIAL:
-            return _SPECIAL[func](args, kwargs)
-        name = getattr(func, "__name__", "")
-        if name == "numpy" and is_on_device(args[0]):
-            raise TypeError(
-                "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
-                "tensor to host memory first. (emulated CUDA)"
-            )
-        target = _moves.device_target(func, args, kwargs)
-        if target is not None and isinstance(args[0], torch.Tensor):
-            return _moves.move(func, args, kwargs, target)
-        _check_mix(func, args, kwargs)
-        if (
-            name in _ATOMIC_ON_CUDA
-            and _STRICT_ORDER[0]
-            and not torch.are_deterministic_algorithms_enabled()
-        ):
-            raise EmulatedNondeterminismError(
-                f"{name} on a CUDA tensor accumulates with atomics: its sums differ between "
-                "runs and between replicas that compute the same rows. Run it under "
-                "torch.use_deterministic_algorithms(True) (core.pooling.deterministic_algorithms). "
-                "(emulated CUDA)"
-            )
-        with torch._C.DisableTorchFunctionSubclass():
-            out = func(*args, **kwargs)
-        if func in _NOWRAP:
-            return out
-        given = {id(t) for t in _tensors(args, kwargs)}  # in-place ops return an input as-is
-        for t in out if isinstance(out, tuple | list) else (out,):  # torch.Size stays one
-            if id(t) not in given:
-                _own(t)
+def _tensor_rules(func, args: tuple, kwargs: dict):
+    """A call on a device tensor: property getters, the calls answered differently, moves, the
+    mix check and the atomics check; the result tagged."""
+    getter = _GETTERS.get(func)
+    if getter is not None:
+        return getter(args[0])
+    if func in emulated_calls.SPECIAL:
+        return emulated_calls.SPECIAL[func](args, kwargs)
+    name = getattr(func, "__name__", "")
+    if name == "numpy" and is_on_device(args[0]):
+        raise TypeError(
+            "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
+            "tensor to host memory first. (emulated CUDA)"
+        )
+    target = emulated_moves.device_target(func, args, kwargs)
+    if target is not None and isinstance(args[0], torch.Tensor):
+        return emulated_moves.move(func, args, kwargs, target)
+    _check_mix(func, args, kwargs)
+    if (
+        name in _ATOMIC_ON_CUDA
+        and _STRICT_ORDER[0]
+        and not torch.are_deterministic_algorithms_enabled()
+    ):
+        raise EmulatedNondeterminismError(
+            f"{name} on a CUDA tensor accumulates with atomics: its sums differ between "
+            "runs and between replicas that compute the same rows. Run it under "
+            "torch.use_deterministic_algorithms(True) (core.pooling.deterministic_algorithms). "
+            "(emulated CUDA)"
+        )
+    with torch._C.DisableTorchFunctionSubclass():
+        out = func(*args, **kwargs)
+    if func in _NOWRAP:
         return out
+    given = {id(t) for t in tensors_in(args, kwargs)}  # in-place ops return an input as-is
+    for t in out if isinstance(out, tuple | list) else (out,):  # torch.Size stays one
+        if id(t) not in given:
+            own(t)
+    return out
 
 
-class _EmulatedCudaMode(TorchFunctionMode):
-    """Factories with device=cuda and moves of host tensors (which the subclass never sees)."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in _SPECIAL:
-            return _SPECIAL[func](args, kwargs)
-        if func in _ENGINE:
-            return _ENGINE[func](func, args, kwargs)
-        if kwargs.get("pin_memory"):  # pinned memory is host memory (a CPU build has none)
-            kwargs = {**kwargs, "pin_memory": False}
-        if func is torch._C._nn._parse_to:  # Module.to(0 / "cuda"): parse on the host, answer cuda
-            return _moves.parse_to(func, args, kwargs)
-        target = _moves.device_target(func, args, kwargs)
-        if target is not None and args and isinstance(args[0], torch.Tensor):
-            # every move is answered here: a mode below (cpu_shims) must not rewrite it
-            return _moves.move(func, args, kwargs, target)
-        if "device" in kwargs and _moves.is_cuda_device(kwargs["device"]) is not None:
-            return _moves.factory(func, args, kwargs)
-        return func(*args, **kwargs)
+def _mode_rules(func, args: tuple, kwargs: dict):
+    """Any call inside `emulated_cuda()`: factories with device=cuda and moves of host tensors
+    (which the subclass never sees)."""
+    if func in emulated_calls.SPECIAL:
+        return emulated_calls.SPECIAL[func](args, kwargs)
+    if func in emulated_calls.ENGINE:
+        return emulated_calls.ENGINE[func](func, args, kwargs)
+    if kwargs.get("pin_memory"):  # pinned memory is host memory (a CPU build has none)
+        kwargs = {**kwargs, "pin_memory": False}
+    if func is torch._C._nn._parse_to:  # Module.to(0 / "cuda"): parse on the host, answer cuda
+        return emulated_moves.parse_to(func, args, kwargs)
+    target = emulated_moves.device_target(func, args, kwargs)
+    if target is not None and args and isinstance(args[0], torch.Tensor):
+        # every move is answered here: a mode below (cpu_shims) must not rewrite it
+        return emulated_moves.move(func, args, kwargs, target)
+    if "device" in kwargs and emulated_moves.is_cuda_device(kwargs["device"]) is not None:
+        return emulated_moves.factory(func, args, kwargs)
+    return func(*args, **kwargs)
 
 
-def _untag_if_tensor(t):
-    return _plain(t) if isinstance(t, torch.Tensor) else t
+install_rules(tensor=_tensor_rules, mode=_mode_rules)
 
 
 _NOOP = lambda *a, **k: None  # noqa: E731
@@ -245,7 +219,6 @@ def emulated_cuda(
         on = {"all": True, "none": False}[nccl_groups]
     nccl = (lambda g: on) if isinstance(nccl_groups, str) else nccl_groups
     saved_cuda = {k: getattr(torch.cuda, k) for k in _CUDA_CALLS}
-    from clipo_megatron.testing.emulated_nccl import nccl_guards
 
     # A CUDA build of torch on a GPU-less machine: the optimizer asks the (patched-available)
     # accelerator whether a graph is being captured; no stream exists, none is.
@@ -258,13 +231,11 @@ def emulated_cuda(
     _STRICT_ORDER[0] = strict_order
     # Module.to keeps the device tag and the parameters their attributes (emulated_moves)
     saved_apply, saved_swap = torch.nn.Module._apply, torch.utils.swap_tensors
-    torch.nn.Module._apply = _moves.apply_swapping(saved_apply)  # type: ignore[method-assign]
-    torch.utils.swap_tensors = _moves.swap_keeping_attributes(saved_swap)
-    import clipo_megatron.testing.emulated_calls  # noqa: F401  (fills _SPECIAL / _ENGINE)
-    from clipo_megatron.testing.emulated_autograd import tags_through_functions
+    torch.nn.Module._apply = emulated_moves.apply_swapping(saved_apply)  # type: ignore[method-assign]
+    torch.utils.swap_tensors = emulated_moves.swap_keeping_attributes(saved_swap)
 
     try:
-        with tags_through_functions(), nccl_guards(nccl), _EmulatedCudaMode():
+        with tags_through_functions(), nccl_guards(nccl), EmulatedCudaMode():
             yield
     finally:
         torch.nn.Module._apply = saved_apply  # type: ignore[method-assign]
@@ -276,18 +247,5 @@ def emulated_cuda(
             torch.accelerator.current_stream = saved_stream
 
 
-@contextlib.contextmanager
-def emulated_cuda_on_this_thread() -> Iterator[None]:
-    """The device rules on the calling thread, inside an `emulated_cuda()` another thread entered:
-    torch's function modes are per thread, and Ray runs an actor's methods on threads other than
-    the one that built it. A no-op where the thread already has them."""
-    from torch.overrides import _get_current_function_mode_stack
-
-    if any(isinstance(m, _EmulatedCudaMode) for m in _get_current_function_mode_stack()):
-        yield
-        return
-    with _EmulatedCudaMode():
-        yield
-
-
-from clipo_megatron.testing import emulated_moves as _moves  # noqa: E402  (it reads the above)
+# The device rules on the calling thread, inside an `emulated_cuda()` another thread entered.
+emulated_cuda_on_this_thread = mode_on_this_thread

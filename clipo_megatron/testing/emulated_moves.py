@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from clipo_megatron.testing import emulated_cuda as ec
+from clipo_megatron.testing import emulated_tags as tags
 
 
 def is_cuda_device(d: Any) -> bool | None:
@@ -42,7 +42,7 @@ def device_target(func, args, kwargs) -> bool | None:
         if spec is None:
             for a in args[1:]:
                 if isinstance(a, torch.Tensor):  # .to(other): other's device
-                    return ec.is_on_device(a)
+                    return tags.is_on_device(a)
                 if is_cuda_device(a) is not None:
                     return is_cuda_device(a)
         return is_cuda_device(spec)
@@ -70,22 +70,22 @@ def move(func, args, kwargs, to_device: bool):
         {} if getattr(func, "__name__", "") in ("cuda", "cpu") else _same_call_on_host(args, kwargs)
     )
     with torch._C.DisableTorchFunctionSubclass():
-        base = ec._plain(t)
+        base = tags.plain(t)
         out = base.to(**kw) if kw else base
         if to_device:
-            if ec.is_on_device(t) and out is base:
+            if tags.is_on_device(t) and out is base:
                 return t
-            return ec._own(out.clone() if out is base else out)
-        return out.clone() if ec.is_on_device(t) and out is base else out
+            return tags.own(out.clone() if out is base else out)
+        return out.clone() if tags.is_on_device(t) and out is base else out
 
 
 def factory(func, args, kwargs):
     """A call with device= (factories, new_*, *_like): made on the host, tagged if for cuda."""
     out = func(*args, **{**kwargs, "device": "cpu"})
     if not is_cuda_device(kwargs["device"]):
-        return tree_map(ec._untag_if_tensor, out)
-    given = {id(t) for t in ec._tensors(args, kwargs) if not ec.is_on_device(t)}
-    return tree_map(lambda t: ec._own(t.clone() if id(t) in given else t), out)  # as_tensor(h)
+        return tree_map(tags.untag_if_tensor, out)
+    given = {id(t) for t in tags.tensors_in(args, kwargs) if not tags.is_on_device(t)}
+    return tree_map(lambda t: tags.own(t.clone() if id(t) in given else t), out)  # as_tensor(h)
 
 
 def parse_to(func, args, kwargs):
@@ -95,7 +95,7 @@ def parse_to(func, args, kwargs):
     if is_cuda_device(kwargs.get("device")):
         kwargs = {**kwargs, "device": "cpu"}
     device, *rest = func(*args, **kwargs)
-    return (ec.CUDA if cuda else device, *rest)
+    return (tags.CUDA if cuda else device, *rest)
 
 
 def apply_swapping(apply: Callable) -> Callable:

@@ -18,11 +18,11 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch.utils._pytree import tree_map
 
-from clipo_megatron.testing.emulated_cuda import (
+from clipo_megatron.testing.emulated_tags import (
     EmulatedDeviceError,
-    _tensors,
-    _untag_if_tensor,
     is_on_device,
+    tensors_in,
+    untag_if_tensor,
 )
 
 COLLECTIVES = (
@@ -48,14 +48,14 @@ def nccl_guard(name: str, original: Callable, nccl: Callable[[Any], bool]) -> Ca
         if group is None and name not in ("send", "recv", "isend", "irecv"):
             group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
         if nccl(group):
-            for t in _tensors(args, kwargs):
+            for t in tensors_in(args, kwargs):
                 if not is_on_device(t):
                     raise EmulatedDeviceError(
                         f"torch.distributed.{name}: NCCL takes device tensors only, got a host "
                         f"tensor {tuple(t.shape)} {t.dtype} (emulated: the group is declared NCCL)"
                     )
-        args = tree_map(_untag_if_tensor, args)  # gloo underneath; buffers share storage
-        kwargs = tree_map(_untag_if_tensor, kwargs)
+        args = tree_map(untag_if_tensor, args)  # gloo underneath; buffers share storage
+        kwargs = tree_map(untag_if_tensor, kwargs)
         if name in P2P_OPS:
             # torch's isend re-dispatches through the mode by its module-level name, which is
             # this guard (see P2P_OPS): the host tensors handed down are already checked

@@ -60,7 +60,7 @@ def test_every_help_example_parses(capsys):
     (config_ex,) = [r[2] for r in routed if r[0] == "heldout" and r[2]]
     assert (ROOT / config_ex).is_file()
     # the main job's arms: compare --out runs/cpu_demo --objectives grpo --seeds 0
-    from clipo_megatron.runner.compare_report import run_dir
+    from clipo_megatron.reporting.compare_report import run_dir
 
     train_sh = (ROOT / "scripts" / "train.sh").read_text()
     out = re.search(r"--objectives (\w+) --seeds (\d+) --out (\S+)", train_sh)

@@ -132,6 +132,34 @@ def test_bad_head_configs():
         build_contrastive_head(cfg, input_size=64, embed_dim=16, head_type="conv")
 
 
+def test_the_head_tp_mode_follows_the_linear_class_subclasses_included():
+    """A subclass of either linear keeps its mode; a class that is neither is refused, not
+    silently taken for a replicated head (the mode was `linear is ColumnParallelLinear`)."""
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    from clipo_megatron.megatron.head import (
+        ContrastiveHead,
+        ContrastiveHeadSubmodules,
+        shards_output,
+    )
+
+    class MyColumn(ColumnParallelLinear):
+        pass
+
+    class MyLinear(torch.nn.Linear):
+        pass
+
+    class Other(torch.nn.Module):
+        pass
+
+    assert shards_output(ColumnParallelLinear) and shards_output(MyColumn)
+    assert not shards_output(torch.nn.Linear) and not shards_output(MyLinear)
+    spec = ModuleSpec(module=ContrastiveHead, submodules=ContrastiveHeadSubmodules(linear=Other))
+    with pytest.raises(ValueError, match="neither Megatron-Core's ColumnParallelLinear"):
+        build_contrastive_head(transformer_config(ARCH), input_size=64, embed_dim=16, spec=spec)
+
+
 def test_capture_keeps_only_pooled_rows(model):
     # The capture must not keep the [S, B, D] hidden states alive: after the
     # forward, the pooler holds the [B] row ids and the [B, D] means only.

@@ -9,9 +9,9 @@ import torch
 
 pytest.importorskip("omegaconf")
 
+from clipo_megatron.reporting.compare_report import run_dir  # noqa: E402
 from clipo_megatron.runner import compare, train  # noqa: E402
 from clipo_megatron.runner.checkpoint import check_readable, checkpoint_path  # noqa: E402
-from clipo_megatron.runner.compare_report import run_dir  # noqa: E402
 
 from .faults import ModelBuilt  # noqa: E402  (`no_model`: tests/runner/conftest.py)
 

@@ -10,12 +10,12 @@ import pytest
 
 pytest.importorskip("omegaconf")
 
-from clipo_megatron.runner.compare import main  # noqa: E402
-from clipo_megatron.runner.compare_report import (  # noqa: E402
+from clipo_megatron.reporting.compare_report import (  # noqa: E402
     divergence_step,
     run_dir,
     write_report,
 )
+from clipo_megatron.runner.compare import main  # noqa: E402
 
 
 def _error(capsys, argv) -> str:
@@ -168,7 +168,7 @@ def test_divergence_step_is_the_first_step_whose_tokens_differ(tmp_path):
 def test_the_clipo_arms_diagnostics_are_reported_per_seed(tmp_path):
     """compare.json / compare.md carry the CLIPO arm's update diagnostics: per seed the mean over
     its steps, over seeds the mean and t-interval; the baseline arm (no head) has none."""
-    from clipo_megatron.runner.compare_report import DIAGNOSTICS
+    from clipo_megatron.reporting.compare_report import DIAGNOSTICS
 
     logged = {0: [(0.5, 0.02, 0.10, 1.0), (1.0, 0.04, 0.30, 0.5)], 1: [(0.0, 0.0, 0.0, 0.0)] * 2}
     for seed, steps in logged.items():
@@ -266,7 +266,7 @@ def test_tiny_grid_runs_then_a_rerun_skips_every_finished_run(
 def test_step_time_is_reported_per_arm_never_differenced(tmp_path):
     """The arms run one after another on a box whose load moves: a step-time gap is not CLIPO's
     cost (issue 24: compare.md reported +2.0 s that came from the box)."""
-    from clipo_megatron.runner.compare_report import STEP_TIME_NOTE
+    from clipo_megatron.reporting.compare_report import STEP_TIME_NOTE
 
     _fake_run(tmp_path, "grpo", "clipo", 0, 0.75, 0.9)
     _fake_run(tmp_path, "grpo", "baseline", 0, 0.70, 0.8)

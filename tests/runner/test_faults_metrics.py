@@ -21,9 +21,10 @@ import pytest
 
 pytest.importorskip("omegaconf")
 
-from clipo_megatron.runner import report, train  # noqa: E402
+from clipo_megatron.reporting import metrics_log, results  # noqa: E402
+from clipo_megatron.reporting.metrics_log import read_metrics, trim_metrics_log  # noqa: E402
+from clipo_megatron.runner import train  # noqa: E402
 from clipo_megatron.runner.checkpoint import checkpoint_path  # noqa: E402
-from clipo_megatron.runner.report import read_metrics, trim_metrics_log  # noqa: E402
 
 from .faults import QUIET, ModelBuilt, refused, strict_rows  # noqa: E402
 
@@ -57,7 +58,7 @@ def test_enospc_is_one_line_with_the_resume_step_and_the_rerun_loses_nothing(
     tmp_path, capsys, monkeypatch, fake_run
 ):
     out = tmp_path / "run"
-    monkeypatch.setattr(report, "open_append", lambda p: DiskFillsAfter(p, rows=1, torn=20))
+    monkeypatch.setattr(metrics_log, "open_append", lambda p: DiskFillsAfter(p, rows=1, torn=20))
     assert train.main(_argv(out, 4)) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
@@ -94,7 +95,7 @@ def _no_constant(name):
 
 
 def test_dumps_refuses_what_it_cannot_make_strict():
-    assert report.dumps({"a": [float("nan"), 1.5, {"b": float("-inf")}]}) == (
+    assert metrics_log.dumps({"a": [float("nan"), 1.5, {"b": float("-inf")}]}) == (
         '{"a": [null, 1.5, {"b": null}]}'
     )
 
@@ -156,7 +157,7 @@ def test_a_full_disk_writing_the_final_outputs_is_one_line_and_a_rerun_writes_th
     def full_disk(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(report, "write_results", full_disk)
+    monkeypatch.setattr(results, "write_results", full_disk)
     assert train.main(_argv(out, 2)) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (

@@ -107,7 +107,7 @@ def test_stop_signals_finish_then_abandon():
 
 
 def test_resume_drops_logged_steps_it_will_redo(tmp_path):
-    from clipo_megatron.runner.report import trim_metrics_log
+    from clipo_megatron.reporting.metrics_log import trim_metrics_log
 
     log = tmp_path / "metrics.jsonl"
     log.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in [0, 1, 2, 3]))
@@ -132,8 +132,8 @@ CPU_DEMO = str(Path(__file__).resolve().parents[2] / "examples" / "configs" / "c
 def test_a_run_alone_has_its_own_folder_apart_from_compares(tmp_path, monkeypatch):
     """`train --config cpu_demo.yaml` without output.dir goes to runs/train/cpu_demo, never into
     the arms `compare --out runs/cpu_demo` (scripts/train.sh) writes; output.dir=X is X."""
+    from clipo_megatron.reporting.compare_report import run_dir
     from clipo_megatron.runner.compare import _plan
-    from clipo_megatron.runner.compare_report import run_dir
     from clipo_megatron.runner.config import load_config
 
     monkeypatch.chdir(tmp_path)  # compare's plan creates --out

@@ -38,7 +38,7 @@ def _history():
 
 
 def test_step_without_valid_group_is_a_gap_not_zero(tmp_path, captured_figures):
-    from clipo_megatron.runner.plots import curve_values, plot_curves
+    from clipo_megatron.reporting.plots import curve_values, plot_curves
 
     got = curve_values(_history(), "clipo/loss")
     assert got[0] == 1.2 and math.isnan(got[1]) and got[2] == 0.9
@@ -67,7 +67,7 @@ def test_tsne_palette_markers_and_steps(tmp_path, captured_figures):
     pytest.importorskip("sklearn")
     from matplotlib.colors import to_hex
 
-    from clipo_megatron.runner.plots import CORRECT_STYLE, INCORRECT_STYLE, plot_tsne
+    from clipo_megatron.reporting.plots import CORRECT_STYLE, INCORRECT_STYLE, plot_tsne
 
     g = torch.Generator().manual_seed(0)
     correct = torch.tensor([1.0, 0.0] * 6)
@@ -95,7 +95,7 @@ NOTE = "CLIPO = GRPO at every step: one line hides the other"
 
 
 def test_curves_coincide_up_to_fp_noise_skipping_gaps():
-    from clipo_megatron.runner.plots import curves_coincide
+    from clipo_megatron.reporting.plots import curves_coincide
 
     nan = float("nan")
     a = {0: 0.5, 1: 1.2, 2: nan, 3: 0.1}
@@ -116,7 +116,7 @@ def _texts(fig) -> dict[str, list[str]]:
 def test_overlaid_curves_say_when_one_line_hides_the_other(tmp_path, captured_figures):
     """Both arms sampled the same rollouts: the panels where they agree say so; where they
     differ, or one arm has no curve, nothing is written."""
-    from clipo_megatron.runner.plots import plot_arms_overlaid
+    from clipo_megatron.reporting.plots import plot_arms_overlaid
 
     same = {"CLIPO": [_history()], "GRPO": [_history()]}
     plot_arms_overlaid(same, tmp_path / "same.png")
@@ -145,7 +145,7 @@ def test_overlaid_curves_say_when_one_line_hides_the_other(tmp_path, captured_fi
 
 
 def test_paired_differences_say_when_a_difference_is_zero(tmp_path, captured_figures):
-    from clipo_megatron.runner.plots import plot_paired_differences
+    from clipo_megatron.reporting.plots import plot_paired_differences
 
     labels = {"pass@1_after": "pass@1 after", "train_reward_last": "reward last"}
     zero = {"mean": 0.0, "low": None, "high": None}
@@ -167,7 +167,7 @@ def test_paired_differences_say_when_a_difference_is_zero(tmp_path, captured_fig
 
 
 def test_empty_panel_says_why():
-    from clipo_megatron.runner.plots import empty_panel_note
+    from clipo_megatron.reporting.plots import empty_panel_note
 
     baseline = [{k: v for k, v in h.items() if not k.startswith("clipo/")} for h in _history()]
     assert empty_panel_note(baseline, "clipo/loss") == (
@@ -186,7 +186,7 @@ def test_empty_panel_says_why():
 
 
 def test_baseline_curves_png_notes_its_empty_panels(tmp_path, captured_figures):
-    from clipo_megatron.runner.plots import plot_curves
+    from clipo_megatron.reporting.plots import plot_curves
 
     baseline = [{k: v for k, v in h.items() if not k.startswith("clipo/")} for h in _history()]
     plot_curves(baseline, tmp_path / "curves.png")
@@ -201,7 +201,7 @@ def test_baseline_curves_png_notes_its_empty_panels(tmp_path, captured_figures):
 
 
 def test_degenerate_steps_all_wrong_or_all_right_in_every_arm():
-    from clipo_megatron.runner.plots import degenerate_note, degenerate_steps
+    from clipo_megatron.reporting.plots import degenerate_note, degenerate_steps
 
     clipo = {0: 0.1875, 1: 0.0, 6: 0.52, 7: 0.0, 8: 1.0}
     grpo = {0: 0.1875, 1: 0.0625, 6: 0.56, 7: 0.0, 8: 1.0}
@@ -218,7 +218,7 @@ def test_degenerate_steps_all_wrong_or_all_right_in_every_arm():
 
 def test_tsne_step_without_a_correct_rollout_says_so(tmp_path, captured_figures):
     pytest.importorskip("sklearn")
-    from clipo_megatron.runner.plots import plot_tsne, tsne_note
+    from clipo_megatron.reporting.plots import plot_tsne, tsne_note
 
     assert tsne_note(torch.zeros(12)) == "no correct rollout at this step (all 12 incorrect)"
     assert tsne_note(torch.ones(5)) == "no incorrect rollout at this step (all 5 correct)"
@@ -244,7 +244,7 @@ def test_tsne_step_without_a_correct_rollout_says_so(tmp_path, captured_figures)
 
 
 def test_one_seed_differences_are_not_a_verdict(tmp_path, captured_figures):
-    from clipo_megatron.runner.plots import differences_title, plot_paired_differences
+    from clipo_megatron.reporting.plots import differences_title, plot_paired_differences
 
     labels = {"pass@1_after": "pass@1 after"}
     one = {"grpo": {"pass@1_after": {"mean": -0.07, "low": None, "high": None}}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from clipo_megatron.runner.compare_stats import (
+from clipo_megatron.reporting.compare_stats import (
     fmt_interval,
     paired_difference,
     t975,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clipo_megatron.runner.compare_stats import (
+from clipo_megatron.reporting.compare_stats import (
     Interval,
     fmt_interval,
     paired_difference,
@@ -75,7 +75,7 @@ def run_metrics(results: dict) -> dict[str, float]:
 
 def _read_runs(out: Path, objective: str, arm: str, seeds: list[int]):
     """(metrics per seed, history per seed) of one cell."""
-    from clipo_megatron.runner.report import read_metrics
+    from clipo_megatron.reporting.metrics_log import read_metrics
 
     metrics, histories = [], []
     for s in seeds:
@@ -112,7 +112,7 @@ def divergence_step(clipo: list[dict], baseline: list[dict]) -> dict:
 def shared_degenerate_steps(clipo: list[dict], baseline: list[dict]) -> list[int]:
     """Steps whose rollouts were all wrong (or all right) in both arms (`plots.degenerate_steps`):
     no group had a learning signal in either; the task's draw, not an arm, made them."""
-    from clipo_megatron.runner.plots import degenerate_steps, rewards_by_step
+    from clipo_megatron.reporting.plots import degenerate_steps, rewards_by_step
 
     return sorted(
         set(degenerate_steps(rewards_by_step(clipo)))
@@ -297,7 +297,7 @@ def write_report(
     (out / "compare.json").write_text(json.dumps(report, indent=2))
     (out / "compare.md").write_text(markdown(report, title))
     if plots:
-        from clipo_megatron.runner.plots import plot_arms_overlaid, plot_paired_differences
+        from clipo_megatron.reporting.plots import plot_arms_overlaid, plot_paired_differences
 
         for obj in objectives:
             arms = {
