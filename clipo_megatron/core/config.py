@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from clipo_megatron.core.bounds import ROLLOUTS_PER_PROMPT, Range
+from clipo_megatron.grader_names import GRADERS
 
 if TYPE_CHECKING:
     import torch
@@ -192,7 +193,7 @@ class ClipoBlock:
     # A rollout is "correct" (a CLIPO positive) when its verifiable reward >= this
     # (authors: reward > 0 on 0 / 1 rewards).
     correct_reward_threshold: float = 0.5
-    # The verifiable reward's grader, a name in verify/graders.py's GRADERS: "math_verify"
+    # The verifiable reward's grader, a name in grader_names.py's GRADERS: "math_verify"
     # (recommended: math-verify, lenient option letters) or "paper" (the authors' checker,
     # verify/paper.py; the reproduction recipes). Both drivers' rewards and their evaluation.
     grader: str = "math_verify"
@@ -211,8 +212,6 @@ class ClipoBlock:
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
             raise ValueError(f"clipo.correct_reward_threshold={t!r} must be a finite number")
         get_objective(self.objective)  # one error naming the registered objectives
-        from clipo_megatron.verify.graders import GRADERS
-
         if self.grader not in GRADERS:
             raise ValueError(f"clipo.grader={self.grader!r} is not one of {sorted(GRADERS)}")
         if self.dynamic_sampling is not None and not isinstance(self.dynamic_sampling, bool):

@@ -14,15 +14,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from clipo_megatron.grader_names import GRADERS  # by name: grader_names.py
+
 KINDS = ("math", "mc")
 STATUSES = ("ok", "timeout", "killed", "error", "too_long")
 
-# Graders by name: "module:function", the function taking (response, ground_truth, kind) -> float.
-# The config key `clipo.grader` names one (core/config.py): math_verify (recommended) | paper.
-GRADERS: dict[str, str] = {
-    "math_verify": "clipo_megatron.verify.graders:grade_one",  # math-verify + option letters
-    "paper": "clipo_megatron.verify.paper:grade_paper",  # the authors' checker (verify/paper.py)
-}
 
 Grader = Callable[[str, str, str], float]
 

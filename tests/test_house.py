@@ -1,0 +1,156 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The house's drawing, from the package's imports (function-local ones included): no import
+circle between modules, each package imports only the packages below it (CONTRIBUTING.md's map),
+and no module reaches into another's private names."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "clipo_megatron"
+
+# package -> the packages (or top-level modules) it may import; CONTRIBUTING.md, "The house".
+ALLOWED: dict[str, set[str]] = {
+    "grader_names": set(),
+    "recipe_kind": set(),
+    "cli_args": set(),
+    "output_folder": set(),
+    "core": {"grader_names"},
+    "verify": {"grader_names"},
+    "models": set(),
+    "data": {"verify"},
+    "generation": {"models"},
+    "reporting": set(),
+    "megatron": {"core", "models"},
+    "eval": {"cli_args", "core", "data", "generation", "models", "output_folder", "verify"},
+    "runner": {
+        *("cli_args", "core", "data", "generation", "megatron", "models"),
+        *("output_folder", "reporting", "verify"),
+    },
+    "nemo_rl": {"core", "data", "megatron", "recipe_kind", "verify"},
+    "testing": {"core", "megatron", "models", "nemo_rl", "runner"},
+    "cli": {"recipe_kind", "runner", "eval", "nemo_rl", "cli_args"},
+}
+
+
+def _modules(root: Path = PACKAGE) -> dict[str, Path]:
+    out = {}
+    for p in root.rglob("*.py"):
+        parts = p.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = p
+    return out
+
+
+def imports_of(root: Path = PACKAGE) -> dict[str, set[tuple[str, str]]]:
+    """module -> {(imported module, imported name or "")}, every import in the module's code."""
+    mods = _modules(root)
+    edges: dict[str, set[tuple[str, str]]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        tree = ast.parse(p.read_text())
+        bound: dict[str, str] = {}  # local name -> the package module it is bound to
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module and n.module.split(".")[0] == root.name:
+                for a in n.names:
+                    sub = f"{n.module}.{a.name}"
+                    edges[m].add((sub, "") if sub in mods else (n.module, a.name))
+                    if sub in mods:
+                        bound[a.asname or a.name] = sub
+            elif isinstance(n, ast.Import):
+                for a in n.names:
+                    if a.name.split(".")[0] == root.name:
+                        edges[m].add((a.name, ""))
+                        if a.asname:
+                            bound[a.asname] = a.name
+        for n in ast.walk(tree):  # `module._name`: a private name reached through the module
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+                if n.value.id in bound and n.attr.startswith("_") and not n.attr.startswith("__"):
+                    edges[m].add((bound[n.value.id], n.attr))
+    return {m: {(t, x) for t, x in e if t in mods and t != m} for m, e in edges.items()}
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while (w := stack.pop()) != v:
+                comp.append(w)
+            if comp:
+                found.append(sorted([v, *comp]))
+
+    for v in list(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _package(module: str) -> str:
+    return module.split(".")[1] if "." in module else module
+
+
+def test_no_import_circle_between_modules():
+    edges = {m: {t for t, _ in e} for m, e in imports_of().items()}
+    assert circles(edges) == []
+
+
+def test_each_package_imports_only_the_packages_below_it():
+    upward = sorted(
+        f"{m} -> {t}"
+        for m, e in imports_of().items()
+        for t, _ in e
+        if _package(t) != _package(m) and _package(t) not in ALLOWED[_package(m)]
+    )
+    assert upward == []
+
+
+def test_no_module_imports_another_modules_private_names():
+    private = sorted(
+        f"{m} imports {t}.{name}"
+        for m, e in imports_of().items()
+        for t, name in e
+        if name.startswith("_")
+    )
+    assert private == []
+
+
+def test_the_checks_see_a_circle_an_upward_import_and_a_private_name(tmp_path):
+    """The checks above would go red: a tiny package with each fault."""
+    pkg = tmp_path / "clipo_megatron"
+    for sub in ("core", "runner"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core" / "a.py").write_text("def f():\n    from clipo_megatron.core.b import g\n")
+    (pkg / "core" / "b.py").write_text("from clipo_megatron.core import a\n")
+    (pkg / "core" / "c.py").write_text("from clipo_megatron.runner.x import _hidden\n")
+    (pkg / "core" / "d.py").write_text("from clipo_megatron.core import c as cc\ncc._peek()\n")
+    (pkg / "runner" / "x.py").write_text("_hidden = 1\n")
+    edges = imports_of(pkg)
+    assert circles({m: {t for t, _ in e} for m, e in edges.items()}) == [
+        ["clipo_megatron.core.a", "clipo_megatron.core.b"]
+    ]
+    assert ("clipo_megatron.runner.x", "_hidden") in edges["clipo_megatron.core.c"]
+    assert ("clipo_megatron.core.c", "_peek") in edges["clipo_megatron.core.d"]
+    assert "runner" not in ALLOWED["core"]
+
+
+@pytest.mark.parametrize("package", sorted({_package(m) for m in _modules()}))
+def test_every_package_is_on_the_map(package):
+    assert package in ALLOWED or package == "clipo_megatron", f"{package}: add it to ALLOWED"
