@@ -155,11 +155,29 @@ def test_a_malformed_record_is_one_line_naming_it(tmp_path):
     )
 
 
-@pytest.mark.parametrize("optimizer", [True, False])
-def test_the_policy_records_its_layout_with_each_checkpoint(tmp_path, monkeypatch, optimizer):
-    """`ClipoPolicy.save_checkpoint` over a NeMo-RL `Policy` (the seams' fake tree)."""
+@pytest.fixture
+def nemo_rl_modules_restored():
+    """The fake tree's modules leave `sys.modules` with the test: a later test importing NeMo-RL
+    (the recipes' preflight probes its version) found the fake and called it unsupported."""
     import sys
 
+    def ours(m: str) -> bool:
+        return m == "nemo_rl" or m.startswith("nemo_rl.")
+
+    saved = {m: mod for m, mod in sys.modules.items() if ours(m)}
+    for m in saved:
+        del sys.modules[m]
+    yield
+    for m in [m for m in sys.modules if ours(m)]:
+        del sys.modules[m]
+    sys.modules.update(saved)
+
+
+@pytest.mark.parametrize("optimizer", [True, False])
+def test_the_policy_records_its_layout_with_each_checkpoint(
+    tmp_path, monkeypatch, optimizer, nemo_rl_modules_restored
+):
+    """`ClipoPolicy.save_checkpoint` over a NeMo-RL `Policy` (the seams' fake tree)."""
     from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
     from clipo_megatron.nemo_rl.rewards import ClipoRunState
@@ -168,8 +186,6 @@ def test_the_policy_records_its_layout_with_each_checkpoint(tmp_path, monkeypatc
 
     write_tree(tmp_path / "src" / "nemo_rl")
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
-    for name in [m for m in sys.modules if m == "nemo_rl" or m.startswith("nemo_rl.")]:
-        monkeypatch.delitem(sys.modules, name)
     cls = make_clipo_policy_class(
         ClipoNemoRLConfig.from_dict(TRACK1["clipo"]), ClipoRunState(), worker_fqn=STOCK_WORKER_FQN
     )
