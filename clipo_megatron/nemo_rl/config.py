@@ -68,12 +68,52 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
     # ${grpo.num_generations_per_prompt}, and a bad n was reported under the clipo key.
     check_knob_ranges(cfg)
     clipo = ClipoNemoRLConfig.from_dict(cfg.get("clipo"))
-    m = clipo.method
     env = cfg.get("env") or {}
     if "clipo_math" in env:  # the verifier's keys, before any actor starts
         from clipo_megatron.nemo_rl.env_grading import EnvSettings
 
         EnvSettings.from_cfg(env["clipo_math"])
+    _check_backend_and_layout(conf, clipo)
+    _check_group_and_batch(conf, clipo)
+    est = dotted_get(conf, "grpo.adv_estimator.name", "grpo")
+    if clipo.head_runs and est != "grpo":
+        raise ValueError(
+            f"grpo.adv_estimator.name={est!r}: CLIPO adds its reward before GRPO's group "
+            "normalisation and wraps the 'grpo' estimator only; set grpo.adv_estimator.name=grpo"
+        )
+
+    if clipo.head_runs:
+        _check_capture_runs(conf)
+    _check_objective_settings(cfg, clipo)
+    return clipo
+
+
+def _check_group_and_batch(conf, clipo: ClipoNemoRLConfig) -> None:
+    """The group size, steps and baseline against CLIPO's rules, and the batch against GBS."""
+    n_gen = int(dotted_get(conf, "grpo.num_generations_per_prompt", 0))
+    n_prompts = int(dotted_get(conf, "grpo.num_prompts_per_step", 0))
+    max_steps = dotted_get(conf, "grpo.max_num_steps")
+    loo_key = leave_one_out_key(conf)
+    clipo.check_run(  # the rules shared with the runner (core/config.py ClipoBlock)
+        n=n_gen,
+        steps=None if max_steps is None else int(max_steps),
+        leave_one_out=loo_key is not None,
+        keys={
+            "n": "grpo.num_generations_per_prompt",
+            "steps": "grpo.max_num_steps",
+            "leave_one_out": loo_key or "grpo.use_leave_one_out_baseline",
+        },
+    )
+    gbs = dotted_get(conf, "policy.train_global_batch_size")
+    if gbs is not None and n_prompts and (n_prompts * n_gen) % int(gbs):
+        raise ValueError(
+            f"grpo.num_prompts_per_step * num_generations_per_prompt = {n_prompts * n_gen} is not a "
+            f"multiple of policy.train_global_batch_size={gbs}"
+        )
+
+
+def _check_backend_and_layout(conf, clipo: ClipoNemoRLConfig) -> None:
+    """NeMo-RL's Megatron backend, and the layouts its worker and CLIPO's head can run."""
     if not dotted_get(conf, "policy.megatron_cfg.enabled", False):
         raise ValueError(
             "policy.megatron_cfg.enabled is false: this integration runs on NeMo-RL's Megatron "
@@ -97,42 +137,11 @@ def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
             f"policy.megatron_cfg.pipeline_model_parallel_size={pp} is incompatible with "
             "policy.dynamic_batching.enabled=true in NeMo-RL; use policy.sequence_packing instead"
         )
-    if clipo.head_tensor_parallel and m.embed_dim % tp:
+    if clipo.head_tensor_parallel and clipo.method.embed_dim % tp:
         raise ValueError(
-            f"clipo.method.embed_dim={m.embed_dim} is not divisible by tensor_model_parallel_size={tp}; "
+            f"clipo.method.embed_dim={clipo.method.embed_dim} is not divisible by tensor_model_parallel_size={tp}; "
             "pick a multiple of TP or set clipo.head_tensor_parallel=false (replicated head)"
         )
-    n_gen = int(dotted_get(conf, "grpo.num_generations_per_prompt", 0))
-    n_prompts = int(dotted_get(conf, "grpo.num_prompts_per_step", 0))
-    max_steps = dotted_get(conf, "grpo.max_num_steps")
-    loo_key = leave_one_out_key(conf)
-    clipo.check_run(  # the rules shared with the runner (core/config.py ClipoBlock)
-        n=n_gen,
-        steps=None if max_steps is None else int(max_steps),
-        leave_one_out=loo_key is not None,
-        keys={
-            "n": "grpo.num_generations_per_prompt",
-            "steps": "grpo.max_num_steps",
-            "leave_one_out": loo_key or "grpo.use_leave_one_out_baseline",
-        },
-    )
-    gbs = dotted_get(conf, "policy.train_global_batch_size")
-    if gbs is not None and n_prompts and (n_prompts * n_gen) % int(gbs):
-        raise ValueError(
-            f"grpo.num_prompts_per_step * num_generations_per_prompt = {n_prompts * n_gen} is not a "
-            f"multiple of policy.train_global_batch_size={gbs}"
-        )
-    est = dotted_get(conf, "grpo.adv_estimator.name", "grpo")
-    if clipo.head_runs and est != "grpo":
-        raise ValueError(
-            f"grpo.adv_estimator.name={est!r}: CLIPO adds its reward before GRPO's group "
-            "normalisation and wraps the 'grpo' estimator only; set grpo.adv_estimator.name=grpo"
-        )
-
-    if clipo.head_runs:
-        _check_capture_runs(conf)
-    _check_objective_settings(cfg, clipo)
-    return clipo
 
 
 ENV_NAME = "clipo_math"  # the environment the recipes' data sections name

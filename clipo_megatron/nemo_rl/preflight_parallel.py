@@ -95,98 +95,126 @@ def min_sequence_multiple(cfg: dict[str, Any]) -> int:
     """
     conf = as_conf(cfg)  # a null counts as unset here (parallel sizes default to 1)
     mc = "policy.megatron_cfg."
-    tp = int(dotted_get(conf, mc + "tensor_model_parallel_size", 1, none_is_default=True))
-    cp = int(dotted_get(conf, mc + "context_parallel_size", 1, none_is_default=True))
-    sp = bool(dotted_get(conf, mc + "sequence_parallel", False, none_is_default=True))
+    tp = int(_get(conf, mc + "tensor_model_parallel_size", 1))
+    cp = int(_get(conf, mc + "context_parallel_size", 1))
+    sp = bool(_get(conf, mc + "sequence_parallel", False))
     factor = 1
-    if dotted_get(conf, "policy.sequence_packing.enabled", False, none_is_default=True) and cp > 1:
+    if _get(conf, "policy.sequence_packing.enabled", False) and cp > 1:
         factor *= 2 * cp
     if tp > 1 and sp:
         factor *= tp
     return factor
 
 
+@dataclass(frozen=True)
+class ParallelSizes:
+    """The layout a recipe asks for (a null or missing size is 1, sequence parallel off)."""
+
+    tp: int
+    pp: int
+    cp: int
+    vllm_tp: int
+    sp: bool
+
+    @classmethod
+    def of(cls, conf) -> ParallelSizes:
+        mc = "policy.megatron_cfg."
+        return cls(
+            tp=int(_get(conf, mc + "tensor_model_parallel_size", 1)),
+            pp=int(_get(conf, mc + "pipeline_model_parallel_size", 1)),
+            cp=int(_get(conf, mc + "context_parallel_size", 1)),
+            vllm_tp=int(_get(conf, "policy.generation.vllm_cfg.tensor_parallel_size", 1)),
+            sp=bool(_get(conf, mc + "sequence_parallel", False)),
+        )
+
+
+def _get(conf, key: str, default: Any = None) -> Any:
+    return dotted_get(conf, key, default, none_is_default=True)  # a null counts as unset here
+
+
 def check_parallel(cfg: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(problems, warnings) for the parallel layout of a merged recipe."""
-    conf = as_conf(cfg)  # a null counts as unset here (parallel sizes default to 1)
-    problems: list[str] = []
-    warnings: list[str] = []
-    mc = "policy.megatron_cfg."
-    tp = int(dotted_get(conf, mc + "tensor_model_parallel_size", 1, none_is_default=True))
-    pp = int(dotted_get(conf, mc + "pipeline_model_parallel_size", 1, none_is_default=True))
-    cp = int(dotted_get(conf, mc + "context_parallel_size", 1, none_is_default=True))
-    vtp = int(
-        dotted_get(conf, "policy.generation.vllm_cfg.tensor_parallel_size", 1, none_is_default=True)
-    )
-    sp = bool(dotted_get(conf, mc + "sequence_parallel", False, none_is_default=True))
+    conf = as_conf(cfg)
+    size = ParallelSizes.of(conf)
+    problems = _sequence_problems(cfg, conf, size)
+    shape_problems, warnings = _model_problems(conf, size)
+    return problems + shape_problems + _cluster_problems(conf, size), warnings
 
+
+def _sequence_problems(cfg: dict[str, Any], conf, size: ParallelSizes) -> list[str]:
     need = min_sequence_multiple(cfg)
-    div = int(dotted_get(conf, "policy.make_sequence_length_divisible_by", 1, none_is_default=True))
-    if div % need:
-        problems.append(
-            f"policy.make_sequence_length_divisible_by={div} is not a multiple of {need} "
-            f"(NeMo-RL splits each sequence into 2*CP chunks when packed and over TP under "
-            f"sequence parallel; here TP={tp}, SP={'on' if sp else 'off'}, CP={cp}); "
-            f"set policy.make_sequence_length_divisible_by={need}"
-        )
+    div = int(_get(conf, "policy.make_sequence_length_divisible_by", 1))
+    if div % need == 0:
+        return []
+    return [
+        f"policy.make_sequence_length_divisible_by={div} is not a multiple of {need} "
+        f"(NeMo-RL splits each sequence into 2*CP chunks when packed and over TP under "
+        f"sequence parallel; here TP={size.tp}, SP={'on' if size.sp else 'off'}, CP={size.cp}); "
+        f"set policy.make_sequence_length_divisible_by={need}"
+    ]
 
-    name = str(dotted_get(conf, "policy.model_name", "", none_is_default=True))
+
+def _model_problems(conf, size: ParallelSizes) -> tuple[list[str], list[str]]:
+    """The model's heads and layers against TP, PP and vLLM's TP (a warning if unknown)."""
+    mc = "policy.megatron_cfg."
+    tp, pp, vtp = size.tp, size.pp, size.vllm_tp
+    name = str(_get(conf, "policy.model_name", ""))
     shape = model_shape(name)
     if shape is None:
-        warnings.append(
+        return [], [
             f"policy.model_name={name!r}: no local config.json and not in the built-in table; "
             "attention heads / layers vs TP / PP not checked"
+        ]
+    problems = []
+    where = f"{name} ({shape.source})"
+    if shape.heads % tp or shape.kv_heads % tp:
+        problems.append(
+            f"{mc}tensor_model_parallel_size={tp}: {where} has {shape.heads} attention heads "
+            f"and {shape.kv_heads} query groups, both must divide by TP; pick a TP dividing "
+            f"{shape.kv_heads}"
         )
-    else:
-        where = f"{name} ({shape.source})"
-        if shape.heads % tp or shape.kv_heads % tp:
-            problems.append(
-                f"{mc}tensor_model_parallel_size={tp}: {where} has {shape.heads} attention heads "
-                f"and {shape.kv_heads} query groups, both must divide by TP; pick a TP dividing "
-                f"{shape.kv_heads}"
-            )
-        if shape.layers % pp:
-            problems.append(
-                f"{mc}pipeline_model_parallel_size={pp}: {where} has {shape.layers} layers, "
-                f"not divisible by PP; pick a PP dividing {shape.layers}"
-            )
-        if shape.heads % vtp or (shape.kv_heads % vtp and vtp % shape.kv_heads):
-            problems.append(
-                f"policy.generation.vllm_cfg.tensor_parallel_size={vtp}: vLLM needs {where}'s "
-                f"{shape.heads} heads divisible by it and its {shape.kv_heads} KV heads divisible "
-                "by it (or it by them); pick a divisor of both"
-            )
+    if shape.layers % pp:
+        problems.append(
+            f"{mc}pipeline_model_parallel_size={pp}: {where} has {shape.layers} layers, "
+            f"not divisible by PP; pick a PP dividing {shape.layers}"
+        )
+    if shape.heads % vtp or (shape.kv_heads % vtp and vtp % shape.kv_heads):
+        problems.append(
+            f"policy.generation.vllm_cfg.tensor_parallel_size={vtp}: vLLM needs {where}'s "
+            f"{shape.heads} heads divisible by it and its {shape.kv_heads} KV heads divisible "
+            "by it (or it by them); pick a divisor of both"
+        )
+    return problems, []
 
-    nodes = dotted_get(conf, "cluster.num_nodes", none_is_default=True)
-    gpn = dotted_get(conf, "cluster.gpus_per_node", none_is_default=True)
+
+def _cluster_problems(conf, size: ParallelSizes) -> list[str]:
+    """The cluster against TP*PP*CP, and the batch against the data-parallel size it leaves."""
+    nodes, gpn = _get(conf, "cluster.num_nodes"), _get(conf, "cluster.gpus_per_node")
     if nodes is None or gpn is None:
-        return problems, warnings
+        return []
     world = int(nodes) * int(gpn)
+    tp, pp, cp = size.tp, size.pp, size.cp
     model_ranks = tp * pp * cp
     if world % model_ranks:
-        problems.append(
+        return [
             f"cluster.num_nodes*gpus_per_node={world} GPUs is not a multiple of TP*PP*CP="
             f"{tp}*{pp}*{cp}={model_ranks}; change cluster.num_nodes or the parallel sizes"
-        )
-        return problems, warnings
+        ]
     dp = world // model_ranks
-    gbs = int(dotted_get(conf, "policy.train_global_batch_size", 0, none_is_default=True))
-    mbs = int(dotted_get(conf, "policy.train_micro_batch_size", 1, none_is_default=True))
+    gbs = int(_get(conf, "policy.train_global_batch_size", 0))
+    mbs = int(_get(conf, "policy.train_micro_batch_size", 1))
     if gbs % dp:
-        problems.append(
+        return [
             f"policy.train_global_batch_size={gbs} is not a multiple of the data-parallel size "
             f"{dp} ({world} GPUs / TP*PP*CP {model_ranks}); NeMo-RL would drop the remainder; "
             f"use a multiple of {dp}"
-        )
-    elif (
-        not (
-            dotted_get(conf, "policy.sequence_packing.enabled", False, none_is_default=True)
-            or dotted_get(conf, "policy.dynamic_batching.enabled", False, none_is_default=True)
-        )
-        and (gbs // dp) % mbs
-    ):
-        problems.append(
+        ]
+    packed = _get(conf, "policy.sequence_packing.enabled", False) or _get(
+        conf, "policy.dynamic_batching.enabled", False
+    )
+    if not packed and (gbs // dp) % mbs:
+        return [
             f"policy.train_micro_batch_size={mbs} does not divide the per-rank batch "
             f"{gbs // dp} (train_global_batch_size {gbs} / DP {dp}); pick a divisor"
-        )
-    return problems, warnings
+        ]
+    return []
