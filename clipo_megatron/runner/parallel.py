@@ -83,18 +83,20 @@ def vocab_parallel_target_logprobs(logits: torch.Tensor, targets: torch.Tensor) 
 
 
 def clip_grad_norm_model_parallel(params, max_norm: float) -> torch.Tensor:
-    """Global grad-norm clipping over TP shards and PP stages (as Megatron-Core's `clip_grad_norm_fp32`).
+    """Global grad-norm clipping over TP shards and PP stages, as Megatron-Core's optimizer does.
 
-    Each gradient counts once: TP-replicated ones only on TP rank 0, the last stage's copy of a
-    tied embedding (`shared`) not at all; the squared sums are all-reduced over the model-parallel group.
+    The gradients counted are Megatron-Core's own choice (`param_is_not_shared`: not the last
+    stage's copy of a tied embedding; `param_is_not_tensor_parallel_duplicate`: a TP-replicated
+    one on TP rank 0 only). The norm itself is summed here, in float64 on the host: Megatron-Core's
+    `get_grad_norm_fp32` / `clip_grad_by_total_norm_fp32` allocate their buffers on "cuda", and the
+    runner trains on CPU.
     """
+    from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+    from megatron.core.transformer.module import param_is_not_shared
+
     params = [p for p in params if p.grad is not None]
-    tp_rank = mp.tensor_parallel_rank()
     counted = [
-        p
-        for p in params
-        if not getattr(p, "shared", False)
-        and (getattr(p, "tensor_model_parallel", False) or tp_rank == 0)
+        p for p in params if param_is_not_shared(p) and param_is_not_tensor_parallel_duplicate(p)
     ]
     sq = torch.zeros((), dtype=torch.float64)
     for p in counted:
