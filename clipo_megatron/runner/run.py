@@ -15,14 +15,14 @@ One RL step:
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 
 from clipo_megatron.core.advantages import group_advantages
 from clipo_megatron.core.rewards import shaped_rewards
 from clipo_megatron.megatron.clipo_step import clipo_step
-from clipo_megatron.runner import optim_state, parallel
+from clipo_megatron.runner import optim_state
+from clipo_megatron.runner.build import build_models
 from clipo_megatron.runner.config import RunConfig, to_dict
 from clipo_megatron.runner.layout import Layout
 from clipo_megatron.runner.passes import (
@@ -38,28 +38,17 @@ from clipo_megatron.runner.step_metrics import clipo_diagnostics, reward_metrics
 STAGES = ("generate", "verify", "logprob_embed", "head", "train", "sync")
 
 
-def max_model_len(cfg: RunConfig) -> int:
-    """Prompt budget + the longest generation the run asks for (train or eval), for the vLLM engine."""
-    return 1024 + max(cfg.rollout.max_tokens, cfg.eval.max_tokens)
-
-
 class Run:
     """Everything one training run holds; `step()` does one RL step.
 
     With `parallel.tp` / `parallel.pp` > 1 (under torchrun) every rank holds its
     stage's TP shard of the policy; rank 0 alone generates and verifies
     (`self.gen` is None elsewhere). Whatever differs between layouts is asked of
-    `self.layout` (`runner/layout.py`). `state_dict()` is collective and returns the
-    full (TP = PP = 1) layout.
+    `self.layout` (`runner/layout.py`); the models come from `runner/build.py`.
+    `state_dict()` is collective and returns the full (TP = PP = 1) layout.
     """
 
     def __init__(self, cfg: RunConfig):
-        from clipo_megatron.generation.factory import build_rollout_generator
-        from clipo_megatron.megatron.head import attach_head, build_contrastive_head
-        from clipo_megatron.megatron.head_trainer import HeadTrainer
-        from clipo_megatron.megatron.model_builder import transformer_config
-        from clipo_megatron.models.hf_policy import load_hf_policy
-        from clipo_megatron.runner.policy import build_policy
         from clipo_megatron.runner.problems import load_problems
 
         cfg.validate()
@@ -70,49 +59,9 @@ class Run:
             cfg.objective(), cfg.train.eps_low, cfg.train.eps_high, cfg.effective_kl_coef()
         )
         self.layout = Layout.init(cfg.parallel.tp, cfg.parallel.pp)
-        hf, self.tok = load_hf_policy(
-            cfg.model.source,
-            tiny_hidden=cfg.model.tiny_hidden,
-            tiny_layers=cfg.model.tiny_layers,
-            seed=cfg.seed,
+        self.tok, self.model, self.arch, self.ref_model, self.gen, self.optimizer, self.head = (
+            build_models(cfg, self.layout, reference=self.loss_fn.kl_coef > 0)
         )
-        self.model, self.arch = build_policy(hf, self.layout.tp, self.layout.pp)
-        # The KL term's reference: the initial policy, frozen (rebuilt the same way on resume).
-        self.ref_model = None
-        if self.loss_fn.kl_coef > 0:
-            self.ref_model = build_policy(hf, self.layout.tp, self.layout.pp)[0]
-            self.ref_model.requires_grad_(False)
-        split = self.layout.model_parallel
-        backend = "hf" if split and cfg.rollout.backend == "auto" else cfg.rollout.backend
-        self.gen = None
-        if parallel.is_rank0():
-            self.gen = build_rollout_generator(
-                backend,
-                hf,
-                self.tok,
-                self.arch,
-                export_dir=Path(cfg.output.dir) / "generator_hf",
-                seed=cfg.seed,
-                max_model_len=max_model_len(cfg),
-            )
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
-        )
-        torch.manual_seed(cfg.seed + 1)
-        # The head and its trainer live on the last pipeline stage only (built on every rank so
-        # every rank draws the same random numbers); `clipo_step` broadcasts r_CL to the others.
-        # The baseline (CLIPO off) builds none.
-        self.head: HeadTrainer | None = None
-        if self.clipo.head_runs:
-            head = build_contrastive_head(
-                transformer_config(self.arch),
-                input_size=self.arch.hidden_size,
-                embed_dim=self.clipo.method.embed_dim,
-                head_type=self.clipo.method.head_type,
-            )
-            if self.layout.is_last_stage:
-                attach_head(self.model, head)
-                self.head = HeadTrainer(head, self.clipo.method)
         self.step_idx = 0
         self.history: list[dict] = []
         self.embeddings: dict[str, dict] = {}

@@ -17,7 +17,8 @@ can spin for minutes on adversarial answers, some of it in C code no signal reac
 
 Statuses: "ok", "timeout", "killed", "error" (the grader raised; the message in `detail`),
 "too_long" (`verify/graders.py`, with `status_counts`, the per-status counts the drivers log).
-The worker's own side (its loop, its alarm) is `verify/pool_worker.py`.
+The worker's own side (its loop, its alarm) is `verify/pool_worker.py`; waiting for a worker to
+start, `verify/pool_start.py`.
 
 Workers are started with `spawn` (never fork: forking a process with torch threads running can
 deadlock) and are the parent's own children, so the kernel kills them when it dies, SIGKILL
@@ -48,11 +49,16 @@ from clipo_megatron.verify.graders import (
     grade_one,
     resolve_grader,
 )
+from clipo_megatron.verify.pool_start import (
+    START_TIMEOUT,
+    not_started_message,
+    start_error,
+    wait_until_ready,
+)
 from clipo_megatron.verify.pool_worker import WorkerProcess, start_failure
 
 DEFAULT_TIMEOUT = 10.0  # seconds per answer
 DEFAULT_MAX_CHARS = 100_000  # ~25k tokens of text: past any max_tokens the recipes use
-START_TIMEOUT = 300.0  # seconds for a fresh worker to import math-verify (a loaded box is slow)
 
 
 class VerifierPool:
@@ -96,19 +102,7 @@ class VerifierPool:
         with self._lock:
             while len(self._procs) < self.workers:
                 self._procs.append(WorkerProcess(self._ctx))
-            while not all(w.ready for w in self._procs):
-                starting = [w for w in self._procs if not w.ready]
-                wait([x for w in starting for x in (w.conn, w.proc.sentinel)], timeout=1.0)
-                for w in starting:
-                    msg = w.conn.recv() if w.conn.poll() else None
-                    if msg == "ready":
-                        w.ready = True
-                    elif msg is not None or not w.proc.is_alive():
-                        raise RuntimeError(_start_error(w, msg))
-                    elif time.monotonic() > w.started + START_TIMEOUT:
-                        raise RuntimeError(
-                            f"a verifier worker did not start within {START_TIMEOUT:g} s"
-                        )
+            wait_until_ready(self._procs)
 
     def close(self) -> None:
         """Stop every worker (politely, then by force)."""
@@ -217,7 +211,7 @@ class VerifierPool:
                     out[w.item], w.item = msg, None
                     busy -= 1
                 elif start_failure(msg) is not None or (not w.ready and not w.proc.is_alive()):
-                    raise RuntimeError(_start_error(w, msg))
+                    raise RuntimeError(start_error(w, msg))
                 elif not w.proc.is_alive():  # died: retry its answer once, then "killed"
                     if w.item is not None:
                         busy -= 1
@@ -236,21 +230,7 @@ class VerifierPool:
                     w.item = None
                     self._replace(w)
                 elif not w.ready and now >= w.started + START_TIMEOUT:
-                    raise RuntimeError(
-                        f"a verifier worker did not start within {START_TIMEOUT:g} s"
-                    )
-
-
-def _start_error(w: WorkerProcess, msg: object) -> str:
-    """Why a worker did not start: the cause it sent, else its exit code."""
-    cause = start_failure(msg)
-    if cause is not None:
-        return f"a verifier worker could not start: {cause}"
-    w.proc.join(1)
-    return (
-        f"a verifier worker exited with code {w.proc.exitcode} while starting, before it could "
-        "report a cause (its stderr is above)"
-    )
+                    raise RuntimeError(not_started_message())
 
 
 _SHARED: VerifierPool | None = None
