@@ -5,9 +5,10 @@ A knob out of range does not fail where it is read: `reward_lambda=1e300` turns 
 0 * inf = NaN on the non-anchor rows, `grad_clip=-1` flips every gradient (gradient
 ascent), a sampling temperature <= 0 silently samples greedily. So every knob is checked
 against its `Range` before any model loads, and the error names the dotted key and the
-allowed range. The method's own knobs are bounded in `core/config.py` (`CLIPOConfig`); the
-rules here are the sampling and optimizer knobs the runner (`runner/config.py`) and the
-NeMo-RL driver (`nemo_rl/config.py`) both have, under their own key names.
+allowed range. The method's own knobs are bounded in `core/method_bounds.py` (checked by
+`CLIPOConfig`); the rules here are the sampling and optimizer knobs the runner
+(`runner/config.py`) and the NeMo-RL driver (`nemo_rl/config.py`) both have, under their
+own key names.
 """
 
 from __future__ import annotations

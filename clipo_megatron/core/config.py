@@ -15,6 +15,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from clipo_megatron.core.bounds import ROLLOUTS_PER_PROMPT, Range
+from clipo_megatron.core.method_bounds import (
+    METHOD_CHOICES,
+    METHOD_KEY,
+    METHOD_RANGES,
+    NULLABLE_KNOBS,
+)
 from clipo_megatron.grader_names import GRADERS
 
 if TYPE_CHECKING:
@@ -29,33 +35,6 @@ Similarity = Literal["cosine", "dot"]
 Anchors = Literal["correct", "all", "incorrect"]
 Denominator = Literal["all_others", "positive_and_negatives"]
 HeadType = Literal["linear", "mlp"]
-
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "similarity": ("cosine", "dot"),
-    "anchors": ("correct", "all", "incorrect"),
-    "denominator": ("all_others", "positive_and_negatives"),
-    "head_type": ("linear", "mlp"),
-}
-
-# The key the method block has in both drivers' configs: errors name it, not the class.
-_KEY = "clipo.method"
-# The method's numeric knobs and their ranges: the one home of these rules (both drivers).
-# tau: the logits are cos / tau, so 1 / tau must stay far inside fp32; lambda, the constant
-# and the floor: r_CL = max(c - lambda * L, clip_min) stays finite for the losses tau allows.
-_RANGES: dict[str, Range] = {
-    "temperature": Range(1e-3, 10, note="paper 0.05, ablated 0.02 - 0.2"),
-    "reward_lambda": Range(0, 100),
-    "reward_clip_min": Range(-100, 0, note="a floor on a penalty; paper -0.5"),
-    "reward_constant": Range(-100, 100, note="paper 0"),
-    "embed_dim": Range(1, 65536, integer=True, note="paper 512 / 2048"),
-    "head_lr": Range(0, 1, note="paper 1e-3"),
-    "head_weight_decay": Range(0, 1, note="paper 0.01"),
-    "warmup_steps": Range(0, integer=True),
-    "seed": Range(0, 2**31 - 1, integer=True),
-    "max_group_size": Range(2, integer=True, note="or null"),
-    "log_eps": Range(0, 1e-2, note="0: off; the authors' code: 1e-8"),
-}
-_NULLABLE = {"reward_lambda", "max_group_size"}
 
 
 @dataclass
@@ -126,15 +105,15 @@ class CLIPOConfig:
 
     def __post_init__(self) -> None:
         loss = _contrastive_loss(self.loss_type)  # one error naming the registered losses
-        for name, choices in _CHOICES.items():
+        for name, choices in METHOD_CHOICES.items():
             value = getattr(self, name)
             if value not in choices:
-                raise ValueError(f"{_KEY}.{name}={value!r} is not one of {choices}")
+                raise ValueError(f"{METHOD_KEY}.{name}={value!r} is not one of {choices}")
         for name in ("reward_incorrect_anchors", "denominator_includes_anchor", "fixed_head"):
             _require(isinstance(getattr(self, name), bool), name, "must be a bool (true or false)")
-        for name, rule in _RANGES.items():
+        for name, rule in METHOD_RANGES.items():
             value = getattr(self, name)
-            if value is None and name in _NULLABLE:
+            if value is None and name in NULLABLE_KNOBS:
                 continue
             if name == "reward_lambda":  # the default it falls back to, named in the error
                 rule = replace(
@@ -142,7 +121,7 @@ class CLIPOConfig:
                     note=f"or null, i.e. None for the loss's paper default: "
                     f"{loss.default_lambda} for {loss.name}",
                 )
-            rule.check(f"{_KEY}.{name}", value)
+            rule.check(f"{METHOD_KEY}.{name}", value)
         _require(
             not (self.reward_incorrect_anchors and self.anchors == "correct"),
             "reward_incorrect_anchors",
@@ -308,4 +287,4 @@ def _contrastive_loss(name: str) -> ContrastiveLoss:
 
 def _require(ok: bool, name: str, why: str) -> None:
     if not ok:
-        raise ValueError(f"{_KEY}.{name} {why}")
+        raise ValueError(f"{METHOD_KEY}.{name} {why}")

@@ -3,7 +3,7 @@
 
 `group_contrastive_loss` (core/losses.py) prepares what every loss reads once
 per batch — similarities, positive / negative / denominator masks, anchors, the
-sampled InfoNCE positive — as `GroupPairs`, then calls the kernel of
+sampled InfoNCE positive — as `GroupPairs` (built in core/pairs.py), then calls the kernel of
 `CLIPOConfig.loss_type`. `CLIPOConfig` validates `loss_type` against this
 registry and reads the loss's default reward weight lambda from it (`lam`).
 

@@ -21,7 +21,6 @@ padded [N, G, G] blocks: memory O(B * G), never O(B^2).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,7 +29,7 @@ import torch
 from clipo_megatron.core.config import CLIPOConfig
 from clipo_megatron.core.contrastive import GroupPairs, get_contrastive_loss
 from clipo_megatron.core.groups import GroupIds, GroupLayout, as_group_ids
-from clipo_megatron.core.sampling import counter_uniform, sample_positive_slots
+from clipo_megatron.core.pairs import build_group_pairs
 
 # Reduces the per-group Gram of a TP-sharded embedding dim (column-parallel
 # head) to the full sum: forward all-reduce, backward identity. None if unsharded.
@@ -105,6 +104,98 @@ def _check_inputs(embeddings: torch.Tensor, correct: torch.Tensor, group_ids: to
         )
 
 
+def _layout(
+    embeddings: torch.Tensor,
+    correct: torch.Tensor,
+    group_ids: GroupIds,
+    cfg: CLIPOConfig,
+    sample_ids: torch.Tensor | None,
+) -> tuple[GroupLayout, torch.Tensor, torch.Tensor]:
+    """Check the inputs and lay the batch out per group: (layout, [B] bool labels, sample ids)."""
+    group_ids = as_group_ids(group_ids, device=embeddings.device)
+    _check_inputs(embeddings, correct, group_ids)
+    labels = check_binary(correct)
+    if sample_ids is None:
+        sample_ids = torch.arange(embeddings.shape[0], device=embeddings.device)
+    layout = GroupLayout.from_group_ids(
+        group_ids, sort_keys=sample_ids, max_group_size=cfg.max_group_size
+    )
+    return layout, labels, sample_ids
+
+
+def _similarities(
+    embeddings: torch.Tensor, layout: GroupLayout, cfg: CLIPOConfig, sum_reduce: SumReduce | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, d] -> (gram, sim), both [N, G, G]: gram the cosines (raw dot products for `dot`),
+    sim = gram / tau."""
+    # fp32 at least (bf16 activations are upcast); fp64 stays fp64 for reference checks.
+    emb = embeddings if embeddings.dtype == torch.float64 else embeddings.float()
+    e = layout.to_padded(emb, fill=None)  # [N, G, d], padding slots masked out downstream
+    gram = torch.bmm(e, e.transpose(1, 2))  # [N, G, G] raw dot products (partial if d is sharded)
+    if sum_reduce is not None:
+        # The only collective: every downstream op is identical on all ranks, so
+        # an all-reduce whose backward is the identity gives exact gradients.
+        gram = sum_reduce(gram)
+    if cfg.similarity == "cosine":
+        # cos_ij = g_ij / (|e_i| |e_j|), norms from the Gram diagonal: no second
+        # collective for a sharded head (padding slots have norm 0 -> guarded).
+        inv = torch.rsqrt(torch.diagonal(gram, dim1=1, dim2=2).clamp_min(1e-24))  # [N, G]
+        gram = gram * inv.unsqueeze(2) * inv.unsqueeze(1)
+    return gram, gram / cfg.temperature
+
+
+def _anchor_mean(
+    loss_ng: torch.Tensor,
+    anchor: torch.Tensor,
+    layout: GroupLayout,
+    local_mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
+    """[N, G] kernel output -> ([B] per-anchor loss, [B] anchors, anchor count, [] loss): the
+    loss sums this rank's anchors and divides by the anchor count of the whole batch."""
+    loss_ng = torch.where(anchor, loss_ng, torch.zeros_like(loss_ng))  # [N, G]
+    per_sample = layout.from_padded(loss_ng)  # [B]
+    anchor_b = layout.from_padded(anchor)  # [B]
+    num_anchors = int(anchor_b.sum())
+    counted = anchor_b if local_mask is None else anchor_b & local_mask.bool()
+    loss = (per_sample * counted).sum() / max(num_anchors, 1)
+    return per_sample, anchor_b, num_anchors, loss
+
+
+def _positive_rows(layout: GroupLayout, pos_slot: torch.Tensor) -> torch.Tensor:
+    """[N, G] sampled positive slots -> [N, G] their batch rows, -1 where none."""
+    return torch.where(
+        pos_slot >= 0,
+        layout.index.gather(1, pos_slot.clamp_min(0)),
+        torch.full_like(pos_slot, -1),
+    )
+
+
+@torch.no_grad()
+def _pair_stats(
+    gram: torch.Tensor,
+    sim: torch.Tensor,
+    pairs: GroupPairs,
+    neg: torch.Tensor,
+    lab: torch.Tensor,
+    group_ok: torch.Tensor,
+    layout: GroupLayout,
+    cfg: CLIPOConfig,
+) -> dict[str, torch.Tensor]:
+    """Detached similarity sums and pair / group counts over valid groups, for the metrics."""
+    cos = gram.detach() if cfg.similarity == "cosine" else sim.detach() * cfg.temperature
+    okp = group_ok.view(-1, 1, 1)
+    pp = pairs.pos & lab.unsqueeze(2) & okp  # correct-correct pairs in valid groups
+    pn = neg & lab.unsqueeze(2) & okp  # correct-incorrect pairs in valid groups
+    return {
+        "pos_sim_sum": (cos * pp).sum(),
+        "pos_pairs": pp.sum().to(cos.dtype),
+        "neg_sim_sum": (cos * pn).sum(),
+        "neg_pairs": pn.sum().to(cos.dtype),
+        "valid_groups": group_ok.sum().to(cos.dtype),
+        "groups": torch.tensor(float(layout.num_groups), device=gram.device),
+    }
+
+
 def group_contrastive_loss(
     embeddings: torch.Tensor,
     correct: torch.Tensor,
@@ -129,103 +220,23 @@ def group_contrastive_loss(
         sharded embedding dim (a TP all-reduce with identity backward); norms for
         the cosine come from its diagonal, so it is the one collective.
     """
-    group_ids = as_group_ids(group_ids, device=embeddings.device)
-    _check_inputs(embeddings, correct, group_ids)
-    labels = check_binary(correct)
-    b = embeddings.shape[0]
-    device = embeddings.device
-    if sample_ids is None:
-        sample_ids = torch.arange(b, device=device)
-    layout = GroupLayout.from_group_ids(
-        group_ids, sort_keys=sample_ids, max_group_size=cfg.max_group_size
-    )
-
-    # fp32 at least (bf16 activations are upcast); fp64 stays fp64 for reference checks.
-    emb = embeddings if embeddings.dtype == torch.float64 else embeddings.float()
-    e = layout.to_padded(emb, fill=None)  # [N, G, d], padding slots masked out below
-    gram = torch.bmm(e, e.transpose(1, 2))  # [N, G, G] raw dot products (partial if d is sharded)
-    if sum_reduce is not None:
-        # The only collective: every downstream op is identical on all ranks, so
-        # an all-reduce whose backward is the identity gives exact gradients.
-        gram = sum_reduce(gram)
-    if cfg.similarity == "cosine":
-        # cos_ij = g_ij / (|e_i| |e_j|), norms from the Gram diagonal: no second
-        # collective for a sharded head (padding slots have norm 0 -> guarded).
-        inv = torch.rsqrt(torch.diagonal(gram, dim1=1, dim2=2).clamp_min(1e-24))  # [N, G]
-        gram = gram * inv.unsqueeze(2) * inv.unsqueeze(1)
-    sim = gram / cfg.temperature  # [N, G, G]
-
+    layout, labels, sample_ids = _layout(embeddings, correct, group_ids, cfg, sample_ids)
+    gram, sim = _similarities(embeddings, layout, cfg, sum_reduce)  # [N, G, G]
     lab = layout.to_padded(labels, fill=False)  # [N, G]
-    valid = layout.slot_valid  # [N, G]
-    g = layout.max_size
-    eye = torch.eye(g, dtype=torch.bool, device=device)
-    pair = valid.unsqueeze(2) & valid.unsqueeze(1) & ~eye  # [N, G, G] distinct real pairs
-    same = lab.unsqueeze(2) == lab.unsqueeze(1)  # [N, G, G]
-    pos = pair & same  # [N, G, G] positives of row anchor
-    neg = pair & ~same  # [N, G, G] negatives of row anchor
-    if cfg.denominator_includes_anchor:  # paper's eq. form: s_ii joins every denominator
-        self_ = eye & valid.unsqueeze(2)  # [N, G, G]
-        pair_den, neg_den = pair | self_, neg | self_
-    else:  # authors' code: the diagonal is removed
-        pair_den, neg_den = pair, neg
-
-    group_ok = valid_groups(lab, valid)  # [N]
-    if cfg.anchors == "correct":
-        kind = lab
-    elif cfg.anchors == "incorrect":
-        kind = ~lab
-    else:
-        kind = torch.ones_like(lab)
-    anchor = kind & valid & pos.any(-1) & neg.any(-1)  # [N, G]
-
-    # InfoNCE positive: uniform over P(i), keyed by (seed, step, group id, sample id).
-    sid = layout.to_padded(sample_ids.long(), fill=0)  # [N, G]
-    u = counter_uniform(cfg.seed, step, layout.group_keys.unsqueeze(1), sid)  # [N, G]
-    pos_slot = sample_positive_slots(pos & anchor.unsqueeze(-1), u)  # [N, G]
-
-    phantom = None
-    if cfg.log_eps > 0:  # the authors' eps inside the log: a term at the row max (self incl.)
-        row = valid.unsqueeze(1) & valid.unsqueeze(2)  # [N, G, G]
-        m = sim.masked_fill(~row, float("-inf")).amax(-1).detach()  # [N, G]
-        phantom = torch.where(torch.isfinite(m), m, torch.zeros_like(m)) + math.log(cfg.log_eps)
-    pairs = GroupPairs(
-        sim, pos, pair_den, neg_den, anchor, pos_slot, cfg.denominator == "all_others", phantom
-    )
+    group_ok = valid_groups(lab, layout.slot_valid)  # [N]
+    pairs, neg = build_group_pairs(sim, lab, layout, sample_ids, cfg, step)
     loss_ng = get_contrastive_loss(cfg.loss_type).kernel(pairs)  # [N, G]
-    loss_ng = torch.where(anchor, loss_ng, torch.zeros_like(loss_ng))  # [N, G]
-    per_sample = layout.from_padded(loss_ng)  # [B]
-    anchor_b = layout.from_padded(anchor)  # [B]
-    # Authors: only correct anchors are rewarded; incorrect ones only shape the head.
-    reward_b = anchor_b if cfg.reward_incorrect_anchors else anchor_b & labels  # [B]
-    num_anchors = int(anchor_b.sum())
-    counted = anchor_b if local_mask is None else anchor_b & local_mask.bool()
-    loss = (per_sample * counted).sum() / max(num_anchors, 1)
-
-    pos_index = torch.where(
-        pos_slot >= 0,
-        layout.index.gather(1, pos_slot.clamp_min(0)),
-        torch.full_like(pos_slot, -1),
+    per_sample, anchor_b, num_anchors, loss = _anchor_mean(
+        loss_ng, pairs.anchor, layout, local_mask
     )
-    with torch.no_grad():
-        cos = gram.detach() if cfg.similarity == "cosine" else sim.detach() * cfg.temperature
-        okp = group_ok.view(-1, 1, 1)
-        pp = pos & lab.unsqueeze(2) & okp  # correct-correct pairs in valid groups
-        pn = neg & lab.unsqueeze(2) & okp  # correct-incorrect pairs in valid groups
-        stats = {
-            "pos_sim_sum": (cos * pp).sum(),
-            "pos_pairs": pp.sum().to(cos.dtype),
-            "neg_sim_sum": (cos * pn).sum(),
-            "neg_pairs": pn.sum().to(cos.dtype),
-            "valid_groups": group_ok.sum().to(cos.dtype),
-            "groups": torch.tensor(float(layout.num_groups), device=device),
-        }
     return ContrastiveResult(
         loss=loss,
         per_sample_loss=per_sample,
         anchor_mask=anchor_b,
-        reward_mask=reward_b,
-        valid_group=layout.from_padded(group_ok.unsqueeze(1).expand_as(anchor)),
-        positive_index=layout.from_padded(pos_index),
+        # Authors: only correct anchors are rewarded; incorrect ones only shape the head.
+        reward_mask=anchor_b if cfg.reward_incorrect_anchors else anchor_b & labels,
+        valid_group=layout.from_padded(group_ok.unsqueeze(1).expand_as(pairs.anchor)),
+        positive_index=layout.from_padded(_positive_rows(layout, pairs.pos_slot)),
         num_anchors=num_anchors,
-        stats=stats,
+        stats=_pair_stats(gram, sim, pairs, neg, lab, group_ok, layout, cfg),
     )
