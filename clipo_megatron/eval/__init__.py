@@ -4,6 +4,6 @@
 `suites` (Track I / II and their averages), `generator` (the generation
 protocol and backends), `engine` (resumable generate-grade-record loop),
 `store` (per-sample jsonl), `aggregate` (pass@1, averages, deltas), `report`
-(markdown, bar chart), `run` (the command), `heldout` (a training run's own
-held-out task).
+(markdown, bar chart), `run` (the command), `compare_runs` (`eval compare`),
+`heldout` (a training run's own held-out task).
 """

@@ -20,7 +20,7 @@ from clipo_megatron.eval.aggregate import averages, dataset_score
 from clipo_megatron.eval.generator import Generator, texts_per_prompt
 from clipo_megatron.eval.store import SampleStore
 from clipo_megatron.verify.choice import graded_answer as extracted_answer
-from clipo_megatron.verify.graders import status_counts
+from clipo_megatron.verify.graders import Verdict, status_counts
 from clipo_megatron.verify.pool import VerifierPool
 
 __all__ = ["EvalSettings", "chunk_seed", "evaluate", "evaluate_dataset", "extracted_answer"]
@@ -74,60 +74,97 @@ def evaluate_dataset(
     from tqdm import tqdm
 
     store = SampleStore(out_dir, name)
-    n, c = settings.n, max(1, settings.chunk)
+    c = max(1, settings.chunk)
     chunks = [records[i : i + c] for i in range(0, len(records), c)]
     new, t_gen, t_ver = 0, 0.0, 0.0
     for k, chunk in enumerate(
         tqdm(chunks, desc=name, unit="chunk", disable=not progress, leave=False)
     ):
-        todo = [(r, s) for r in chunk for s in range(n) if not store.done(r.index, s)]
-        if not todo:
-            continue
-        t0 = time.perf_counter()
-        out = gen.generate(
-            [r.prompt for r in chunk],
-            n,
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            top_k=settings.top_k,
-            min_p=settings.min_p,
-            repetition_penalty=settings.repetition_penalty,
-            max_tokens=settings.max_tokens,
-            seed=chunk_seed(settings.seed, name, k),
-        )
-        texts = texts_per_prompt(out, len(chunk), n)
-        t1 = time.perf_counter()
-        pos = {r.index: j for j, r in enumerate(chunk)}
-        responses = [texts[pos[r.index]][s] for r, s in todo]
-        # The recorded answer is read in the workers, under the same per-answer deadline.
-        verdicts = pool.grade(
-            responses,
-            [r.ground_truth for r, _ in todo],
-            [r.kind for r, _ in todo],
-            grader=settings.grader,
-            extract=True,
-        )
-        t_gen, t_ver = t_gen + t1 - t0, t_ver + time.perf_counter() - t1
-        store.append(
-            [
-                {
-                    "dataset": name,
-                    "index": r.index,
-                    "sample": s,
-                    "data_source": r.data_source,
-                    "kind": r.kind,
-                    "prompt": r.prompt,
-                    "response": resp,
-                    "extracted": v.answer,
-                    "ground_truth": r.ground_truth,
-                    "verdict": v.score,
-                    "status": v.status,
-                    "status_detail": v.detail,
-                }
-                for (r, s), resp, v in zip(todo, responses, verdicts)
-            ]
-        )
-        new += len(todo)
+        added, gen_s, ver_s = _run_chunk(gen, pool, store, name, k, chunk, settings)
+        new, t_gen, t_ver = new + added, t_gen + gen_s, t_ver + ver_s
+    return {
+        **_dataset_counts(store, records, settings.n),
+        "new_samples": new,
+        "generate_s": t_gen,
+        "verify_s": t_ver,
+    }
+
+
+def _run_chunk(
+    gen: Generator,
+    pool: VerifierPool,
+    store: SampleStore,
+    name: str,
+    k: int,
+    chunk: list[Record],
+    settings: EvalSettings,
+) -> tuple[int, float, float]:
+    """Chunk k's missing samples generated, graded and appended: (new samples, generate s,
+    verify s); a chunk whose samples are all on disk costs nothing."""
+    todo = [(r, s) for r in chunk for s in range(settings.n) if not store.done(r.index, s)]
+    if not todo:
+        return 0, 0.0, 0.0
+    t0 = time.perf_counter()
+    texts = _generate_chunk(gen, name, k, chunk, settings)
+    t1 = time.perf_counter()
+    pos = {r.index: j for j, r in enumerate(chunk)}
+    responses = [texts[pos[r.index]][s] for r, s in todo]
+    # The recorded answer is read in the workers, under the same per-answer deadline.
+    verdicts = pool.grade(
+        responses,
+        [r.ground_truth for r, _ in todo],
+        [r.kind for r, _ in todo],
+        grader=settings.grader,
+        extract=True,
+    )
+    t2 = time.perf_counter()
+    store.append(_sample_rows(name, todo, responses, verdicts))
+    return len(todo), t1 - t0, t2 - t1
+
+
+def _generate_chunk(
+    gen: Generator, name: str, k: int, chunk: list[Record], settings: EvalSettings
+) -> list[list[str]]:
+    """n responses per question of chunk k, every knob pinned, seeded by the chunk alone."""
+    out = gen.generate(
+        [r.prompt for r in chunk],
+        settings.n,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        top_k=settings.top_k,
+        min_p=settings.min_p,
+        repetition_penalty=settings.repetition_penalty,
+        max_tokens=settings.max_tokens,
+        seed=chunk_seed(settings.seed, name, k),
+    )
+    return texts_per_prompt(out, len(chunk), settings.n)
+
+
+def _sample_rows(
+    name: str, todo: list[tuple[Record, int]], responses: list[str], verdicts: list[Verdict]
+) -> list[dict]:
+    """One samples/<dataset>.jsonl line per graded sample."""
+    return [
+        {
+            "dataset": name,
+            "index": r.index,
+            "sample": s,
+            "data_source": r.data_source,
+            "kind": r.kind,
+            "prompt": r.prompt,
+            "response": resp,
+            "extracted": v.answer,
+            "ground_truth": r.ground_truth,
+            "verdict": v.score,
+            "status": v.status,
+            "status_detail": v.detail,
+        }
+        for (r, s), resp, v in zip(todo, responses, verdicts)
+    ]
+
+
+def _dataset_counts(store: SampleStore, records: list[Record], n: int) -> dict:
+    """The dataset's score and counters, from every sample on disk (this run's and earlier)."""
     rows = store.records([r.index for r in records], n)
     scores = [float(r["verdict"]) for r in rows]
     return {
@@ -138,9 +175,6 @@ def evaluate_dataset(
         "no_answer": sum(r["extracted"] is None for r in rows),
         "timeouts": sum(r["status"] != "ok" for r in rows),  # any status but "ok"
         "statuses": status_counts(r["status"] for r in rows),
-        "new_samples": new,
-        "generate_s": t_gen,
-        "verify_s": t_ver,
     }
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from clipo_megatron.cli_args import make_parser, user_error
 from clipo_megatron.eval import inputs
+from clipo_megatron.eval.compare_runs import run_compare
 from clipo_megatron.eval.suites import SUITES, get_suite, suite_for
 from clipo_megatron.generation import BACKENDS
 
@@ -178,27 +179,13 @@ def _prepare(args) -> tuple[list[str], dict[str, str], Any, dict, Path]:
 
 
 def run_suite(args) -> int:
-    from clipo_megatron.eval.engine import evaluate
-    from clipo_megatron.eval.generator import build_generator
-    from clipo_megatron.eval.report import bar_chart, markdown_table
-    from clipo_megatron.verify.pool import VerifierPool
-
     try:  # every user error before any model loads and before --out is touched: one line
         names, sources, settings, data, out = _prepare(args)
     except (ValueError, FileNotFoundError) as e:
         user_error(PROG, str(e))
     inputs.write_resume_key(out, settings)
-    t0 = time.perf_counter()
-    gen = build_generator(
-        args.model,
-        args.backend,
-        seed=args.seed,
-        threads=args.threads,
-        max_model_len=settings.max_tokens + 2048,
-    )
-    load_s = time.perf_counter() - t0
-    with VerifierPool(args.verify_workers, timeout=args.verify_timeout) as pool:
-        res = evaluate(gen, data, settings, out, pool=pool, progress=not args.no_progress)
+    gen, load_s = _load_generator(args, settings)
+    res = _evaluate_all(args, gen, data, settings, out)
     res.update(
         {
             "model": args.model,
@@ -207,8 +194,38 @@ def run_suite(args) -> int:
         }
     )
     res["throughput"]["model_load_s"] = load_s
-    (out / "results.json").write_text(json.dumps(res, indent=2))
-    row = {**res["scores"], **res["averages"]}
+    _write_report(args, res, settings, out)
+    return 0
+
+
+def _load_generator(args, settings) -> tuple[Any, float]:
+    """The generator, and the seconds it took to load."""
+    from clipo_megatron.eval.generator import build_generator
+
+    t0 = time.perf_counter()
+    gen = build_generator(
+        args.model,
+        args.backend,
+        seed=args.seed,
+        threads=args.threads,
+        max_model_len=settings.max_tokens + 2048,
+    )
+    return gen, time.perf_counter() - t0
+
+
+def _evaluate_all(args, gen, data: dict, settings, out: Path) -> dict:
+    """Every dataset generated and graded (what is on disk is skipped); the engine's results."""
+    from clipo_megatron.eval.engine import evaluate
+    from clipo_megatron.verify.pool import VerifierPool
+
+    with VerifierPool(args.verify_workers, timeout=args.verify_timeout) as pool:
+        return evaluate(gen, data, settings, out, pool=pool, progress=not args.no_progress)
+
+
+def _report_lines(args, res: dict, settings, row: dict) -> list[str]:
+    """results.md: the scores table, the per-dataset counters, the settings and throughput."""
+    from clipo_megatron.eval.report import markdown_table
+
     table = markdown_table(
         {"columns": list(row), "scores": {args.model: row}, "deltas": {}, "baseline": args.model}
     )
@@ -227,81 +244,28 @@ def run_suite(args) -> int:
         f", min-p={settings.min_p}, repetition_penalty={settings.repetition_penalty}"
         f", grader={settings.grader}, max_tokens={settings.max_tokens}"
         f", seed={settings.seed}, limit={settings.limit}; {tp['new_samples']} new samples in "
-        f"{tp['seconds']:.1f} s ({tp['samples_per_s']:.2f} samples/s), model load {load_s:.1f} s"
+        f"{tp['seconds']:.1f} s ({tp['samples_per_s']:.2f} samples/s), model load "
+        f"{tp['model_load_s']:.1f} s"
     )
+    return lines
+
+
+def _write_report(args, res: dict, settings, out: Path) -> None:
+    """OUT/results.json, results.md and scores.png, and the same summary on stdout."""
+    from clipo_megatron.eval.report import bar_chart
+
+    (out / "results.json").write_text(json.dumps(res, indent=2))
+    row = {**res["scores"], **res["averages"]}
+    lines = _report_lines(args, res, settings, row)
     (out / "results.md").write_text("\n".join(lines) + "\n")
     bar_chart({args.model: row}, out / "scores.png")
     print("\n".join(lines))
+    tp = res["throughput"]
     print(
         f"throughput: {tp['samples_per_s']:.2f} samples/s ({tp['new_samples']} new samples in {tp['seconds']:.1f} s: "
         f"generate {tp['generate_s']:.1f} s, verify {tp['verify_s']:.1f} s)"
     )
     print(f"wrote {out}/results.json, results.md, scores.png, samples/")
-    return 0
-
-
-def _compared_runs(args, is_reference, load_reference) -> dict[str, dict]:
-    """{name: scores} of every compared output, in the order given (the first is the deltas'
-    baseline); ValueError naming a missing or unreadable results.json."""
-    outputs = [r for r in args.runs if not is_reference(r)]
-    paths = {r: Path(r) / "results.json" if Path(r).is_dir() else Path(r) for r in outputs}
-    for p in paths.values():
-        if not p.is_file():
-            raise FileNotFoundError(f"{p} does not exist: pass `clipo-megatron eval` output dirs")
-    names = args.names.split(",") if args.names else [p.parent.name for p in paths.values()]
-    if len(names) != len(paths) or len(set(names)) != len(names):
-        raise ValueError(f"--names {names} must give {len(paths)} distinct names")
-    name_of = dict(zip(outputs, names))
-    runs: dict[str, dict] = {}
-    for arg in args.runs:
-        if is_reference(arg):
-            runs.update(load_reference(arg))
-            continue
-        try:
-            r = json.loads(paths[arg].read_text(encoding="utf-8"))
-            runs[name_of[arg]] = {**r["scores"], **r["averages"]}
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(
-                f"{paths[arg]}: not the results.json of `clipo-megatron eval` ({type(e).__name__}: "
-                f"{str(e)[:80]})"
-            ) from None
-    return runs
-
-
-def run_compare(argv: list[str]) -> int:
-    from clipo_megatron.eval.aggregate import compare
-    from clipo_megatron.eval.reference import is_reference, load_reference
-    from clipo_megatron.eval.report import bar_chart, markdown_table
-    from clipo_megatron.output_folder import claim_output_folder
-
-    ap = make_parser(
-        f"{PROG} compare",
-        "side-by-side scores of two or more eval outputs, with deltas vs the first",
-    )
-    ap.add_argument(
-        "runs",
-        nargs="+",
-        help="eval output dirs (results.json), results.json files, or rows of the paper's "
-        "tables: examples/configs/reproduce/paper_scores.json#table1[/GRPO+CLIPO]",
-    )
-    ap.add_argument(
-        "--names", help="comma-separated names of the eval outputs (default: dir names)"
-    )
-    ap.add_argument("--out", default="runs/eval/compare")
-    args = ap.parse_args(argv)
-    try:  # one line for a missing or broken input; --out untouched until they are read
-        runs = _compared_runs(args, is_reference, load_reference)
-        out = claim_output_folder(args.out, kind="eval-compare", key="--out")
-    except (ValueError, FileNotFoundError, OSError) as e:
-        user_error(f"{PROG} compare", str(e))
-    cmp = compare(runs)
-    md = markdown_table(cmp)
-    (out / "compare.json").write_text(json.dumps(cmp, indent=2))
-    (out / "compare.md").write_text(md)
-    bar_chart(runs, out / "compare.png")
-    print(md)
-    print(f"wrote {out}/compare.json, compare.md, compare.png")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
