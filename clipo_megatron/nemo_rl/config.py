@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from omegaconf import DictConfig
+
 from clipo_megatron.core.config import ClipoBlock
 from clipo_megatron.nemo_rl.losses import (
     check_objective_loss_switches,
@@ -162,7 +164,7 @@ def with_env_grader(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**cfg, "env": env}
 
 
-def leave_one_out_key(cfg: dict[str, Any]) -> str | None:
+def leave_one_out_key(cfg: dict[str, Any] | DictConfig) -> str | None:
     """The key that turns NeMo-RL's leave-one-out baseline on, None when it is off. Both are
     read (the estimator's and the dynamic-sampling std's); NeMo-RL's default for each is on."""
     conf = as_conf(cfg)  # wrapped once for the keys read below
@@ -173,7 +175,7 @@ def leave_one_out_key(cfg: dict[str, Any]) -> str | None:
     return "grpo.use_leave_one_out_baseline" if top else None
 
 
-def _check_capture_runs(cfg: dict[str, Any]) -> None:
+def _check_capture_runs(cfg: dict[str, Any] | DictConfig) -> None:
     """Settings under which CLIPO's capture never runs: it pools the final norm's output inside
     NeMo-RL's prev-logprob pass, in Python (forward hook / output processor)."""
     conf = as_conf(cfg)  # wrapped once for the keys read below
