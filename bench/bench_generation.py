@@ -96,9 +96,11 @@ def child(args) -> None:
     prompts = _prompts()
     gen, tok = _generator(args.backend, args.path, Path(args.export_dir))
 
+    from clipo_megatron.generation.sampling import Sampling
+
     def call():
         return gen.generate(
-            prompts, N, temperature=TEMPERATURE, top_p=TOP_P, max_tokens=MAX_TOKENS, seed=SEED
+            prompts, N, sampling=Sampling(TEMPERATURE, TOP_P), max_tokens=MAX_TOKENS, seed=SEED
         )
 
     call()  # warm-up: first-call allocations and kernels

@@ -19,6 +19,7 @@ from clipo_megatron.data.records import Record
 from clipo_megatron.eval.aggregate import averages, dataset_score
 from clipo_megatron.eval.generator import Generator, texts_per_prompt
 from clipo_megatron.eval.store import SampleStore
+from clipo_megatron.generation.sampling import Sampling
 from clipo_megatron.verify.choice import graded_answer as extracted_answer
 from clipo_megatron.verify.graders import Verdict, status_counts
 from clipo_megatron.verify.pool import VerifierPool
@@ -47,6 +48,12 @@ class EvalSettings:
     subset_seed: int = 0
     model: str = ""
     extra: dict = field(default_factory=dict)
+
+    def sampling(self) -> Sampling:
+        """The knobs one generation uses (ValueError naming a bad one)."""
+        return Sampling(
+            self.temperature, self.top_p, self.top_k, self.min_p, self.repetition_penalty
+        )
 
     def resume_key(self) -> dict:
         d = asdict(self)
@@ -129,11 +136,7 @@ def _generate_chunk(
     out = gen.generate(
         [r.prompt for r in chunk],
         settings.n,
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        top_k=settings.top_k,
-        min_p=settings.min_p,
-        repetition_penalty=settings.repetition_penalty,
+        sampling=settings.sampling(),
         max_tokens=settings.max_tokens,
         seed=chunk_seed(settings.seed, name, k),
     )

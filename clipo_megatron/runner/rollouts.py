@@ -28,6 +28,7 @@ def sample_rollouts(
     the verifier's per-answer deadline (rollout.verify_timeout, rollout.max_answer_chars); the
     counts are answers per status (`verify.graders.STATUSES`: a timed-out answer scores 0 and is
     counted, not hidden); `t` gets the `generate` and `verify` wall times."""
+    from clipo_megatron.generation.sampling import Sampling
     from clipo_megatron.verify import boxed
     from clipo_megatron.verify.graders import status_counts
     from clipo_megatron.verify.pool import shared_pool
@@ -41,8 +42,7 @@ def sample_rollouts(
         ro = gen.generate(
             [b.messages for b in batch],
             rollout_cfg.n,
-            temperature=rollout_cfg.temperature,
-            top_p=rollout_cfg.top_p,
+            sampling=Sampling(temperature=rollout_cfg.temperature, top_p=rollout_cfg.top_p),
             max_tokens=rollout_cfg.max_tokens,
             seed=seed * 1_000_003 + step,
         )

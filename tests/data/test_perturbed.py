@@ -94,7 +94,7 @@ class _DistractedGenerator:
     def __init__(self):
         self.calls = []
 
-    def generate(self, messages, n, *, temperature, top_p, max_tokens, seed):
+    def generate(self, messages, n, *, sampling, max_tokens, seed):
         self.calls.append({"prompts": len(messages), "max_tokens": max_tokens, "seed": seed})
         texts, index = [], []
         for i, msgs in enumerate(messages):

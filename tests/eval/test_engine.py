@@ -26,7 +26,7 @@ class FakeGen:
     def __init__(self, fail_after=None):
         self.calls, self.fail_after = [], fail_after
 
-    def generate(self, prompts, n, *, temperature, top_p, max_tokens, seed, **pinned):
+    def generate(self, prompts, n, *, sampling, max_tokens, seed):
         if self.fail_after is not None and len(self.calls) >= self.fail_after:
             raise KeyboardInterrupt  # the user pressed Ctrl-C
         self.calls.append((tuple(prompts), seed))

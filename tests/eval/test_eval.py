@@ -20,7 +20,7 @@ class FakeGen:
     def __init__(self, answers: dict[str, str]):
         self.answers, self.calls = answers, 0
 
-    def generate(self, prompts, n, *, temperature, top_p, max_tokens, seed, **pinned):
+    def generate(self, prompts, n, *, sampling, max_tokens, seed):
         self.calls += len(prompts)
         return [[self.answers[p]] * n for p in prompts]
 

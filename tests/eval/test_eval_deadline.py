@@ -20,7 +20,7 @@ RECS = {"gsm8k": [Record(f"q{i}?", str(i + 2), "math", "t", i, "gsm8k") for i in
 class Gen:
     """Right answers, except question 1's: `deaf` (its worker ignores the alarm)."""
 
-    def generate(self, prompts, n, *, temperature, top_p, max_tokens, seed, **pinned):
+    def generate(self, prompts, n, *, sampling, max_tokens, seed):
         return [["deaf" if p == "q1?" else f"so \\boxed{{{int(p[1]) + 2}}}"] * n for p in prompts]
 
 

@@ -11,6 +11,7 @@ import pytest
 from clipo_megatron.data.records import Record
 from clipo_megatron.eval.engine import EvalSettings, evaluate
 from clipo_megatron.eval.suites import SUITES, TRACK1, TRACK1_GREEDY, suite_for
+from clipo_megatron.generation.sampling import Sampling
 from clipo_megatron.verify.pool import VerifierPool
 
 MC = [Record(f"mc{i}", "B", "mc", "t", i, "mmlu") for i in range(2)]
@@ -44,11 +45,7 @@ def test_every_knob_reaches_the_generator_and_the_results(tmp_path, pool):
     s = EvalSettings(n=1, temperature=0.0, top_p=1.0, max_tokens=8, chunk=4)
     res = evaluate(gen, {"mmlu": MC}, s, tmp_path, pool=pool, progress=False)
     assert gen.kwargs[0] == dict(
-        temperature=0.0,
-        top_p=1.0,
-        top_k=0,
-        min_p=0.0,
-        repetition_penalty=1.0,
+        sampling=Sampling(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.0),
         max_tokens=8,
         seed=gen.kwargs[0]["seed"],
     )

@@ -14,6 +14,7 @@ import torch
 pytest.importorskip("transformers")
 
 from clipo_megatron.generation.hf_backend import HFGenerator, chat_text  # noqa: E402
+from clipo_megatron.generation.sampling import Sampling  # noqa: E402
 from tests.tiny_models import tiny_char_llama  # noqa: E402
 from tests.token_counting import HFTokenCounter  # noqa: E402
 
@@ -61,7 +62,7 @@ def _per_rollout(model, tok, *, temperature, top_p, seed, n=N) -> list[list[int]
 def _shared(model, tok, *, temperature, top_p, seed):
     gen = HFGenerator(model, tok, arch=None)
     return gen.generate(
-        PROMPTS, N, temperature=temperature, top_p=top_p, max_tokens=MAX_TOKENS, seed=seed
+        PROMPTS, N, sampling=Sampling(temperature, top_p), max_tokens=MAX_TOKENS, seed=seed
     )
 
 
@@ -121,7 +122,7 @@ def test_one_rollout_per_prompt_takes_the_plain_path(model_tok):
     w = _width(tok)
     with HFTokenCounter(model, w) as count:
         ro = HFGenerator(model, tok, arch=None).generate(
-            PROMPTS, 1, temperature=0.0, top_p=1.0, max_tokens=MAX_TOKENS, seed=0
+            PROMPTS, 1, sampling=Sampling(0.0, 1.0), max_tokens=MAX_TOKENS, seed=0
         )
     assert count.prefill == len(PROMPTS) * w
     assert ro.response_ids == _per_rollout(model, tok, temperature=0.0, top_p=1.0, seed=0, n=1)

@@ -37,8 +37,11 @@ def clean_and_leaky():
     return model, leaky, tok
 
 
-def _tokens(model, tok, **kw) -> list[list[int]]:
-    return HFGenerator(model, tok, arch=None).generate(PROMPTS, 4, seed=3, **kw).response_ids
+def _tokens(model, tok, *, max_tokens: int, **knobs) -> list[list[int]]:
+    gen = HFGenerator(model, tok, arch=None)
+    return gen.generate(
+        PROMPTS, 4, sampling=Sampling(**knobs), max_tokens=max_tokens, seed=3
+    ).response_ids
 
 
 def _argmax_loop(model, tok, prompt: str) -> list[int]:
@@ -118,9 +121,9 @@ def test_vllm_gets_every_knob_and_not_the_models_defaults():
 
     gen = object.__new__(VLLMGenerator)
     gen.tok, gen.llm, gen.share_prefill = tok, Engine(), True
-    gen.generate(["q"], 2, temperature=0.6, top_p=0.95, max_tokens=4, seed=0)
+    gen.generate(["q"], 2, sampling=Sampling(0.6, 0.95), max_tokens=4, seed=0)
     p = seen[0]
     assert (p.temperature, p.top_p, p.top_k, p.min_p) == (0.6, 0.95, 0, 0.0)
     assert (p.repetition_penalty, p.presence_penalty, p.frequency_penalty) == (1.0, 0.0, 0.0)
-    gen.generate(["q"], 1, temperature=0.0, top_p=0.95, max_tokens=4, seed=0)
+    gen.generate(["q"], 1, sampling=Sampling(0.0, 0.95), max_tokens=4, seed=0)
     assert seen[1].temperature == 0.0 and seen[1].top_p == 1.0  # greedy

@@ -21,6 +21,7 @@ pytest.importorskip("megatron.core")
 pytest.importorskip("transformers")
 
 from clipo_megatron.generation.hf_backend import HFGenerator  # noqa: E402
+from clipo_megatron.generation.sampling import Sampling  # noqa: E402
 from clipo_megatron.generation.vllm_backend import PREFIX_BLOCK_SIZE  # noqa: E402
 from tests.tiny_models import tiny_char_llama  # noqa: E402
 
@@ -64,14 +65,14 @@ def engine(tmp_path_factory, mcore_single_process):
 def _hf_greedy(gen: HFGenerator, prompts, max_tokens):
     """One prompt at a time, so no padding enters the HF reference."""
     outs = [
-        gen.generate([p], 1, temperature=0.0, top_p=1.0, max_tokens=max_tokens, seed=0)
+        gen.generate([p], 1, sampling=Sampling(0.0, 1.0), max_tokens=max_tokens, seed=0)
         for p in prompts
     ]
     return [o.prompt_ids[0] for o in outs], [o.response_ids[0] for o in outs]
 
 
 def test_greedy_tokens_match_hf_generator(engine):
-    ro = engine["vllm"].generate(PROMPTS, 1, temperature=0.0, top_p=1.0, max_tokens=12, seed=0)
+    ro = engine["vllm"].generate(PROMPTS, 1, sampling=Sampling(0.0, 1.0), max_tokens=12, seed=0)
     hf_prompts, hf_resp = _hf_greedy(engine["hf"], PROMPTS, 12)
     assert ro.prompt_ids == hf_prompts
     assert ro.response_ids == hf_resp
@@ -106,7 +107,7 @@ def test_weight_sync_moves_engine_to_policy_weights(engine):
     """After a sync the engine's logprobs are the policy's (HF on the same weights), to 1e-4 (fp32 kernels)."""
     gen, hf = engine["vllm"], engine["hf"]
     prompt = gen.generate(
-        PROMPTS[:1], 1, temperature=0.0, top_p=1.0, max_tokens=1, seed=0
+        PROMPTS[:1], 1, sampling=Sampling(0.0, 1.0), max_tokens=1, seed=0
     ).prompt_ids[0]
     resp0, lp0 = _vllm_logprobs(gen, prompt)
     torch.testing.assert_close(lp0, _hf_logprobs(hf.model, prompt, resp0), atol=1e-4, rtol=0)
@@ -125,12 +126,12 @@ def test_weight_sync_moves_engine_to_policy_weights(engine):
     assert (
         not same or (lp1 - lp0).abs().max() > 1e-2
     )  # the new weights, not the old ones or stale prefix KV
-    ro = gen.generate(PROMPTS, 1, temperature=0.0, top_p=1.0, max_tokens=12, seed=0)
+    ro = gen.generate(PROMPTS, 1, sampling=Sampling(0.0, 1.0), max_tokens=12, seed=0)
     assert ro.response_ids == _hf_greedy(hf, PROMPTS, 12)[1]
 
 
 def test_sampling_is_reproducible_per_seed(engine):
-    kw = dict(temperature=1.0, top_p=1.0, max_tokens=10)
+    kw = dict(sampling=Sampling(1.0, 1.0), max_tokens=10)
     a = engine["vllm"].generate(PROMPTS[:2], 4, seed=5, **kw)
     b = engine["vllm"].generate(PROMPTS[:2], 4, seed=5, **kw)
     c = engine["vllm"].generate(PROMPTS[:2], 4, seed=6, **kw)
@@ -173,7 +174,7 @@ def _sample(gen, prompts, n, *, share: bool, seed: int, temperature=1.0, max_tok
 
     from tests.token_counting import VLLMTokenCounter
 
-    ids = gen.generate(prompts, 1, temperature=0.0, top_p=1.0, max_tokens=1, seed=0).prompt_ids
+    ids = gen.generate(prompts, 1, sampling=Sampling(0.0, 1.0), max_tokens=1, seed=0).prompt_ids
     params = SamplingParams(
         n=n,
         temperature=temperature,
@@ -215,7 +216,7 @@ def test_rollouts_of_a_prompt_share_its_prefill(engine):
     for a, b in zip(new_lp, old_lp):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
     # Through the generator: same seeded rollouts with sharing on and off.
-    kw = dict(temperature=1.0, top_p=1.0, max_tokens=10, seed=3)
+    kw = dict(sampling=Sampling(1.0, 1.0), max_tokens=10, seed=3)
     shared = gen.generate(LONG_PROMPTS, n, **kw)
     gen.share_prefill = False
     try:
@@ -232,7 +233,7 @@ def test_greedy_children_over_shared_blocks_match_hf(engine):
     gen = engine["vllm"]
     _, _, count, lens = _sample(gen, prompts, 1, share=True, seed=0, temperature=0.0)
     assert count.cache_hits >= sum(x // PREFIX_BLOCK_SIZE * PREFIX_BLOCK_SIZE for x in lens[1::3])
-    ro = gen.generate(prompts, 1, temperature=0.0, top_p=1.0, max_tokens=12, seed=0)
+    ro = gen.generate(prompts, 1, sampling=Sampling(0.0, 1.0), max_tokens=12, seed=0)
     want = _hf_greedy(engine["hf"], LONG_PROMPTS, 12)[1]
     assert ro.response_ids == [r for r in want for _ in range(3)]
 
