@@ -43,19 +43,30 @@ def install_rules(*, tensor: Rule, mode: Rule) -> None:
     _RULES.update(tensor=tensor, mode=mode)
 
 
+def _rule(kind: str) -> Rule:
+    try:
+        return _RULES[kind]
+    except KeyError:  # e.g. a device tensor unpickled in a process that never imported them
+        raise RuntimeError(
+            "an emulated-CUDA tensor is used where the emulation's rules are not installed; "
+            "import clipo_megatron.testing.emulated_cuda (and move the tensor to the host with "
+            ".cpu() before it leaves the emulated process)"
+        ) from None
+
+
 class EmulatedCudaTensor(torch.Tensor):
     """A host tensor that behaves, device-wise, as one on cuda:0 (testing/emulated_cuda.py)."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        return _RULES["tensor"](func, args, kwargs or {})
+        return _rule("tensor")(func, args, kwargs or {})
 
 
 class EmulatedCudaMode(TorchFunctionMode):
     """The emulation's torch-function mode (per thread, as torch's modes are)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        return _RULES["mode"](func, args, kwargs or {})
+        return _rule("mode")(func, args, kwargs or {})
 
 
 @contextlib.contextmanager

@@ -308,3 +308,15 @@ def test_a_device_tensor_cannot_be_pinned():
 
     out = subprocess.run([sys.executable, "-c", _PIN], capture_output=True, text=True, timeout=120)
     assert "only dense CPU tensors can be pinned" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_device_tensor_without_the_rules_names_the_fix(monkeypatch):
+    """A tagged tensor in a process that never installed the rules (unpickled there) raises one
+    line saying what to import, not a KeyError."""
+    from clipo_megatron.testing import emulated_tags
+
+    with emulated_cuda():
+        t = torch.ones(2, device="cuda")
+    monkeypatch.setattr(emulated_tags, "_RULES", {})
+    with pytest.raises(RuntimeError, match="import clipo_megatron.testing.emulated_cuda"):
+        t + 1
