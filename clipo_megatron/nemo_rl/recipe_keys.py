@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from clipo_megatron.core.bounds import (
     CLIP_EPS,
@@ -38,10 +39,17 @@ _MISSING = object()
 
 
 def as_conf(cfg: dict | DictConfig) -> DictConfig:
-    """The recipe as OmegaConf's config (itself if it is one already)."""
-    return (
-        cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg, flags={"allow_objects": True})
-    )
+    """The recipe as OmegaConf's config (itself if it is one already); ValueError naming the value
+    when a string in it is an interpolation that does not parse ("${oops")."""
+    if isinstance(cfg, DictConfig):
+        return cfg
+    try:
+        return OmegaConf.create(cfg, flags={"allow_objects": True})
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "a key"
+        raise ValueError(
+            f"{key}: not a valid OmegaConf interpolation ({str(e).splitlines()[0]}); fix the value"
+        ) from None
 
 
 # NeMo-RL's sampling and optimizer knobs under the rules the runner's share (core/bounds.py);

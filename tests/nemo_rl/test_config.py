@@ -350,3 +350,13 @@ def test_the_nemo_rl_driver_checks_through_the_one_rule(check_run_calls):
     with pytest.raises(ValueError, match="patched rule"):
         validate_master_config(_base())
     assert check_run_calls == [(16, 1000000, False, "grpo.num_generations_per_prompt")]
+
+
+def test_a_value_that_does_not_parse_as_an_interpolation_is_one_line():
+    """A crafted "${oops" (a checkpoint's config.yaml, say) is a ValueError naming the key, not
+    OmegaConf's GrammarParseError traceback."""
+    from clipo_megatron.nemo_rl.recipe_keys import dotted_get
+
+    cfg = {"policy": {"megatron_cfg": {"tensor_model_parallel_size": "${oops"}}}
+    with pytest.raises(ValueError, match="policy.megatron_cfg.tensor_model_parallel_size: not a"):
+        dotted_get(cfg, "policy.megatron_cfg.tensor_model_parallel_size", 1)
