@@ -34,7 +34,7 @@ class Range:
             return False
         if self.integer and not isinstance(value, int):
             return False
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):  # an int is finite (10**400 too)
             return False
         if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
             return False

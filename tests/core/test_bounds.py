@@ -76,3 +76,13 @@ def test_rollouts_per_prompt_are_bounded_for_both_drivers():
     with pytest.raises(ValueError, match=r"^s=0 must be an int >= 1"):
         ClipoBlock().check_run(n=16, steps=0, leave_one_out=False, keys=keys)
     ClipoBlock().check_run(n=1024, steps=10, leave_one_out=False, keys=keys)
+
+
+def test_an_int_too_large_for_a_float_is_out_of_range_not_an_overflow():
+    """A 400-digit integer in a recipe was an OverflowError traceback (math.isfinite)."""
+    from clipo_megatron.core.bounds import Range
+
+    r = Range(1, 1024, integer=True)
+    assert not r.holds(10**400) and r.holds(7)
+    with pytest.raises(ValueError, match="must be"):
+        r.check("policy.megatron_cfg.tensor_model_parallel_size", 10**400)
