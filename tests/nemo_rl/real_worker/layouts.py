@@ -172,15 +172,16 @@ def layout_methods(
 def saved_then_measured(
     rank: int, world: int, out_dir: str, model_dir: str, layout: Layout, ckpt: str
 ) -> dict[str, Any]:
-    """Step 1 (the quantities of `layout_methods`), NeMo-RL's checkpoint with the head's at `ckpt`,
-    then step 2 measured: what a resume from `ckpt` in another layout must repeat."""
+    """Step 1 (the calls of `layout_methods`, measured before anything is saved), NeMo-RL's
+    checkpoint with the head's at `ckpt`, then step 2 measured: what a resume from `ckpt` in
+    another layout must repeat. -> {"step1": ..., "step2": ...}"""
     assert world == layout.world
     policy, worker = _build(Path(out_dir), Path(model_dir), layout)
-    _measure(worker, policy, layout, rank, head_step=0)
+    step1 = _measure(worker, policy, layout, rank, head_step=0)
     step_dir = Path(ckpt) / "step_1"
     worker.save_checkpoint(**scenario.policy_paths(step_dir))
     worker.clipo_save_head(step_dir=str(step_dir), extra={"step": 1})
-    return _measure(worker, policy, layout, rank, head_step=1)
+    return {"step1": step1, "step2": _measure(worker, policy, layout, rank, head_step=1)}
 
 
 def resumed_then_measured(

@@ -90,24 +90,59 @@ def model_dir(tmp_path_factory):
     return build.tiny_model(tmp_path_factory.mktemp("layouts") / "model")
 
 
-def _run(layout: Layout, model_dir, tmp_path) -> dict:
-    from tests.nemo_rl.real_worker.layouts import layout_methods
-    from tests.nemo_rl.real_worker.spawn import run_ranks
+class Runs:
+    """One run per layout for the whole module. A layout that a selected checkpoint move saves
+    from runs `saved_then_measured`: its step 1 is the calls of `layout_methods`, measured before
+    the save, so the layout case and the TP 1 reference read that step 1 and the moves resume from
+    its checkpoint (TP 1, TP 2 + SP and PP 2 each run once, not twice or three times, when the
+    whole set runs). A resume only reads the checkpoint and each move holds its resume against the
+    saver's step 2, so a resume that changed the files would turn the next move red. Any other
+    layout (CI's set selects no move) runs `layout_methods`."""
 
-    return run_ranks(
-        layout_methods,
-        layout.world,
-        str(tmp_path),
-        str(model_dir),
-        layout,
-        emulated=layout.emulated,
-    )
+    def __init__(self, model_dir, tmp_path_factory, savers: set[Layout]):
+        self.model_dir, self.tmp, self.savers = model_dir, tmp_path_factory, savers
+        self.step1: dict[Layout, dict] = {}  # layout -> {rank: step-1 quantities}
+        self.saved: dict[Layout, tuple[str, dict]] = {}  # saver -> (checkpoint, {rank: step 2})
+
+    def _ensure(self, layout: Layout) -> None:
+        from tests.nemo_rl.real_worker.layouts import layout_methods, saved_then_measured
+        from tests.nemo_rl.real_worker.spawn import run_ranks
+
+        if layout in self.step1:
+            return
+        root = self.tmp.mktemp(layout.name)
+        args = (layout.world, str(root / "a"), str(self.model_dir), layout)
+        if layout not in self.savers:
+            self.step1[layout] = run_ranks(layout_methods, *args, emulated=layout.emulated)
+            return
+        ckpt = str(root / "ckpt")
+        ranks = run_ranks(saved_then_measured, *args, ckpt, emulated=layout.emulated)
+        self.step1[layout] = {r: out["step1"] for r, out in ranks.items()}
+        self.saved[layout] = (ckpt, {r: out["step2"] for r, out in ranks.items()})
+
+    def measured(self, layout: Layout) -> dict:
+        self._ensure(layout)
+        return self.step1[layout]
+
+    def checkpoint(self, layout: Layout) -> tuple[str, dict]:
+        self._ensure(layout)
+        return self.saved[layout]
 
 
 @pytest.fixture(scope="module")
-def tp1(model_dir, tmp_path_factory) -> dict:
+def runs(model_dir, tmp_path_factory, request) -> Runs:
+    moves = [
+        item.callspec.params["move"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_checkpoint_moves_between_layouts"
+    ]
+    return Runs(model_dir, tmp_path_factory, {MOVES[m][0] for m in moves})
+
+
+@pytest.fixture(scope="module")
+def tp1(runs) -> dict:
     """The one-process fp32 run every layout is held against."""
-    return _run(Layout(), model_dir, tmp_path_factory.mktemp("tp1"))[0]
+    return runs.measured(Layout())[0]
 
 
 def _by_row(rows: torch.Tensor, values: torch.Tensor) -> dict[int, torch.Tensor]:
@@ -192,10 +227,10 @@ def check_layout(out: dict, ref: dict, layout: Layout, tol: dict) -> dict[str, f
 
 
 @pytest.mark.parametrize("layout", list(CASES.values()), ids=list(CASES))
-def test_layout_equals_tp1(layout, tp1, model_dir, tmp_path):
+def test_layout_equals_tp1(layout, tp1, model_dir, runs):
     layers = json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
     tol = bf16_bounds(tp1, layers) if layout.bf16 else FP32
-    errs = check_layout(_run(layout, model_dir, tmp_path), tp1, layout, tol)
+    errs = check_layout(runs.measured(layout), tp1, layout, tol)
     print(f"\n[layouts] {layout.name} ({layout.world} processes) largest error vs TP 1: {errs}")
     print(f"[layouts] {layout.name} bounds: {tol}")
 
@@ -216,15 +251,12 @@ MOVES = {
 
 @pytest.mark.contract_full
 @pytest.mark.parametrize("move", list(MOVES))
-def test_checkpoint_moves_between_layouts(move, model_dir, tmp_path):
-    from tests.nemo_rl.real_worker.layouts import resumed_then_measured, saved_then_measured
+def test_checkpoint_moves_between_layouts(move, model_dir, tmp_path, runs):
+    from tests.nemo_rl.real_worker.layouts import resumed_then_measured
     from tests.nemo_rl.real_worker.spawn import run_ranks
 
     saved_in, resumed_in = MOVES[move]
-    ckpt = str(tmp_path / "ckpt")
-    saved = run_ranks(
-        saved_then_measured, saved_in.world, str(tmp_path / "a"), str(model_dir), saved_in, ckpt
-    )
+    ckpt, saved = runs.checkpoint(saved_in)
     resumed = run_ranks(
         resumed_then_measured,
         resumed_in.world,
