@@ -5,9 +5,9 @@
         cluster.num_nodes=4 grpo.max_num_steps=500 clipo.method.temperature=0.02
 
 Dotted overrides as NeMo-RL's examples take them (`+key=value` adds a key).
-`--validate-only` runs the preflight (clipo_megatron.nemo_rl.preflight: recipe; when NeMo-RL is
+`--validate-only` runs the preflight (clipo_megatron.nemo_rl.guard.preflight: recipe; when NeMo-RL is
 importable its version, the seams the extension uses in its source (one line per moved seam;
-clipo_megatron.nemo_rl.seams) and its MasterConfig; data files and columns, train/validation
+clipo_megatron.nemo_rl.guard.seams) and its MasterConfig; data files and columns, train/validation
 overlap, parallel sizes against the model, cluster environment) and prints one `preflight OK` line (the resolved config
 with `--verbose`, or into `--print-config FILE`); every problem is one line on stderr and the exit
 code is 2. `--no-cluster-env` skips the environment checks (laptop,
@@ -65,7 +65,7 @@ def ok_line(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from clipo_megatron.nemo_rl.preflight import preflight
+    from clipo_megatron.nemo_rl.guard.preflight import preflight
 
     args, overrides = parse_args(argv)
     bad = [o for o in overrides if o.startswith("-")]

@@ -218,38 +218,14 @@ class MicrobatchPooler:
 
 
 def find_final_norm(model: Any) -> torch.nn.Module | None:
-    """`decoder.final_layernorm` of the (last) model chunk, unwrapping DDP / Float16Module; None if absent."""
-    chunks = model if isinstance(model, list | tuple) else [model]
-    for chunk in reversed(chunks):
-        m = chunk
-        for _ in range(4):
-            if hasattr(m, "decoder"):
-                break
-            m = getattr(m, "module", m)
+    """`decoder.final_layernorm` of the last model chunk that has one (its `post_process`
+    stage), through Megatron-Core's wrappers (`unwrap_model`: DDP, FSDP, Float16Module); None
+    if absent."""
+    from megatron.core.utils import unwrap_model
+
+    chunks = unwrap_model(list(model) if isinstance(model, list | tuple) else [model])
+    for m in reversed(chunks):
         norm = getattr(getattr(m, "decoder", None), "final_layernorm", None)
         if norm is not None and getattr(m, "post_process", True):
             return norm
     return None
-
-
-@contextlib.contextmanager
-def teed_microbatches(
-    module: Any, pooler: MicrobatchPooler, *, name: str = "get_microbatch_iterator"
-):
-    """Rebind `module.<name>` (a function returning (iterator, *meta)) so its iterator goes through `pooler.tee`."""
-    original = getattr(module, name, None)
-    if original is None:
-        raise RuntimeError(
-            f"{getattr(module, '__name__', module)}.{name} not found; this integration targets "
-            "NeMo-RL 7ea279a (docs/nemo_rl.md)"
-        )
-
-    def wrapped(*args, **kwargs):
-        it, *rest = original(*args, **kwargs)
-        return (pooler.tee(it), *rest)
-
-    setattr(module, name, wrapped)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)

@@ -11,7 +11,7 @@ A NeMo-RL GRPO recipe gains one block:
       method: {...}                # clipo_megatron.core.CLIPOConfig keys (loss_type, temperature, ...)
 
 Recipes (YAML with NeMo-RL's `defaults:` chain and overrides) are loaded by
-`nemo_rl/recipes.py` `load_recipe`; this module checks the merged result.
+`nemo_rl/guard/recipes.py` `load_recipe`; this module checks the merged result.
 """
 
 from __future__ import annotations

@@ -8,66 +8,45 @@
 2. the advantage estimator                    -> `ClipoAdvantageEstimator` around NeMo-RL's GRPO one;
 3. the loss                                   -> `losses.build_policy_loss` for the objective.
 
-Seam 2: NeMo-RL (7ea279a) builds the estimator inside `grpo_train` with the
-module-level `_create_advantage_estimator(master_config)`, looked up at call
-time. `clipo_advantage_estimator_installed` rebinds that name for the
-duration of the run (and restores it), wrapping whatever NeMo-RL builds.
-No NeMo-RL file is edited.
+How 1 and 2 reach inside NeMo-RL (the estimator is built inside `grpo_train`) is the adapter's
+business (`adapter.py`); nothing of NeMo-RL is edited.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
 from typing import Any
 
+from clipo_megatron.nemo_rl.adapter import (
+    GrpoTrainArgs,
+    advantage_estimator_installed,
+    call_grpo_train,
+)
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
 from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunState
 
 
-@contextlib.contextmanager
-def clipo_advantage_estimator_installed(
+def grpo_train_with_clipo(
     grpo_module: Any,
-    policy: Any,
-    cfg: ClipoNemoRLConfig,
+    clipo: ClipoNemoRLConfig,
     state: ClipoRunState,
-    metrics_sink: Callable[[dict, int], None] | None = None,
-):
-    """Rebind `grpo_module._create_advantage_estimator` to wrap its result with CLIPO."""
-    original = getattr(grpo_module, "_create_advantage_estimator", None)
-    if original is None:
-        raise RuntimeError(
-            "nemo_rl.algorithms.grpo._create_advantage_estimator not found: this NeMo-RL differs "
-            "from the commit this integration targets (docs/nemo_rl.md)"
-        )
-
-    def create(master_config):
-        return ClipoAdvantageEstimator(
-            original(master_config), policy.clipo_head_step, cfg, state, metrics_sink=metrics_sink
-        )
-
-    grpo_module._create_advantage_estimator = create
-    try:
-        yield
-    finally:
-        grpo_module._create_advantage_estimator = original
-
-
-def grpo_train_with_clipo(grpo_module, clipo, state, policy, *grpo_train_args) -> None:
-    """NeMo-RL's `grpo_train(policy, *grpo_train_args)` with the CLIPO advantage seam installed.
-
-    `grpo_train_args` are grpo_train's own positional arguments after the policy (generation,
-    dataloaders, tokenizer, loss_fn, envs, logger, checkpointer, save state, master config);
-    the logger (8th of them) also receives the CLIPO metrics under `train/clipo/*` and, in
-    both arms, the verifier's answers per status under `train/verify/*`.
-    """
-    logger = grpo_train_args[7]
+    policy: Any,
+    args: GrpoTrainArgs,
+    *,
+    estimator: type[ClipoAdvantageEstimator] = ClipoAdvantageEstimator,
+) -> None:
+    """NeMo-RL's `grpo_train(policy, *args)` with every advantage estimator it builds wrapped by
+    `estimator` (a subclass observes or extends the step). The run's logger also receives the
+    CLIPO metrics under `train/clipo/*` and, in both arms, the verifier's answers per status
+    under `train/verify/*`."""
 
     def sink(metrics: dict, step: int) -> None:
-        logger.log_metrics(metrics, step, prefix="train")
+        args.logger.log_metrics(metrics, step, prefix="train")
 
-    with clipo_advantage_estimator_installed(grpo_module, policy, clipo, state, sink):
-        grpo_module.grpo_train(policy, *grpo_train_args)
+    def wrap(base: Any) -> ClipoAdvantageEstimator:
+        return estimator(base, policy.clipo_head_step, clipo, state, metrics_sink=sink)
+
+    with advantage_estimator_installed(grpo_module, wrap):
+        call_grpo_train(grpo_module, policy, args)
 
 
 def prepare(config: dict[str, Any]):
@@ -112,13 +91,12 @@ def drop_overlong_prompts(dataset: Any, val_dataset: Any, limit: int) -> None:
 
 
 def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU cluster
-    """Run CLIPO GRPO from a resolved master-config dict (see examples/run_grpo_clipo.py)."""
+    """Run CLIPO GRPO from a resolved master-config dict that passed the preflight
+    (`guard.preflight`: the supported NeMo-RL, its seams, the recipe), as
+    examples/run_grpo_clipo.py does."""
     from clipo_megatron.nemo_rl import require_nemo_rl
 
     require_nemo_rl()
-    from clipo_megatron.nemo_rl.compat import check_supported
-
-    check_supported()  # names the NeMo-RL version before anything is built
     clipo = validate_master_config(config)
     from nemo_rl.algorithms import grpo
     from nemo_rl.distributed.virtual_cluster import init_ray
@@ -149,11 +127,7 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     ) = grpo.setup(master, tokenizer, dataset, val_dataset, policy_factory=policy_cls)
     loss_fn = build_policy_loss(clipo.objective, dict(master.loss_fn))  # as the contract suite
 
-    grpo_train_with_clipo(
-        grpo,
-        clipo,
-        state,
-        policy,
+    args = GrpoTrainArgs(
         policy_generation,
         dataloader,
         val_dataloader,
@@ -166,3 +140,4 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
         grpo_state,
         master,
     )
+    grpo_train_with_clipo(grpo, clipo, state, policy, args)

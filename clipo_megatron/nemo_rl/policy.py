@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Driver-side policy: NeMo-RL's `Policy` with the CLIPO worker extension (via `setup(policy_factory=...)`).
 
-`make_clipo_policy_class(cfg, state)` returns a `Policy` subclass that
+`make_clipo_policy_class(cfg, state)` returns NeMo-RL's `Policy` under `ClipoPolicyMixin`, which
 - builds its workers from `ClipoMegatronPolicyWorker` (`worker_extension_cls_fqn`)
   and registers that class for the mcore venv (`ACTOR_ENVIRONMENT_REGISTRY`);
 - `get_logprobs`: attaches `clipo_sample_idx = arange(B)` to a *copy* of the
@@ -24,10 +24,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from clipo_megatron.nemo_rl.adapter import actor_python_env, policy_class
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.resume_layout import layout_of, save_layout
 from clipo_megatron.nemo_rl.rewards import ClipoRunState, HeadStepResult, assemble_rows
@@ -43,15 +44,6 @@ def collect_head_step(results: list[dict[str, Any]], batch_size: int) -> HeadSte
     )
     metrics: dict[str, Any] = next((r["metrics"] for r in results if r["metrics"]), {})
     return HeadStepResult(rewards=rewards, metrics=dict(metrics))
-
-
-def assemble_pooled(results: list[dict[str, Any]], batch_size: int) -> torch.Tensor:
-    """Per-worker {rows, pooled [b, H]} -> [B, H] in batch order (replicas overwrite alike)."""
-    parts = [r for r in results if r and r["rows"].numel()]
-    out = torch.full((batch_size, parts[0]["pooled"].shape[1]), float("nan"))
-    for r in parts:
-        out[r["rows"].long()] = r["pooled"].float().cpu()
-    return out
 
 
 def step_dir_of(weights_path: str) -> str:
@@ -135,103 +127,105 @@ def warmup_train_result(data, loss_fn) -> dict[str, Any]:
     return {"loss": torch.zeros(1), "grad_norm": torch.zeros(1), "all_mb_metrics": metrics}
 
 
+if TYPE_CHECKING:  # what `super()` reaches: NeMo-RL's Policy, imported lazily at run time
+    from nemo_rl.models.policy.lm_policy import Policy as _PolicyBase
+else:
+    _PolicyBase = object
+
+
+class ClipoPolicyMixin(_PolicyBase):
+    """CLIPO's part of the driver's policy, over NeMo-RL's `Policy` (`make_clipo_policy_class`;
+    `super()` reaches `Policy`). Used with CLIPO on and off, so the baseline runs the same
+    worker code path with the CLIPO methods idle. Set by `make_clipo_policy_class`:"""
+
+    clipo_cfg: ClipoNemoRLConfig
+    clipo_state: ClipoRunState
+    clipo_worker_fqn: str = WORKER_FQN
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("worker_extension_cls_fqn", self.clipo_worker_fqn)
+        super().__init__(*args, **kwargs)
+        cfg, state = self.clipo_cfg, self.clipo_state
+        weights_path = kwargs.get("weights_path")
+        lost = resume_without_optimizer(weights_path, kwargs.get("optimizer_path"))
+        if lost:
+            print(lost, file=sys.stderr)
+        if not cfg.head_runs:  # the baseline: no head built, loaded or saved; the step counter
+            # (the verifier metrics' step) is restored, or a resumed run logs them at step 1
+            saved = load_run_state(step_dir_of(str(weights_path))) if weights_path else None
+            if saved:
+                state.load_state_dict(saved)
+            return
+        # NeMo-RL's worker group takes keyword arguments only (worker_groups.py, "Please use
+        # kwargs instead"): every worker call below names its arguments.
+        self.run_all_workers_single_data("clipo_setup", clipo_cfg=cfg.to_dict())
+        if weights_path:
+            extras = self.run_all_workers_single_data(
+                "clipo_load_head", step_dir=step_dir_of(str(weights_path))
+            )
+            saved = next((e for e in extras if e), None)
+            if saved:
+                state.load_state_dict(saved)
+
+    def get_logprobs(self, data: Any, timer: Any = None) -> Any:
+        if not self.clipo_cfg.head_runs:
+            return super().get_logprobs(data, timer=timer)
+        from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+        tagged = BatchedDataDict(dict(data))
+        tagged[SAMPLE_IDX_KEY] = torch.arange(data.size)
+        return super().get_logprobs(tagged, timer=timer)
+
+    def clipo_head_step(
+        self, correct: torch.Tensor, group_ids: torch.Tensor, step: int
+    ) -> HeadStepResult:
+        results = self.run_all_workers_single_data(
+            "clipo_head_step", correct=correct, group_ids=group_ids, step=step
+        )
+        return collect_head_step(results, int(correct.numel()))
+
+    def train(self, data: Any, loss_fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self.clipo_cfg.policy_updates_at(self.clipo_state.trained_step):
+            return warmup_train_result(data, loss_fn)
+        return super().train(data, loss_fn, *args, **kwargs)
+
+    def save_checkpoint(self, weights_path: str, *args: Any, **kwargs: Any) -> None:
+        super().save_checkpoint(weights_path, *args, **kwargs)
+        step_dir = step_dir_of(weights_path)
+        policy_cfg = getattr(self, "cfg", None)  # NeMo-RL's Policy keeps its config here
+        if isinstance(policy_cfg, dict):  # read by a later resume's preflight (resume_layout)
+            optimizer_path = kwargs.get("optimizer_path", args[0] if args else None)
+            save_layout(
+                step_dir,
+                layout_of(policy_cfg, dp=getattr(self, "data_parallel_size", None)),
+                optimizer_saved=optimizer_path is not None,
+            )
+        if self.clipo_cfg.head_runs:
+            self.run_all_workers_single_data(
+                "clipo_save_head", step_dir=step_dir, extra=self.clipo_state.state_dict()
+            )
+        else:
+            save_run_state(step_dir, self.clipo_state.state_dict())
+
+
 def make_clipo_policy_class(
     cfg: ClipoNemoRLConfig, state: ClipoRunState, *, worker_fqn: str = WORKER_FQN
-):
-    """`worker_fqn`: the worker class (the GPU extension by default; the contract suite passes
-    the same class made CPU-ready in test code). Used with CLIPO on and off, so the baseline runs
-    the same worker code path with the CLIPO methods idle."""
+) -> type:
+    """NeMo-RL's `Policy` under `ClipoPolicyMixin` for this run (`setup(policy_factory=)`).
+    `worker_fqn`: the worker class (the GPU extension by default; the contract suite passes the
+    same class made CPU-ready in test code)."""
     from clipo_megatron.nemo_rl import require_nemo_rl
 
     require_nemo_rl()
-    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
-    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
-    from nemo_rl.models.policy.lm_policy import Policy
-
     if worker_fqn == WORKER_FQN:  # the stock Megatron worker's prefetched venv (worker_env.py)
         from clipo_megatron.nemo_rl.worker_env import register_clipo_worker_env
 
         print(f"[clipo] {register_clipo_worker_env(WORKER_FQN)}")
-    elif worker_fqn not in ACTOR_ENVIRONMENT_REGISTRY:
+    elif actor_python_env(worker_fqn) is None:
         raise ValueError(
             f"worker class {worker_fqn} has no Python environment in NeMo-RL's "
             "ACTOR_ENVIRONMENT_REGISTRY; register it before building the policy"
         )
-
-    class ClipoPolicy(Policy):
-        def __init__(self, *args: Any, **kwargs: Any):
-            kwargs.setdefault("worker_extension_cls_fqn", worker_fqn)
-            super().__init__(*args, **kwargs)
-            self.clipo_cfg = cfg
-            self.clipo_state = state
-            lost = resume_without_optimizer(
-                kwargs.get("weights_path"), kwargs.get("optimizer_path")
-            )
-            if lost:
-                print(lost, file=sys.stderr)
-            if not cfg.head_runs:  # the baseline: no head built, loaded or saved; the step counter
-                # (the verifier metrics' step) is restored, or a resumed run logs them at step 1
-                weights_path = kwargs.get("weights_path")
-                saved = load_run_state(step_dir_of(str(weights_path))) if weights_path else None
-                if saved:
-                    state.load_state_dict(saved)
-                return
-            # NeMo-RL's worker group takes keyword arguments only (worker_groups.py, "Please use
-            # kwargs instead"): every worker call below names its arguments.
-            self.run_all_workers_single_data("clipo_setup", clipo_cfg=cfg.to_dict())
-            weights_path = kwargs.get("weights_path")
-            if weights_path:
-                extras = self.run_all_workers_single_data(
-                    "clipo_load_head", step_dir=step_dir_of(str(weights_path))
-                )
-                saved = next((e for e in extras if e), None)
-                if saved:
-                    state.load_state_dict(saved)
-
-        def get_logprobs(self, data, timer=None):
-            if not cfg.head_runs:
-                return super().get_logprobs(data, timer=timer)
-            tagged = BatchedDataDict(dict(data))
-            tagged[SAMPLE_IDX_KEY] = torch.arange(data.size)
-            if state.trace is not None:  # test hook: the rows the pooled states come from
-                keys = ("input_ids", "input_lengths", "token_mask")
-                state.record(new_step=True, **{k: data[k].clone() for k in keys})
-            return super().get_logprobs(tagged, timer=timer)
-
-        def clipo_head_step(
-            self, correct: torch.Tensor, group_ids: torch.Tensor, step: int
-        ) -> HeadStepResult:
-            results = self.run_all_workers_single_data(
-                "clipo_head_step", correct=correct, group_ids=group_ids, step=step
-            )
-            if state.trace is not None:  # test hook: the pooled states the head saw, batch order
-                pooled = self.run_all_workers_single_data("clipo_last_pooled")
-                state.record(pooled=assemble_pooled(pooled, int(correct.numel())))
-            return collect_head_step(results, int(correct.numel()))
-
-        def train(self, data, loss_fn, *args: Any, **kwargs: Any):
-            if state.trace is not None:  # test hook: the advantages NeMo-RL trains on
-                mask = data["token_mask"] * data["sample_mask"].unsqueeze(-1)  # [B, S]
-                state.record(advantages=data["advantages"].cpu().clone(), advantage_mask=mask)
-            if not cfg.policy_updates_at(state.trained_step):
-                return warmup_train_result(data, loss_fn)
-            return super().train(data, loss_fn, *args, **kwargs)
-
-        def save_checkpoint(self, weights_path: str, *args: Any, **kwargs: Any) -> None:
-            super().save_checkpoint(weights_path, *args, **kwargs)
-            policy_cfg = getattr(self, "cfg", None)  # NeMo-RL's Policy keeps its config here
-            if isinstance(policy_cfg, dict):  # read by a later resume's preflight (resume_layout)
-                optimizer_path = kwargs.get("optimizer_path", args[0] if args else None)
-                save_layout(
-                    step_dir_of(weights_path),
-                    layout_of(policy_cfg, dp=getattr(self, "data_parallel_size", None)),
-                    optimizer_saved=optimizer_path is not None,
-                )
-            if cfg.head_runs:
-                self.run_all_workers_single_data(
-                    "clipo_save_head", step_dir=step_dir_of(weights_path), extra=state.state_dict()
-                )
-            else:
-                save_run_state(step_dir_of(weights_path), state.state_dict())
-
-    return ClipoPolicy
+    return policy_class(
+        ClipoPolicyMixin, clipo_cfg=cfg, clipo_state=state, clipo_worker_fqn=worker_fqn
+    )

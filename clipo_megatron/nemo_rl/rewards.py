@@ -125,16 +125,6 @@ class ClipoRunState:
 
     step: int = 0  # CLIPO steps completed (advantage computations)
     last_metrics: dict[str, float] = field(default_factory=dict)
-    # Test hook (None in production): one dict per step of the per-row values the run used
-    # (rewards, r_CL, group ids, advantages trained on, ...), so a test can recompute them.
-    trace: list[dict[str, Any]] | None = None
-
-    def record(self, *, new_step: bool = False, **values: Any) -> None:
-        """Add per-row values to this step's trace entry (no-op unless tracing)."""
-        if self.trace is not None:
-            if new_step or not self.trace:
-                self.trace.append({})
-            self.trace[-1].update(values)
 
     @property
     def trained_step(self) -> int:
@@ -194,13 +184,6 @@ class ClipoAdvantageEstimator:
         out = self.head_step(correct, group_ids, self.state.step)
         r_cl = out.rewards.to(rewards.device)  # [B]
         shaped = shaped_rewards(rewards, r_cl).to(rewards.dtype)  # [B] r' = r + r_CL
-        self.state.record(
-            prompt_ids=prompt_ids.detach().cpu().clone(),
-            rewards=rewards.detach().cpu().clone(),
-            correct=correct.clone(),
-            group_ids=group_ids.clone(),
-            r_cl=r_cl.detach().cpu().clone(),
-        )
         a_shaped = self.base.compute_advantage(
             prompt_ids=prompt_ids, rewards=shaped, mask=mask, **kwargs
         )  # A(r'), [B, S]

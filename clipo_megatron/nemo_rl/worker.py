@@ -31,8 +31,8 @@ from clipo_megatron.megatron.microbatch_pooler import (  # re-exported: the work
     MicrobatchPooler,
     find_final_norm,
     packed_response_mask,
-    teed_microbatches,
 )
+from clipo_megatron.nemo_rl.adapter import microbatches_teed
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "MicrobatchPooler",
     "find_final_norm",
     "packed_response_mask",
-    "teed_microbatches",
 ]
 
 
@@ -178,7 +177,7 @@ class ClipoWorkerMixin:
             pool_last_token=self._clipo_pool_last_token,
         )
         norm = find_final_norm(self.model) if self._clipo is not None else None
-        with teed_microbatches(self._clipo_iterator_module, pooler), pooler.hooked(norm):
+        with microbatches_teed(self._clipo_iterator_module, pooler), pooler.hooked(norm):
             out = super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)
         if self._clipo is not None:
             self._clipo.record(*pooler.result())

@@ -125,18 +125,17 @@ def register_clipo_worker_env(worker_fqn: str) -> str:
     from clipo_megatron.nemo_rl import require_nemo_rl
 
     require_nemo_rl()
-    from nemo_rl.distributed.ray_actor_environment_registry import (
-        ACTOR_ENVIRONMENT_REGISTRY,
-        get_actor_python_env,
-    )
+    from nemo_rl.distributed.ray_actor_environment_registry import get_actor_python_env
     from nemo_rl.utils.venvs import DEFAULT_VENV_DIR
+
+    from clipo_megatron.nemo_rl.adapter import register_actor_python_env
 
     decision = decide_worker_env(
         get_actor_python_env(STOCK_MEGATRON_WORKER_FQN),
         venv_dir_of(os.environ, DEFAULT_VENV_DIR),
         override=os.environ.get(OVERRIDE_ENV),
     )
-    ACTOR_ENVIRONMENT_REGISTRY[worker_fqn] = decision.py_executable
+    register_actor_python_env(worker_fqn, decision.py_executable)
     root = project_root()
     if root is not None and decision.py_executable != sys.executable:
         os.environ["PYTHONPATH"] = pythonpath_with(str(root), os.environ.get("PYTHONPATH"))

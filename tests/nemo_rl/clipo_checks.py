@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Checks that make the contract suite fail when CLIPO is broken, from the per-row values a run used.
 
-`ClipoRunState.trace` holds, per GRPO step, what the run actually used: the rows of the logprob
+The run's trace (`tracing.Trace`) holds, per GRPO step, what the run actually used: the rows of the logprob
 pass, the pooled states the head saw, NeMo-RL's rewards and prompt rows, r_CL, and the advantages
 `Policy.train` received. Each check recomputes something independently:
 

@@ -5,7 +5,7 @@ Real NeMo-RL pieces: `grpo_train`; the recipe merged with NeMo-RL's parent
 recipe and validated by its pydantic `MasterConfig`; `setup_response_data`
 over the recipe's data sections (the shared parquet files) with this
 project's processor and environment (a Ray actor); `Policy` (our
-`ClipoPolicy` subclass) over a real `RayWorkerGroup` on
+`ClipoPolicyMixin` over it, traced from test code by `tracing`) over a real `RayWorkerGroup` on
 `RayVirtualCluster(use_gpus=False)`; `MegatronGeneration(policy=...)`
 (colocated) and, where it exists, its `MegatronWeightSynchronizer`;
 `StatefulDataLoader` + `rl_collate_fn`; `Logger`; `CheckpointManager` with
@@ -46,7 +46,7 @@ def contract_config(
     """The objective's track-1 recipe (with NeMo-RL's parent merged), shrunk to a CPU run (and to
     the GPU kit's tier 2). `packing`: the recipes' sequence packing (on in both)."""
     from clipo_megatron.core.objectives import get_objective
-    from clipo_megatron.nemo_rl.recipes import load_recipe
+    from clipo_megatron.nemo_rl.guard.recipes import load_recipe
 
     prompts, gens = 2, 8
     overrides = [
@@ -137,12 +137,14 @@ def run_grpo(
     from nemo_rl.utils.logger import Logger
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from clipo_megatron.nemo_rl.compat import check_supported
+    from clipo_megatron.nemo_rl.adapter import GrpoTrainArgs
     from clipo_megatron.nemo_rl.config import validate_master_config
     from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo, prepare
+    from clipo_megatron.nemo_rl.guard.compat import check_supported
     from clipo_megatron.nemo_rl.losses import build_policy_loss
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
     from clipo_megatron.nemo_rl.rewards import ClipoRunState
+    from tests.nemo_rl.tracing import Trace, tracing_estimator, tracing_policy_class
 
     if not use_gpus:
         from tests.nemo_rl.real_worker.build import cpu_policy_config
@@ -172,8 +174,11 @@ def run_grpo(
         num_gpus_per_node=world,
         name="clipo_gpu" if use_gpus else "clipo_cpu",
     )
-    state = ClipoRunState(trace=[])  # the per-row values of every step, for the checks
-    policy = make_clipo_policy_class(clipo, state, worker_fqn=worker_fqn)(
+    state, trace = ClipoRunState(), Trace()  # the per-row values of every step, for the checks
+    policy_cls = tracing_policy_class(
+        make_clipo_policy_class(clipo, state, worker_fqn=worker_fqn), trace
+    )
+    policy = policy_cls(
         cluster=cluster,
         config=master.policy,
         tokenizer=tokenizer,
@@ -214,11 +219,7 @@ def run_grpo(
     logger.log_metrics = log_metrics
 
     try:
-        grpo_train_with_clipo(
-            grpo,
-            clipo,
-            state,
-            policy,
+        args = GrpoTrainArgs(
             generation,
             dataloader,
             val_dataloader,
@@ -231,6 +232,7 @@ def run_grpo(
             save_state,
             master,
         )
+        grpo_train_with_clipo(grpo, clipo, state, policy, args, estimator=tracing_estimator(trace))
         head = policy.run_all_workers_single_data("clipo_head_state") if clipo.head_runs else None
         packed_streams = (  # the CPU worker counts the packed streams it ran
             None if use_gpus else sum(policy.run_all_workers_single_data("packed_stream_count"))
@@ -246,7 +248,7 @@ def run_grpo(
         "clipo_step": state.step,
         "head": head,
         "head_at_start": head_at_start,
-        "trace": state.trace,
+        "trace": trace,
         "packed_streams": packed_streams,
         "resumed_from": None if last is None else os.path.basename(str(last)),
     }

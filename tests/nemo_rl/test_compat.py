@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from clipo_megatron.nemo_rl import compat
+from clipo_megatron.nemo_rl.guard import compat
 from tests.nemo_rl.fake_nemo_rl import write_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,7 +215,7 @@ def test_real_checkouts_are_identified_by_commit(no_vcs):
         pytest.skip(f"{CHECKOUTS_ENV} is not set: {CHECKOUTS_ENV}=<NeMo-RL checkout>[:<another>]")
     code = (
         "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
-        "from clipo_megatron.nemo_rl.compat import detect\n"
+        "from clipo_megatron.nemo_rl.guard.compat import detect\n"
         "f = detect(); print(f.name, f.commit, f.version)\n"
     )
     for checkout in _checkouts():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
-from clipo_megatron.nemo_rl.recipes import load_recipe
+from clipo_megatron.nemo_rl.guard.recipes import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "configs"

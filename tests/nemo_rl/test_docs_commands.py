@@ -39,7 +39,7 @@ def test_a_documented_dry_run_works_as_written(command, tmp_path):
 
 
 def test_one_default_data_folder_in_scripts_recipes_and_preflight(monkeypatch):
-    from clipo_megatron.nemo_rl.preflight import check_cluster_env
+    from clipo_megatron.nemo_rl.guard.preflight import check_cluster_env
 
     monkeypatch.delenv("CLIPO_DATA_DIR", raising=False)
     recipes = (ROOT / "examples" / "configs").rglob("*.yaml")

@@ -120,7 +120,7 @@ def test_recipe_verifier_keys_checked_before_anything_starts():
     from pathlib import Path
 
     from clipo_megatron.nemo_rl.config import validate_master_config
-    from clipo_megatron.nemo_rl.recipes import load_recipe
+    from clipo_megatron.nemo_rl.guard.recipes import load_recipe
 
     recipe = Path(__file__).resolve().parents[2] / "examples" / "configs" / "track1_qwen3b.yaml"
     validate_master_config(load_recipe(recipe, ["+env.clipo_math.timeout=5"]))

@@ -16,7 +16,7 @@ import pytest
 
 from clipo_megatron.nemo_rl.config import validate_master_config, with_env_grader
 from clipo_megatron.nemo_rl.env_grading import EnvSettings, grade_messages
-from clipo_megatron.nemo_rl.recipes import load_recipe
+from clipo_megatron.nemo_rl.guard.recipes import load_recipe
 from clipo_megatron.verify.pool import VerifierPool
 from tests.nemo_rl.test_contract import contract_model, nemo_rl_cpu  # noqa: F401 (fixtures)
 
@@ -63,7 +63,7 @@ def test_the_preflight_names_a_missing_pylatexenc(monkeypatch):
     in one line, not every answer with a backslash in the middle of a run."""
     import importlib.util
 
-    from clipo_megatron.nemo_rl import preflight as pf
+    from clipo_megatron.nemo_rl.guard import preflight as pf
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(

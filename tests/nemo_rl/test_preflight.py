@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from clipo_megatron.nemo_rl import preflight as pf
-from clipo_megatron.nemo_rl.preflight_data import check_files, check_overlap
-from clipo_megatron.nemo_rl.preflight_parallel import (
+from clipo_megatron.nemo_rl.guard import preflight as pf
+from clipo_megatron.nemo_rl.guard.preflight_data import check_files, check_overlap
+from clipo_megatron.nemo_rl.guard.preflight_parallel import (
     KNOWN_MODELS,
     check_parallel,
     min_sequence_multiple,
     model_shape,
 )
-from clipo_megatron.nemo_rl.recipes import load_recipe
+from clipo_megatron.nemo_rl.guard.recipes import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "configs"
@@ -94,7 +94,7 @@ def test_failure2_resolvers_coexist_with_nemo_rls():
     whichever runs first, the other must not raise "resolver already registered"."""
     from omegaconf import OmegaConf
 
-    from clipo_megatron.nemo_rl.recipes import RESOLVERS, _register_resolvers
+    from clipo_megatron.nemo_rl.guard.recipes import RESOLVERS, _register_resolvers
 
     _register_resolvers()
     for name in ("add", "mul", "div", "max"):  # NeMo-RL's register_omegaconf_resolvers, verbatim
@@ -438,7 +438,7 @@ def test_built_in_table_matches_the_published_configs():
 
 
 def test_unsupported_nemo_rl_is_a_problem(monkeypatch):
-    from clipo_megatron.nemo_rl import compat
+    from clipo_megatron.nemo_rl.guard import compat
 
     def unsupported():
         raise compat.UnsupportedNemoRLError(
@@ -479,7 +479,7 @@ def test_master_config_errors_are_one_line_each():
     reason="needs a NeMo-RL checkout importable",
 )
 def test_real_master_config_rejects_a_bad_value():
-    from clipo_megatron.nemo_rl.recipes import nemo_rl_root
+    from clipo_megatron.nemo_rl.guard.recipes import nemo_rl_root
 
     assert nemo_rl_root() is not None
     cfg = _track1()

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("omegaconf")
 
-from clipo_megatron.nemo_rl import preflight as pf  # noqa: E402
+from clipo_megatron.nemo_rl.guard import preflight as pf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "configs"
@@ -131,7 +131,7 @@ def test_a_broken_recipe_file_is_one_problem(tmp_path, content, said):
 
 
 def _seams(path: Path) -> subprocess.CompletedProcess:
-    run = [sys.executable, "-m", "clipo_megatron.nemo_rl.seams", str(path)]
+    run = [sys.executable, "-m", "clipo_megatron.nemo_rl.guard.seams", str(path)]
     return subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 

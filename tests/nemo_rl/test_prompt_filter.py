@@ -15,6 +15,7 @@ import pytest
 
 from clipo_megatron.nemo_rl import prompt_filter as pfl
 from clipo_megatron.nemo_rl.data import MATH_INSTRUCTION, PROCESSORS
+from clipo_megatron.nemo_rl.guard import prompt_count
 from tests.nemo_rl.test_data import _Tok
 
 WRAP = len("<u>") + len("<a>")
@@ -140,9 +141,11 @@ def _config(tmp_path, ks, limit):
 
 def test_the_preflight_counts_with_the_runs_tokenizer(tmp_path, monkeypatch):
     asked = []
-    monkeypatch.setattr(pfl, "load_tokenizer", lambda name: asked.append(name) or _Tok())
+    monkeypatch.setattr(prompt_count, "load_tokenizer", lambda name: asked.append(name) or _Tok())
     config = _config(tmp_path, [10, 20, 30, 40], _length(20))
-    assert pfl.preflight_line(config) == f"dropped 2 of 4 prompts over {_length(20)} tokens"
+    assert (
+        prompt_count.preflight_line(config) == f"dropped 2 of 4 prompts over {_length(20)} tokens"
+    )
     assert asked == ["Qwen/Qwen2.5-7B-Instruct"]
 
 
@@ -150,17 +153,17 @@ def test_without_the_tokenizer_the_preflight_says_so(tmp_path, monkeypatch):
     def missing(name):
         raise OSError(f"{name} not in the cache")
 
-    monkeypatch.setattr(pfl, "load_tokenizer", missing)
-    line = pfl.preflight_line(_config(tmp_path, [10], 512))
+    monkeypatch.setattr(prompt_count, "load_tokenizer", missing)
+    line = prompt_count.preflight_line(_config(tmp_path, [10], 512))
     assert line.startswith("prompts over 512 tokens are dropped at the start of the run; ")
     assert "not counted here: tokenizer 'Qwen/Qwen2.5-7B-Instruct' is not available" in line
 
 
 def test_data_it_cannot_read_is_left_to_the_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(pfl, "load_tokenizer", lambda name: _Tok())
+    monkeypatch.setattr(prompt_count, "load_tokenizer", lambda name: _Tok())
     config = _config(tmp_path, [10], 512)
     config["data"]["train"] = {"data_path": "openai/gsm8k", "processor": "clipo_gsm8k"}
-    assert pfl.preflight_line(config) == (
+    assert prompt_count.preflight_line(config) == (
         "prompts over 512 tokens are dropped at the start of the run; not counted here: "
         "data.train is not a local parquet file with a clipo_* processor"
     )

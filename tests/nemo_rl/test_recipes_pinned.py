@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from clipo_megatron.nemo_rl.recipes import nemo_rl_root
+from clipo_megatron.nemo_rl.guard.recipes import nemo_rl_root
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "configs"
@@ -114,7 +114,7 @@ def test_pinned_leg_runs_nemo_rls_omegaconf():
 @needs_data
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_every_recipe_passes_validate_only(recipe, monkeypatch):
-    from clipo_megatron.nemo_rl import preflight as pf
+    from clipo_megatron.nemo_rl.guard import preflight as pf
 
     monkeypatch.setenv("CLIPO_DATA_DIR", str(DATA))
     monkeypatch.delenv("NEMO_RL_ROOT", raising=False)
@@ -127,7 +127,7 @@ def test_every_recipe_passes_validate_only(recipe, monkeypatch):
 @needs_data
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_every_recipe_with_nemo_rls_parent(recipe, nemo_rl_parent, monkeypatch):
-    from clipo_megatron.nemo_rl import preflight as pf
+    from clipo_megatron.nemo_rl.guard import preflight as pf
 
     monkeypatch.setenv("CLIPO_DATA_DIR", str(DATA))
     report = pf.preflight(recipe, cluster_env=False)
@@ -186,7 +186,7 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 
 def _recipe(path: Path) -> dict:
-    from clipo_megatron.nemo_rl.recipes import load_recipe
+    from clipo_megatron.nemo_rl.guard.recipes import load_recipe
 
     return load_recipe(path)
 
@@ -265,14 +265,14 @@ def test_the_preflight_counts_the_authors_math_file(monkeypatch):
     counts the rows of math75 over 512 tokens, as a direct count of the file gives."""
     import pyarrow.parquet as pq
 
-    from clipo_megatron.nemo_rl import preflight as pf
-    from clipo_megatron.nemo_rl import prompt_filter
+    from clipo_megatron.nemo_rl.guard import preflight as pf
+    from clipo_megatron.nemo_rl.guard import prompt_count
     from tests.nemo_rl.test_data import _Tok
 
     monkeypatch.setenv("CLIPO_DATA_DIR", str(DATA))
     monkeypatch.delenv("NEMO_RL_ROOT", raising=False)
     monkeypatch.setattr(pf, "nemo_rl_importable", lambda: False)
-    monkeypatch.setattr(prompt_filter, "load_tokenizer", lambda name: _Tok())
+    monkeypatch.setattr(prompt_count, "load_tokenizer", lambda name: _Tok())
     report = pf.preflight(REPRO / "track2_grpo_clipo.yaml", cluster_env=False)
     prompts = pq.read_table(DATA / "train" / "math75.parquet").column("prompt").to_pylist()
     over = sum(len("<u>" + p[-1]["content"] + "<a>") > 512 for p in prompts)
@@ -299,7 +299,7 @@ def test_recommended_recipes_keep_the_projects_settings(recipe, monkeypatch):
 def test_a_child_list_replaces_a_parent_mapping(tmp_path):
     """`data.validation` is one set in a parent recipe and a list of sets in a child: the child's
     list replaces it (OmegaConf alone refuses the merge); interpolations still resolve."""
-    from clipo_megatron.nemo_rl.recipes import load_recipe
+    from clipo_megatron.nemo_rl.guard.recipes import load_recipe
 
     (tmp_path / "parent.yaml").write_text(
         "root: /d\ndata:\n  validation: {data_path: '${root}/a.parquet', processor: p}\n"

@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The seam check (`clipo_megatron.nemo_rl.seams`): every seam in place at NeMo-RL 7ea279a and
+"""The seam check (`clipo_megatron.nemo_rl.guard.seams`): every seam in place at NeMo-RL 7ea279a and
 v0.7.0, and each seam moved on purpose in a copy gives exactly one line naming it.
 
 Two kinds of tree: the fake one (`fake_nemo_rl.py`, written to tmp_path; runs in CI) and real
@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from clipo_megatron.nemo_rl import seams
-from clipo_megatron.nemo_rl.seam_checks import GRPO, POLICY, WORKER
+from clipo_megatron.nemo_rl import adapter
+from clipo_megatron.nemo_rl.guard import seams
+from clipo_megatron.nemo_rl.guard.seam_checks import GRPO, POLICY, WORKER
 from tests.nemo_rl.fake_nemo_rl import write_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,17 +113,17 @@ def replace_everywhere(rel: str, old: str, new: str):
 def move_estimator(*, keep_name: bool):
     """Move `_create_advantage_estimator` out of grpo.py into advantage_estimator.py; grpo.py
     imports it back (`keep_name`: under the same name, which keeps the seam; else renamed)."""
-    new = seams.ESTIMATOR if keep_name else "create_advantage_estimator"
+    new = adapter.ESTIMATOR if keep_name else "create_advantage_estimator"
 
     def apply(pkg: Path) -> None:
         grpo = pkg / GRPO
-        fn = _node(grpo, seams.ESTIMATOR)
+        fn = _node(grpo, adapter.ESTIMATOR)
         lines = grpo.read_text().splitlines(keepends=True)
-        body = "".join(lines[fn.lineno - 1 : fn.end_lineno]).replace(seams.ESTIMATOR, new, 1)
+        body = "".join(lines[fn.lineno - 1 : fn.end_lineno]).replace(adapter.ESTIMATOR, new, 1)
         rest = "".join(lines[: fn.lineno - 1] + lines[fn.end_lineno :])
         target = pkg / "algorithms" / "advantage_estimator.py"
         target.write_text(target.read_text() + "\n\n" + body)
-        rest = rest.replace(f"{seams.ESTIMATOR}(", f"{new}(")
+        rest = rest.replace(f"{adapter.ESTIMATOR}(", f"{new}(")
         grpo.write_text(f"{rest}\nfrom nemo_rl.algorithms.advantage_estimator import {new}\n")
 
     return apply
@@ -250,11 +251,11 @@ def test_the_live_signature_is_checked_where_the_module_is_imported(tmp_path, mo
 
 
 def test_the_seam_table_covers_what_the_project_overrides():
-    """A new override in ClipoWorkerMixin / ClipoPolicy needs a seam (else nothing checks it)."""
+    """A new override in ClipoWorkerMixin / ClipoPolicyMixin needs a seam (else nothing checks it)."""
     overrides = {
         f"{cls}.{n.name}"
         for path, cls, ours in ((ROOT / "clipo_megatron/nemo_rl/worker.py", "worker", "ClipoWorkerMixin"),
-                                (ROOT / "clipo_megatron/nemo_rl/policy.py", "Policy", "ClipoPolicy"))
+                                (ROOT / "clipo_megatron/nemo_rl/policy.py", "Policy", "ClipoPolicyMixin"))
         for c in ast.walk(ast.parse(path.read_text()))
         if isinstance(c, ast.ClassDef) and c.name == ours
         for n in c.body
@@ -268,7 +269,7 @@ def test_the_seam_table_covers_what_the_project_overrides():
 
 def test_cli(tmp_path):
     pkg = write_tree(tmp_path / "nemo_rl")
-    run = [sys.executable, "-m", "clipo_megatron.nemo_rl.seams", str(tmp_path)]
+    run = [sys.executable, "-m", "clipo_megatron.nemo_rl.guard.seams", str(tmp_path)]
     out = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("all ") and "seams in place" in out.stdout
     drop_param(WORKER, "MegatronPolicyWorkerImpl.get_logprobs", "micro_batch_size")(pkg)
@@ -334,7 +335,7 @@ def test_the_live_check_reads_the_code_not_a_signature_ray_pasted_on_it():
     """In a process that made NeMo-RL's actor class, the base worker's get_logprobs reports Ray's
     `(*, _ray_trace_ctx=None, **kwargs)`; the seam is the code's signature (a false 'moved' seam
     stopped NeMo-RL's real grpo_train over the real worker after its last step)."""
-    from clipo_megatron.nemo_rl.seam_source import live_params
+    from clipo_megatron.source_match.source import live_params
 
     def get_logprobs(self, *, data, micro_batch_size=None, timer=None):
         return data
@@ -351,7 +352,7 @@ def test_the_live_check_reads_the_code_not_a_signature_ray_pasted_on_it():
 
 
 def test_the_live_check_still_reads_a_real_change_under_ray():
-    from clipo_megatron.nemo_rl.seam_source import live_params
+    from clipo_megatron.source_match.source import live_params
 
     def get_logprobs(self, *, batch, timer=None):  # `data` renamed: a real move
         return batch

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from clipo_megatron.nemo_rl import preflight as pf
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+from clipo_megatron.nemo_rl.guard import preflight as pf
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "examples/configs/track1_qwen3b.yaml"

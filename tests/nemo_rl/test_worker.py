@@ -161,9 +161,27 @@ def test_head_not_in_model_state_dict():
     attach_head(m, _head())  # even hung on the model (engineer A's helper), it is not registered
     assert set(m.state_dict()) == keys
     assert find_final_norm([torch.nn.Module(), m]) is m.decoder.final_layernorm
-    wrapped = torch.nn.Module()
-    wrapped.module = m
-    assert find_final_norm(wrapped) is m.decoder.final_layernorm
+
+
+def test_the_final_norm_is_found_through_megatron_cores_wrappers():
+    """NeMo-RL's worker holds [DDP(Float16Module(GPTModel))] chunks (bf16): Megatron-Core's
+    `unwrap_model` reaches the model; a stage without `post_process` has no norm to hook."""
+    from megatron.core.transformer.module import Float16Module
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    class Model(torch.nn.Module):
+        def __init__(self, post_process: bool):
+            super().__init__()
+            self.post_process = post_process
+            self.decoder = torch.nn.Module()
+            self.decoder.final_layernorm = torch.nn.LayerNorm(4)
+
+    config = TransformerConfig(num_layers=1, hidden_size=4, num_attention_heads=1, bf16=True)
+    first, last = Model(post_process=False), Model(post_process=True)
+    chunks = [Float16Module(config, first), Float16Module(config, last)]
+    assert find_final_norm(chunks) is last.decoder.final_layernorm
+    assert find_final_norm(chunks[0]) is None
+    assert find_final_norm(torch.nn.Linear(2, 2)) is None
 
 
 def _dp_worker(rank, world, rows_per_rank):

@@ -111,7 +111,7 @@ def test_the_defaults_and_the_shipped_recipes_pass():
 
 
 def _master() -> dict:
-    from clipo_megatron.nemo_rl.recipes import load_recipe
+    from clipo_megatron.nemo_rl.guard.recipes import load_recipe
 
     return copy.deepcopy(load_recipe(ROOT / "examples" / "configs" / "track1_qwen3b.yaml"))
 

@@ -2,7 +2,8 @@
 """The source lines `cpu_patches` stands in for, one `Patch` each, and the check that finds them.
 
 Each `Patch` names the NeMo-RL / Megatron-Bridge / Megatron-Core line it replaces on a CPU run;
-`check_sources()` finds that line in the checkouts (NEMO_RL_SRC, BRIDGE_SRC, MEGATRON_LM_SRC) and
+`check_sources()` finds that line in the checkouts (with `clipo_megatron.source_match`, the
+reader the product's NeMo-RL seams use) (NEMO_RL_SRC, BRIDGE_SRC, MEGATRON_LM_SRC) and
 fails with the patch and file when an update moved it, so a patch never silently stops matching
 the code it replaces.
 """
@@ -183,20 +184,23 @@ class SeamMoved(AssertionError):
 
 
 def locate(p: Patch) -> str:
-    """'<file>:<line>' where the patched source line is; SeamMoved when it is gone."""
+    """'<file>:<line>' where the patched source line is (found by the product's source reader,
+    `clipo_megatron.source_match`); SeamMoved when it is gone."""
+    from clipo_megatron.source_match import Absent, Source
+
     root, rel = p.where.split(":", 1)
     path = _root(root) / rel
-    if not path.exists():
+    try:
+        return f"{path}:{Source(_root(root)).line(rel, p.line)}"
+    except Absent as e:
+        if e.symbol is None:
+            raise SeamMoved(
+                f"patch {p.name}: {path} does not exist (was {p.where}); update patch_lines"
+            ) from None
         raise SeamMoved(
-            f"patch {p.name}: {path} does not exist (was {p.where}); update patch_lines"
-        )
-    for i, text in enumerate(path.read_text().splitlines(), 1):
-        if p.line in text:
-            return f"{path}:{i}"
-    raise SeamMoved(
-        f"patch {p.name}: `{p.line}` is no longer in {path}: the code it stands in for moved; "
-        "update tests/nemo_rl/real_worker/patch_lines.py and cpu_patches.py"
-    )
+            f"patch {p.name}: `{p.line}` is no longer in {path}: the code it stands in for moved; "
+            "update tests/nemo_rl/real_worker/patch_lines.py and cpu_patches.py"
+        ) from None
 
 
 def check_sources() -> dict[str, str]:

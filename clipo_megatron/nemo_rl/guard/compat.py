@@ -40,7 +40,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from clipo_megatron.nemo_rl import seams
+from clipo_megatron.nemo_rl.guard import seams
 
 SUPPORTED = {
     "v0.7.0": "release v0.7.0 (2026-07-28)",

@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Reading NeMo-RL's source without importing it: module-level names, classes, methods, calls,
-and signatures in one form whether read by `ast` or from a live object by `inspect`
-(for `seams.py`)."""
+"""Reading a package's source without importing it: module-level names, classes, methods, calls,
+source lines, and signatures in one form whether read by `ast` or from a live object by
+`inspect`."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class Absent(Exception):
 
 
 class Source:
-    """NeMo-RL's files under `pkg` (the `nemo_rl/` directory), parsed on first use."""
+    """A package's files under `pkg` (NeMo-RL's `nemo_rl/` directory, say), parsed on first use."""
 
     def __init__(self, pkg: Path):
         self.pkg = pkg
@@ -37,6 +37,17 @@ class Source:
         if found is None:
             raise Absent(rel, None)
         return found
+
+    def line(self, rel: str, text: str) -> int:
+        """The number (from 1) of the first line of `rel` that contains `text`; Absent when the
+        file or the text is not there."""
+        path = self.pkg / rel
+        if not path.is_file():
+            raise Absent(rel, None)
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if text in line:
+                return number
+        raise Absent(rel, text)
 
     def bindings(self, rel: str) -> dict[str, ast.AST]:
         """Module-level names (defs, classes, assignments, imports; also inside if / try)."""

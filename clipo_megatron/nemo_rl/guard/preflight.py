@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
-from clipo_megatron.nemo_rl.preflight_data import check_files, check_overlap
-from clipo_megatron.nemo_rl.preflight_parallel import check_parallel
+from clipo_megatron.nemo_rl.guard.preflight_data import check_files, check_overlap
+from clipo_megatron.nemo_rl.guard.preflight_parallel import check_parallel
+from clipo_megatron.nemo_rl.guard.recipes import NEMO_RL_PREFIX, load_recipe, nemo_rl_root
 from clipo_megatron.nemo_rl.recipe_keys import interpolated_keys, knob_problems
-from clipo_megatron.nemo_rl.recipes import NEMO_RL_PREFIX, load_recipe, nemo_rl_root
 from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
 
 
@@ -70,7 +70,7 @@ def _one_line(e: BaseException) -> str:
 def check_nemo_rl(config: dict[str, Any]) -> list[str]:
     """The installed NeMo-RL is supported, its seams are in place (one line per moved seam), and
     it accepts the config (its pydantic MasterConfig)."""
-    from clipo_megatron.nemo_rl.compat import (
+    from clipo_megatron.nemo_rl.guard.compat import (
         SeamsMovedError,
         UnsupportedNemoRLError,
         check_supported,
@@ -200,7 +200,7 @@ def preflight_config(
         report.problems += [p for p in problems if p and p not in report.problems]
         report.warnings += warnings
     if report.ok and report.clipo is not None and report.clipo.drop_overlong_prompts:
-        from clipo_megatron.nemo_rl.prompt_filter import preflight_line
+        from clipo_megatron.nemo_rl.guard.prompt_count import preflight_line
 
         try:
             report.prompt_filter = preflight_line(config)

@@ -11,7 +11,7 @@ stand-ins, not imports guarded by `except ImportError`). The source is parsed, n
 the worker module needs Megatron-Bridge, absent on most login nodes; a module that is already
 imported (the driver imports grpo and lm_policy) has its live signatures checked as well.
 
-    python -m clipo_megatron.nemo_rl.seams <NeMo-RL checkout or its nemo_rl/ directory>
+    python -m clipo_megatron.nemo_rl.guard.seams <NeMo-RL checkout or its nemo_rl/ directory>
 """
 
 from __future__ import annotations
@@ -19,34 +19,25 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from clipo_megatron.nemo_rl.seam_checks import (
-    ESTIMATOR,
-    GRPO,
-    ITERATOR,
+from clipo_megatron.nemo_rl import adapter
+from clipo_megatron.nemo_rl.guard.seam_checks import (
     LOSS,
     POLICY,
     WORKER,
     WORKER_CLS,
-    Absent,
-    Seam,
-    Source,
-    check_estimator,
     check_estimator_call,
-    check_grpo_train_args,
-    check_iterator,
     check_loss_enums,
     check_loss_input,
     check_microbatch,
     check_no_clash,
-    check_policy_factory,
     check_runtime_env,
     check_worker_attrs,
     check_worker_class,
-    method_seam,
 )
-from clipo_megatron.nemo_rl.seam_imports import import_seams
+from clipo_megatron.nemo_rl.guard.seam_imports import import_seams
+from clipo_megatron.source_match import Seam, Source, method_seam, moved_seams
 
-_W, _P, _D = "worker_extension.py", "policy.py (ClipoPolicy)", "driver.py"
+_W, _P = "worker_extension.py", "policy.py (ClipoPolicyMixin)"
 _SUPPORTED = "or install a supported NeMo-RL (v0.7.0, main@7ea279a; docs/nemo_rl.md)"
 
 
@@ -69,16 +60,6 @@ SEAMS: tuple[Seam, ...] = (
         "ClipoWorkerMixin.get_logprobs (worker.py) overrides it: pass what it takes now",
         keywords=("data", "micro_batch_size"),
         complete=False,
-    ),  # fmt: skip
-    Seam(
-        "microbatch iterator",
-        WORKER,
-        f"{ITERATOR}, module level",
-        f"get_logprobs calling the "
-        f"module-level {ITERATOR} by that name and unpacking (iterator, *meta)",
-        f"ClipoMegatronPolicyWorkerImpl._clipo_iterator_module ({_W}) and teed_microbatches' "
-        "name wrap it: point them at what get_logprobs calls now",
-        check_iterator,
     ),  # fmt: skip
     Seam(
         "microbatch fields",
@@ -158,24 +139,6 @@ SEAMS: tuple[Seam, ...] = (
         positional=("method_name",),
         var_kw=True,
     ),  # fmt: skip
-    Seam(
-        "policy factory",
-        GRPO,
-        "setup",
-        "setup(..., policy_factory=) building the policy with weights_path=",
-        f"{_D} passes ClipoPolicy as policy_factory",
-        check_policy_factory,
-    ),
-    Seam(
-        "advantage estimator",
-        GRPO,
-        f"{ESTIMATOR}, module level",
-        "grpo_train building its "
-        f"estimator with the module-level {ESTIMATOR}(master_config), looked up by that name",
-        f"clipo_advantage_estimator_installed ({_D}) rebinds it: point it at what grpo_train "
-        "calls now",
-        check_estimator,
-    ),  # fmt: skip
     method_seam(
         "estimator protocol",
         "algorithms/advantage_estimator.py",
@@ -188,21 +151,12 @@ SEAMS: tuple[Seam, ...] = (
     ),
     Seam(
         "estimator call",
-        GRPO,
+        adapter.GRPO,
         "grpo_train",
         "compute_advantage(prompt_ids, rewards, mask, ...)",
         "ClipoAdvantageEstimator.compute_advantage (rewards.py) takes those",
         check_estimator_call,
     ),
-    Seam(
-        "grpo_train arguments",
-        GRPO,
-        "grpo_train",
-        "grpo_train(policy, ..., logger as the 9th,"
-        " checkpointer, save_state, master_config as the 12th)",
-        f"grpo_train_with_clipo ({_D}) passes them by position and reads the logger",
-        check_grpo_train_args,
-    ),  # fmt: skip
     Seam(
         "loss enums",
         LOSS,
@@ -233,7 +187,8 @@ SEAMS: tuple[Seam, ...] = (
 
 
 def all_seams() -> list[Seam]:
-    return [*SEAMS, *import_seams()]
+    """The integration's seams (`SEAMS`), the adapter's rebindings, every NeMo-RL import."""
+    return [*SEAMS, *adapter.SEAMS, *import_seams()]
 
 
 def _line(seam: Seam, expect: str, where: str, found: str) -> str:
@@ -243,32 +198,16 @@ def _line(seam: Seam, expect: str, where: str, found: str) -> str:
 
 def check(pkg_dir: str | Path) -> list[str]:
     """One line per moved seam of the NeMo-RL package at `pkg_dir` (its nemo_rl/ directory)."""
-    src, lines, seen = Source(Path(pkg_dir)), [], set()
-    for seam in all_seams():
-        try:
-            found = seam.check(src)
-        except Absent as e:  # named once, by the first seam that needs the missing piece
-            if (e.rel, e.symbol) not in seen:
-                seen.add((e.rel, e.symbol))
-                near = f" (similar: {', '.join(e.near)})" if e.near else ""
-                what, found = (
-                    (e.symbol, f"no {e.symbol}{near}") if e.symbol else ("the file", "none")
-                )
-                lines.append(_line(seam, what, e.rel, found))
-            continue
-        except SyntaxError as e:
-            found = f"unparseable source ({e.msg}, line {e.lineno}; NeMo-RL needs Python >= 3.12)"
-        except Exception as e:  # name the seam; never crash the preflight
-            found = f"unreadable source ({type(e).__name__}: {e})"
-        if found is not None:
-            lines.append(_line(seam, seam.expect, f"{seam.rel} ({seam.symbol})", found))
-    return lines
+    return [_line(*moved) for moved in moved_seams(all_seams(), Source(Path(pkg_dir)))]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m clipo_megatron.nemo_rl.seams <NeMo-RL checkout>", file=sys.stderr)
+        print(
+            "usage: python -m clipo_megatron.nemo_rl.guard.seams <NeMo-RL checkout>",
+            file=sys.stderr,
+        )
         return 2
     given = Path(args[0])
     pkg = given / "nemo_rl" if (given / "nemo_rl").is_dir() else given

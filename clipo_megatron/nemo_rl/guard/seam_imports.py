@@ -10,9 +10,9 @@ import ast
 import functools
 from pathlib import Path
 
-from clipo_megatron.nemo_rl.seam_checks import Seam, Source
+from clipo_megatron.source_match import Seam, Source
 
-_HERE = Path(__file__).resolve().parent  # the integration's modules: clipo_megatron/nemo_rl/
+_INTEGRATION = Path(__file__).resolve().parents[1]  # clipo_megatron/nemo_rl/, guard/ included
 
 
 def import_seam(module: str, name: str, where: str) -> Seam:
@@ -29,10 +29,10 @@ def import_seam(module: str, name: str, where: str) -> Seam:
 
 
 @functools.cache  # the product's own source: read once per process
-def import_seams(root: Path = _HERE) -> tuple[Seam, ...]:
+def import_seams(root: Path = _INTEGRATION) -> tuple[Seam, ...]:
     """Every `from nemo_rl... import x` of the product modules (not cpu_*: the CPU stand-ins)."""
     seams: dict[tuple[str, str], Seam] = {}
-    for path in sorted(root.glob("*.py")):
+    for path in sorted(root.rglob("*.py")):
         if path.name.startswith("cpu_"):
             continue
         tree = ast.parse(path.read_text())

@@ -1,0 +1,203 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Every place the integration binds NeMo-RL's internals, each beside the seam that guards it.
+
+NeMo-RL 7ea279a and v0.7.0 (the supported versions, `guard/compat.py`) declare no extension
+point for these, so they are bound here and nowhere else; moving to NeMo-RL's declared points
+(its `worker_extension_cls_fqn` for the worker, an estimator hook, ...) changes this module
+alone. Nothing of NeMo-RL is edited on disk, and every rebinding is undone when its `with`
+ends. `SEAMS` are checked in NeMo-RL's source before a run, with the rest (`guard/seams.py`):
+
+1. the advantage estimator: `grpo_train` builds it with the module-level
+   `_create_advantage_estimator(master_config)`, looked up at call time;
+2. the logprob pass's microbatches: the Megatron worker's `get_logprobs` reads them from its
+   module's `get_microbatch_iterator`, returning (iterator, *meta);
+3. `grpo_train`'s positional arguments (`GrpoTrainArgs`, in its order);
+4. the policy: NeMo-RL's `Policy` under the CLIPO mixin, for `setup(policy_factory=)`, and the
+   worker class's Python environment in NeMo-RL's actor registry.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from typing import Any
+
+from clipo_megatron.source_match import Seam, Source, rebindable
+from clipo_megatron.source_match.source import ast_params, calls, render
+
+GRPO = "algorithms/grpo.py"
+WORKER = "models/policy/workers/megatron_policy_worker.py"
+WORKER_CLS = "MegatronPolicyWorkerImpl"
+ESTIMATOR = "_create_advantage_estimator"
+ITERATOR = "get_microbatch_iterator"
+_HERE = "adapter.py"
+
+# ----------------------------------------------------------------- 1. the advantage estimator
+
+
+@contextlib.contextmanager
+def advantage_estimator_installed(grpo_module: Any, wrap: Callable[[Any], Any]) -> Iterator[None]:
+    """For the `with`: every estimator `grpo_train` builds is `wrap(what NeMo-RL built)`."""
+    original = getattr(grpo_module, ESTIMATOR, None)
+    if original is None:
+        raise RuntimeError(
+            f"nemo_rl.algorithms.grpo.{ESTIMATOR} not found: this NeMo-RL differs from the "
+            "commit this integration targets (docs/nemo_rl.md)"
+        )
+    setattr(grpo_module, ESTIMATOR, lambda master_config: wrap(original(master_config)))
+    try:
+        yield
+    finally:
+        setattr(grpo_module, ESTIMATOR, original)
+
+
+def _check_estimator(src: Source) -> str | None:
+    train = src.function(GRPO, "grpo_train")
+    moved = rebindable(src, GRPO, train, ESTIMATOR, "estimator")
+    if moved:
+        return moved
+    bad = [ast.unparse(c) for c in calls(train, ESTIMATOR) if len(c.args) != 1 or c.keywords]
+    return f"grpo_train calls {bad[0]}; the wrapper takes master_config alone" if bad else None
+
+
+ESTIMATOR_SEAM = Seam(
+    "advantage estimator", GRPO, f"{ESTIMATOR}, module level",
+    f"grpo_train building its estimator with the module-level {ESTIMATOR}(master_config), "
+    "looked up by that name",
+    f"advantage_estimator_installed ({_HERE}) rebinds it: point it at what grpo_train calls "
+    "now",
+    _check_estimator,
+)  # fmt: skip
+
+
+# ------------------------------------------------------------ 2. the logprob pass's microbatches
+
+
+@contextlib.contextmanager
+def microbatches_teed(module: Any, pooler: Any) -> Iterator[None]:
+    """For the `with`: `module.get_microbatch_iterator`'s iterator goes through `pooler.tee`."""
+    original = getattr(module, ITERATOR, None)
+    if original is None:
+        raise RuntimeError(
+            f"{getattr(module, '__name__', module)}.{ITERATOR} not found; this integration "
+            "targets NeMo-RL 7ea279a (docs/nemo_rl.md)"
+        )
+
+    def teed(*args: Any, **kwargs: Any) -> tuple:
+        it, *rest = original(*args, **kwargs)
+        return (pooler.tee(it), *rest)
+
+    setattr(module, ITERATOR, teed)
+    try:
+        yield
+    finally:
+        setattr(module, ITERATOR, original)
+
+
+def _check_iterator(src: Source) -> str | None:
+    fn = src.method(WORKER, WORKER_CLS, "get_logprobs")
+    moved = rebindable(src, WORKER, fn, ITERATOR, "microbatch")
+    if moved:
+        return moved
+    found = calls(fn, ITERATOR)
+    unpacked = any(
+        isinstance(n, ast.Assign) and n.value in found and isinstance(n.targets[0], ast.Tuple)
+        for n in ast.walk(fn)
+    )
+    return None if unpacked else f"get_logprobs does not unpack {ITERATOR}(...) as a tuple"
+
+
+ITERATOR_SEAM = Seam(
+    "microbatch iterator", WORKER, f"{ITERATOR}, module level",
+    f"get_logprobs calling the module-level {ITERATOR} by that name and unpacking "
+    "(iterator, *meta)",
+    f"microbatches_teed ({_HERE}) and ClipoMegatronPolicyWorkerImpl._clipo_iterator_module "
+    "(worker_extension.py) wrap it: point them at what get_logprobs calls now",
+    _check_iterator,
+)  # fmt: skip
+
+
+# -------------------------------------------------------- 3. grpo_train's positional arguments
+
+
+@dataclass
+class GrpoTrainArgs:
+    """`grpo_train`'s arguments after the policy, in its order (names differ between the
+    supported versions, positions do not)."""
+
+    policy_generation: Any
+    dataloader: Any
+    val_dataloader: Any
+    tokenizer: Any
+    loss_fn: Any
+    task_to_env: Any
+    val_task_to_env: Any
+    logger: Any  # the 9th argument
+    checkpointer: Any
+    grpo_save_state: Any
+    master_config: Any  # the 12th argument
+
+
+def call_grpo_train(grpo_module: Any, policy: Any, args: GrpoTrainArgs) -> None:
+    grpo_module.grpo_train(policy, *(getattr(args, f.name) for f in fields(args)))
+
+
+def _check_grpo_train_args(src: Source) -> str | None:
+    params = ast_params(src.function(GRPO, "grpo_train"))
+    pos = [p.name for p in params if p.kind in ("pos", "posonly")]
+    later = [p.name for p in params[12:] if not p.default]
+    fine = pos[8:9] == ["logger"] and pos[11:12] == ["master_config"] and not later
+    return None if fine else f"grpo_train{render(params)}"
+
+
+GRPO_TRAIN_SEAM = Seam(
+    "grpo_train arguments", GRPO, "grpo_train",
+    "grpo_train(policy, ..., logger as the 9th, checkpointer, save_state, master_config as "
+    "the 12th)",
+    f"GrpoTrainArgs ({_HERE}) passes them by position",
+    _check_grpo_train_args,
+)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ 4. the policy
+
+
+def policy_class(mixin: type, **attrs: Any) -> type:
+    """NeMo-RL's `Policy` under `mixin` (its overrides first, `super()` reaches `Policy`), with
+    `attrs` as class attributes: the class `setup(policy_factory=)` builds the policy from."""
+    from nemo_rl.models.policy.lm_policy import Policy
+
+    return type("ClipoPolicy", (mixin, Policy), attrs)
+
+
+def actor_python_env(fqn: str) -> str | None:
+    """The Python NeMo-RL's actor registry gives the Ray actor class `fqn` (None: none)."""
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+
+    return ACTOR_ENVIRONMENT_REGISTRY.get(fqn)
+
+
+def register_actor_python_env(fqn: str, py_executable: str) -> None:
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+
+    ACTOR_ENVIRONMENT_REGISTRY[fqn] = py_executable
+
+
+def _check_policy_factory(src: Source) -> str | None:
+    setup = src.function(GRPO, "setup")
+    if "policy_factory" not in {p.name for p in ast_params(setup)}:
+        return f"setup{render(ast_params(setup))}: no policy_factory parameter"
+    kws = {k.arg for n in ast.walk(setup) if isinstance(n, ast.Call) for k in n.keywords}
+    return None if "weights_path" in kws else "setup passes weights_path= to no call"
+
+
+POLICY_FACTORY_SEAM = Seam(
+    "policy factory", GRPO, "setup",
+    "setup(..., policy_factory=) building the policy with weights_path=",
+    f"the driver passes policy_class(...) ({_HERE}) as policy_factory",
+    _check_policy_factory,
+)  # fmt: skip
+
+SEAMS: tuple[Seam, ...] = (ESTIMATOR_SEAM, ITERATOR_SEAM, GRPO_TRAIN_SEAM, POLICY_FACTORY_SEAM)
