@@ -172,3 +172,13 @@ def test_the_checks_see_a_circle_an_upward_import_and_a_private_name(tmp_path):
 @pytest.mark.parametrize("package", sorted({_package(m) for m in _modules()}))
 def test_every_package_is_on_the_map(package):
     assert package in ALLOWED or package == "clipo_megatron", f"{package}: add it to ALLOWED"
+
+
+def test_every_module_ships_in_the_package():
+    """setuptools' `packages.find` (pyproject.toml) takes only folders with an `__init__.py`: a
+    module in any other folder imports from a checkout but is missing from a wheel."""
+    from setuptools import find_packages
+
+    shipped = set(find_packages(str(PACKAGE.parent), include=["clipo_megatron*"]))
+    folders = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("*.py")}
+    assert sorted(folders - shipped) == []
