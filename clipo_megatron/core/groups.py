@@ -142,16 +142,7 @@ class GroupLayout:
 
         group_ids: [B] ints, or any hashable ids (see `as_group_ids`).
         """
-        group_ids = as_group_ids(group_ids)
-        if group_ids.dim() != 1:
-            raise ValueError(f"group_ids must be 1-D [B], got shape {tuple(group_ids.shape)}")
-        if group_ids.dtype.is_floating_point or group_ids.dtype == torch.bool:
-            raise ValueError(f"group_ids must be an integer tensor, got {group_ids.dtype}")
-        if group_ids.numel() == 0:
-            raise ValueError("group_ids is empty: a CLIPO batch needs at least one rollout")
-        if bool((group_ids < 0).any()):
-            bad = torch.nonzero(group_ids < 0).flatten()[:8].tolist()
-            raise ValueError(f"group_ids must be >= 0; negative ids at rows {bad}")
+        group_ids = _checked_group_ids(as_group_ids(group_ids))
         device = group_ids.device
         b = group_ids.numel()
         gids = group_ids.long()
@@ -162,19 +153,7 @@ class GroupLayout:
                 f"group id {int(keys[worst])} has {int(counts[worst])} rollouts, more than "
                 f"max_group_size={max_group_size}: group ids do not fit the rollout layout"
             )
-        if sort_keys is None:
-            order = torch.argsort(inverse, stable=True)
-        else:
-            if sort_keys.shape != group_ids.shape:
-                raise ValueError(
-                    f"sort_keys shape {tuple(sort_keys.shape)} != group_ids shape {tuple(group_ids.shape)}"
-                )
-            order = torch.argsort(sort_keys.long(), stable=True)
-            order = order[torch.argsort(inverse[order], stable=True)]
-            sk = sort_keys.long()[order]
-            same_group = inverse[order][1:] == inverse[order][:-1]
-            if bool((same_group & (sk[1:] == sk[:-1])).any()):
-                raise ValueError("sort_keys (sample ids) must be unique within each group")
+        order = _group_order(inverse, sort_keys)  # [B] rows by group, then by sort key
         starts = torch.cumsum(counts, 0) - counts  # [N]
         slot_sorted = torch.arange(b, device=device) - starts[inverse[order]]
         slot_of = torch.empty_like(slot_sorted)
@@ -223,3 +202,35 @@ class GroupLayout:
         if self.is_identity:
             return y.reshape(-1, *y.shape[2:])
         return y[self.group_of, self.slot_of]
+
+
+def _checked_group_ids(group_ids: torch.Tensor) -> torch.Tensor:
+    """[B] integer ids >= 0, or one ValueError naming what is wrong."""
+    if group_ids.dim() != 1:
+        raise ValueError(f"group_ids must be 1-D [B], got shape {tuple(group_ids.shape)}")
+    if group_ids.dtype.is_floating_point or group_ids.dtype == torch.bool:
+        raise ValueError(f"group_ids must be an integer tensor, got {group_ids.dtype}")
+    if group_ids.numel() == 0:
+        raise ValueError("group_ids is empty: a CLIPO batch needs at least one rollout")
+    if bool((group_ids < 0).any()):
+        bad = torch.nonzero(group_ids < 0).flatten()[:8].tolist()
+        raise ValueError(f"group_ids must be >= 0; negative ids at rows {bad}")
+    return group_ids
+
+
+def _group_order(inverse: torch.Tensor, sort_keys: torch.Tensor | None) -> torch.Tensor:
+    """[B] row order: by group (inverse [B], the group index of each row), within a group by
+    `sort_keys` [B] (unique per group), else in batch order."""
+    if sort_keys is None:
+        return torch.argsort(inverse, stable=True)
+    if sort_keys.shape != inverse.shape:
+        raise ValueError(
+            f"sort_keys shape {tuple(sort_keys.shape)} != group_ids shape {tuple(inverse.shape)}"
+        )
+    order = torch.argsort(sort_keys.long(), stable=True)
+    order = order[torch.argsort(inverse[order], stable=True)]
+    sk = sort_keys.long()[order]
+    same_group = inverse[order][1:] == inverse[order][:-1]
+    if bool((same_group & (sk[1:] == sk[:-1])).any()):
+        raise ValueError("sort_keys (sample ids) must be unique within each group")
+    return order

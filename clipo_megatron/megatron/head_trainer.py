@@ -82,36 +82,12 @@ class HeadTrainer:
         self.head.train(learn)
         with torch.set_grad_enabled(learn):
             z = self.head(pooled.detach())  # [B_local, d(/tp)]
-            z_all, mine = gather_rows(z, dp_group=self.dp_group)
-            c_all, _ = gather_rows(correct, dp_group=self.dp_group)
-            g_all, _ = gather_rows(group_ids, dp_group=self.dp_group)
-            s_all, _ = gather_rows(sample_ids, dp_group=self.dp_group)
-            local = torch.zeros(z_all.shape[0], dtype=torch.bool, device=dev)
-            local[mine] = True
-            res = group_contrastive_loss(
-                z_all,
-                c_all,
-                g_all,
-                self.cfg,
-                step=step,
-                sample_ids=s_all,
-                local_mask=local,
-                sum_reduce=getattr(self.head, "sum_reduce", None),
-            )
+            res, mine, s_all = self._gathered_loss(z, correct, group_ids, sample_ids, step=step)
         r_all = contrastive_rewards(res, self.cfg)  # computed from the loss before the update
         metrics = contrastive_metrics(res, r_all)
         # No anchor in the whole (gathered) batch: no gradient and no decay either.
         update = learn and res.num_anchors > 0
-        nonfinite = False
-        if update:
-            self.optimizer.zero_grad(set_to_none=True)
-            res.loss.backward()
-            all_reduce_grads(self.head, dp_group=self.dp_group)
-            nonfinite = not self._all_finite(res.loss, dev)
-            if nonfinite:  # a NaN / inf loss or gradient: no step, head and moments untouched
-                self.optimizer.zero_grad(set_to_none=True)
-            else:
-                self.optimizer.step()
+        nonfinite = update and not self._update(res.loss, dev)
         if learn:
             self.steps_done += 1
         metrics["clipo/head_updated"] = float(update and not nonfinite)
@@ -124,6 +100,39 @@ class HeadTrainer:
             positive_ids=positive_ids,
             metrics=metrics,
         )
+
+    def _gathered_loss(self, z, correct, group_ids, sample_ids, *, step: int):
+        """The group contrastive loss over every DP rank's rows -> (result, this rank's row
+        indices in the gathered batch [B_local], the gathered sample ids [B])."""
+        z_all, mine = gather_rows(z, dp_group=self.dp_group)
+        c_all, _ = gather_rows(correct, dp_group=self.dp_group)
+        g_all, _ = gather_rows(group_ids, dp_group=self.dp_group)
+        s_all, _ = gather_rows(sample_ids, dp_group=self.dp_group)
+        local = torch.zeros(z_all.shape[0], dtype=torch.bool, device=z.device)
+        local[mine] = True
+        res = group_contrastive_loss(
+            z_all,
+            c_all,
+            g_all,
+            self.cfg,
+            step=step,
+            sample_ids=s_all,
+            local_mask=local,
+            sum_reduce=getattr(self.head, "sum_reduce", None),
+        )
+        return res, mine, s_all
+
+    def _update(self, loss: torch.Tensor, dev) -> bool:
+        """Backward, the DP all-reduce, and the AdamW step when the loss and every gradient are
+        finite; else no step (head and moments untouched). Returns whether it stepped."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        all_reduce_grads(self.head, dp_group=self.dp_group)
+        if not self._all_finite(loss, dev):  # a NaN / inf loss or gradient
+            self.optimizer.zero_grad(set_to_none=True)
+            return False
+        self.optimizer.step()
+        return True
 
     def _all_finite(self, loss: torch.Tensor, dev) -> bool:
         """Whether the loss and every gradient are finite on every rank that holds the head

@@ -47,6 +47,27 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
+def _next_tokens(
+    last: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    greedy: bool,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """last [B, V] logits -> (token [B], its logprob [B] under the temperature-scaled, top-k
+    distribution it was drawn from; greedy: the argmax under the raw logits)."""
+    if greedy:
+        tok = last.argmax(-1)
+        return tok, torch.log_softmax(last, -1).gather(-1, tok[:, None]).squeeze(-1)
+    scaled = last / max(temperature, 1e-6)
+    if top_k:
+        kth = scaled.topk(top_k, -1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    logp = torch.log_softmax(scaled, -1)  # [B, V]
+    tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
 def sample(
     model,
     input_ids: torch.Tensor,
@@ -82,17 +103,7 @@ def sample(
         s = int(lengths.max())
         logits = forward_logits(model, ids[:, :s]).float()  # [B, s, V]
         last = logits[torch.arange(b), lengths - 1]  # [B, V]
-        if greedy:
-            tok = last.argmax(-1)
-            lp = torch.log_softmax(last, -1).gather(-1, tok[:, None]).squeeze(-1)
-        else:
-            scaled = last / max(temperature, 1e-6)
-            if top_k:
-                kth = scaled.topk(top_k, -1).values[:, -1:]
-                scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-            logp = torch.log_softmax(scaled, -1)  # [B, V]
-            tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-            lp = logp.gather(-1, tok[:, None]).squeeze(-1)
+        tok, lp = _next_tokens(last, temperature, top_k, greedy, generator)  # [B], [B]
         live = ~done
         rows = live.nonzero().flatten()
         ids[rows, lengths[rows]] = tok[rows]

@@ -127,14 +127,7 @@ def _steps(run, cfg, stop, out: Path, ckpt: Path, rank0: bool) -> int:
                 break  # every rank stops before the same step (rank 0's signal decides)
             m = run.step()
             nonfinite.count(run.history)  # m is the history's last entry
-            if log:
-                log.write(m)
-            if writer:
-                for k, v in m.items():
-                    if k != "step" and not isinstance(v, str):  # rollout/token_hash: jsonl only
-                        writer.add_scalar(k, v, m["step"])
-            bar.set_postfix(_shown(m))
-            bar.update(1)
+            _record(m, log, writer, bar)
             nonfinite.check(run.history, cfg.train.max_nonfinite_skips, saved_at)
             if run.step_idx % cfg.output.checkpoint_every == 0 or run.step_idx == cfg.train.steps:
                 save_checkpoint(run, ckpt)
@@ -160,6 +153,18 @@ def _steps(run, cfg, stop, out: Path, ckpt: Path, rank0: bool) -> int:
         if writer:
             writer.close()
     return saved_at
+
+
+def _record(m: dict, log, writer, bar) -> None:
+    """One step's metrics into metrics.jsonl, TensorBoard (numbers only) and the progress bar."""
+    if log:
+        log.write(m)
+    if writer:
+        for k, v in m.items():
+            if k != "step" and not isinstance(v, str):  # rollout/token_hash: jsonl only
+                writer.add_scalar(k, v, m["step"])
+    bar.set_postfix(_shown(m))
+    bar.update(1)
 
 
 def _tensorboard(cfg, out: Path, step: int):
