@@ -71,15 +71,15 @@ MUTATIONS = [
         "head_frozen",
         "the head's optimizer step skipped (loss and gradients still computed)",
         "clipo_megatron/megatron/head_trainer.py",
-        "            self.optimizer.step()\n",
-        "            pass  # mutation: no optimizer step\n",
+        "        self.optimizer.step()\n        return True\n",
+        "        return True  # mutation: no optimizer step\n",
     ),
     Mutation(
         "pool_prompt_tokens",
         "pooling over every token of the row (the attention mask), not the response mask",
         "clipo_megatron/megatron/microbatch_pooler.py",
-        "else torch.as_tensor(data[self.response_key]),",
-        "else torch.ones_like(torch.as_tensor(data[self.response_key])),",
+        "mask = None if segments is not None else torch.as_tensor(data[self.response_key])",
+        "mask = None if segments is not None else torch.ones_like(torch.as_tensor(data[self.response_key]))",
     ),
     # the layouts: NeMo-RL's worker in each layout against TP 1 (test_layouts.py)
     Mutation(
