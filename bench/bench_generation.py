@@ -83,7 +83,7 @@ def _generator(backend: str, path: str, export_dir: Path):
 
 
 def _counter(gen, tok, backend: str, prompts):
-    from clipo_megatron.generation.hf_backend import chat_text
+    from clipo_megatron.generation.rollouts import chat_text
     from tests.token_counting import HFTokenCounter, VLLMTokenCounter
 
     if backend == "vllm":

@@ -15,51 +15,25 @@ draws from torch's generator for a given seed).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from clipo_megatron.generation.rollouts import Generator, Rollouts
 from clipo_megatron.generation.sampling import Sampling
 from clipo_megatron.models.hf_convert import load_hf_from_megatron
 
 
-@dataclass
-class Rollouts:
-    prompt_ids: list[list[int]]  # per rollout, the chat-formatted prompt tokens
-    response_ids: list[list[int]]  # per rollout, generated tokens (EOS included when produced)
-    texts: list[str]  # decoded responses
-    prompt_index: list[int]  # which prompt each rollout answers
-
-
-def chat_text(tokenizer, prompt: str | list[dict[str, str]]) -> str:
-    """A user string or a full message list, formatted with the model's chat template (every backend)."""
-    msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-    return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-
-
-class HFGenerator:
+class HFGenerator(Generator):
     def __init__(self, model, tokenizer, arch):
         self.model = model.eval()
         self.tok = tokenizer
         self.arch = arch
-        # False: every rollout computes its own prompt (the pre-sharing path; tests and bench).
-        self.share_prefill = True
 
     @torch.no_grad()
-    def generate(
-        self,
-        prompts: list[str | list[dict[str, str]]],
-        n: int,
-        *,
-        sampling: Sampling,
-        max_tokens: int,
-        seed: int,
+    def _sample(
+        self, chats: list[str], n: int, sampling: Sampling, max_tokens: int, seed: int
     ) -> Rollouts:
-        """n samples per prompt (temperature 0: greedy); `seed` makes the whole batch
-        reproducible. Every sampling knob is passed explicitly (`Sampling.hf_kwargs`), so the
-        model's generation_config never applies."""
+        """`model.generate` over the left-padded batch (`Sampling.hf_kwargs`), prefill shared."""
         torch.manual_seed(seed)
-        chats = [chat_text(self.tok, p) for p in prompts]
         enc = self.tok(chats, return_tensors="pt", padding=True, add_special_tokens=False)
         ids = enc.input_ids.repeat_interleave(n, 0)  # [P*n, W], rollouts of a prompt adjacent
         mask = enc.attention_mask.repeat_interleave(n, 0)  # [P*n, W]
@@ -83,12 +57,7 @@ class HFGenerator:
             if eos in resp:
                 resp = resp[: resp.index(eos) + 1]
             resp = [t for t in resp if t != self.tok.pad_token_id or t == eos]
-            if not resp:
-                resp = [eos]  # an empty response still has its EOS token to pool
-            rollouts.prompt_ids.append(prompt)
-            rollouts.response_ids.append(resp)
-            rollouts.texts.append(self.tok.decode(resp, skip_special_tokens=True))
-            rollouts.prompt_index.append(i // n)
+            self._append(rollouts, prompt, resp, i // n)
         return rollouts
 
     def _prefill_once(self, ids: torch.Tensor, mask: torch.Tensor, n: int):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from clipo_megatron.generation.hf_backend import Rollouts, chat_text
+from clipo_megatron.generation.rollouts import Generator, Rollouts
 from clipo_megatron.generation.sampling import Sampling
 from clipo_megatron.models.hf_convert import megatron_to_hf
 
@@ -77,7 +77,7 @@ def _configure_env() -> None:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{max(os.cpu_count() or 1, 1) - 1}")
 
 
-class VLLMGenerator:
+class VLLMGenerator(Generator):
     """The runner's / eval's generator on vLLM; same `generate` / `sync_from_megatron` as HFGenerator."""
 
     def __init__(
@@ -102,8 +102,6 @@ class VLLMGenerator:
         self.tok = tokenizer
         self.arch = arch
         self._weight_shapes: dict[str, tuple[int, ...]] | None = None  # fixed by the first load
-        # False: every rollout computes its own prompt (the pre-sharing path; tests and bench).
-        self.share_prefill = True
         if gpu_memory_utilization is None:
             gpu_memory_utilization = 0.5 if not torch.cuda.is_available() else 0.3
         if block_size is None and not torch.cuda.is_available():
@@ -122,23 +120,15 @@ class VLLMGenerator:
             generation_config="vllm",  # vLLM's defaults, never the model's generation_config
         )
 
-    def generate(
-        self,
-        prompts: list[str | list[dict[str, str]]],
-        n: int,
-        *,
-        sampling: Sampling,
-        max_tokens: int,
-        seed: int,
+    def _sample(
+        self, chats: list[str], n: int, sampling: Sampling, max_tokens: int, seed: int
     ) -> Rollouts:
-        """n samples per prompt (temperature 0: greedy); the same prompt token ids as HFGenerator
-        (one chat template, one tokenizer); every sampling knob explicit (`Sampling.vllm_kwargs`)."""
+        """`SamplingParams(n=...)` per prompt (`Sampling.vllm_kwargs`) over the same prompt token
+        ids as HFGenerator (one chat template, one tokenizer)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        prompt_ids = [
-            self.tok(chat_text(self.tok, p), add_special_tokens=False).input_ids for p in prompts
-        ]
+        prompt_ids = [self.tok(c, add_special_tokens=False).input_ids for c in chats]
         params = SamplingParams(
             n=n,
             **sampling.vllm_kwargs(),  # type: ignore[arg-type]  # floats / ints by construction
@@ -152,16 +142,10 @@ class VLLMGenerator:
         outs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], params, use_tqdm=False
         )
-        eos = self.tok.eos_token_id
         ro = Rollouts([], [], [], [])
         for i, o in enumerate(outs):
             for c in o.outputs:
-                # An empty response still has its EOS token to pool.
-                resp = list(c.token_ids) or [eos]
-                ro.prompt_ids.append(list(prompt_ids[i]))
-                ro.response_ids.append(resp)
-                ro.texts.append(self.tok.decode(resp, skip_special_tokens=True))
-                ro.prompt_index.append(i)
+                self._append(ro, list(prompt_ids[i]), list(c.token_ids), i)
         return ro
 
     @torch.no_grad()
