@@ -11,7 +11,8 @@ ends. `SEAMS` are checked in NeMo-RL's source before a run, with the rest (`guar
    `_create_advantage_estimator(master_config)`, looked up at call time;
 2. the logprob pass's microbatches: the Megatron worker's `get_logprobs` reads them from its
    module's `get_microbatch_iterator`, returning (iterator, *meta);
-3. `grpo_train`'s positional arguments (`GrpoTrainArgs`, in its order);
+3. `grpo_train`'s positional arguments (`GrpoTrainArgs`, in its order), read from `setup`'s
+   return tuple by position (`train_args_from_setup`);
 4. the policy: NeMo-RL's `Policy` under the CLIPO mixin, for `setup(policy_factory=)`, and the
    worker class's Python environment in NeMo-RL's actor registry.
 """
@@ -161,6 +162,75 @@ GRPO_TRAIN_SEAM = Seam(
 )  # fmt: skip
 
 
+# What the driver takes from `setup`'s return tuple, by position: the names NeMo-RL returns
+# (None: a value the driver leaves alone).
+SETUP_RETURNS = (
+    "policy", "policy_generation", None, None, "dataloader", "val_dataloader", "loss_fn", "logger",
+    "checkpointer", "grpo_save_state", "master_config",
+)  # fmt: skip
+
+
+def train_args_from_setup(
+    setup_result: tuple, *, tokenizer: Any, task_to_env: Any, val_task_to_env: Any
+) -> tuple[Any, GrpoTrainArgs]:
+    """(policy, `grpo_train`'s arguments) from `setup`'s return tuple, read by position; the
+    loss is setup's own (`dataclasses.replace` puts another in)."""
+    got = {name: v for name, v in zip(SETUP_RETURNS, setup_result) if name}
+    return got["policy"], GrpoTrainArgs(
+        got["policy_generation"],
+        got["dataloader"],
+        got["val_dataloader"],
+        tokenizer,
+        got["loss_fn"],
+        task_to_env,
+        val_task_to_env,
+        got["logger"],
+        got["checkpointer"],
+        got["grpo_save_state"],
+        got["master_config"],
+    )
+
+
+def _check_setup_returns(src: Source) -> str | None:
+    returned = [
+        n.value.elts
+        for n in _own_nodes(src.function(GRPO, "setup"))
+        if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)
+    ]
+    if not returned:
+        return "setup returns no tuple"
+    for elts in returned:
+        names = [ast.unparse(e) for e in elts]
+        wrong = [
+            (i, want)
+            for i, want in enumerate(SETUP_RETURNS)
+            if want and (i >= len(names) or names[i] != want)
+        ]
+        if wrong:
+            i, want = wrong[0]
+            return f"setup returns ({', '.join(names)}); the driver reads {want} at position {i}"
+    return None
+
+
+def _own_nodes(fn: ast.FunctionDef) -> Iterator[ast.AST]:
+    """`fn`'s nodes, not those of the functions defined inside it (their returns are theirs)."""
+    todo: list[ast.AST] = list(fn.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+SETUP_RETURNS_SEAM = Seam(
+    "setup's return", GRPO, "setup",
+    "setup returning (policy, policy_generation, _, _, dataloader, val_dataloader, loss_fn, logger, "
+    "checkpointer, grpo_save_state, master_config, ...)",
+    f"train_args_from_setup ({_HERE}) reads them by position: SETUP_RETURNS names each",
+    _check_setup_returns,
+)  # fmt: skip
+
+
 # ------------------------------------------------------------------------------ 4. the policy
 
 
@@ -200,4 +270,6 @@ POLICY_FACTORY_SEAM = Seam(
     _check_policy_factory,
 )  # fmt: skip
 
-SEAMS: tuple[Seam, ...] = (ESTIMATOR_SEAM, ITERATOR_SEAM, GRPO_TRAIN_SEAM, POLICY_FACTORY_SEAM)
+SEAMS: tuple[Seam, ...] = (
+    ESTIMATOR_SEAM, ITERATOR_SEAM, GRPO_TRAIN_SEAM, SETUP_RETURNS_SEAM, POLICY_FACTORY_SEAM,
+)  # fmt: skip

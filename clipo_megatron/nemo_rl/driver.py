@@ -14,12 +14,14 @@ business (`adapter.py`); nothing of NeMo-RL is edited.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from clipo_megatron.nemo_rl.adapter import (
     GrpoTrainArgs,
     advantage_estimator_installed,
     call_grpo_train,
+    train_args_from_setup,
 )
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
 from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunState
@@ -111,33 +113,13 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
 
     state = ClipoRunState()
     policy_cls = make_clipo_policy_class(clipo, state)
-    (
-        policy,
-        policy_generation,
-        _gym,
-        _clusters,
-        dataloader,
-        val_dataloader,
-        _setup_loss_fn,
-        logger,
-        checkpointer,
-        grpo_state,
-        master,
-        *_rest,
-    ) = grpo.setup(master, tokenizer, dataset, val_dataset, policy_factory=policy_cls)
-    loss_fn = build_policy_loss(clipo.objective, dict(master.loss_fn))  # as the contract suite
-
-    args = GrpoTrainArgs(
-        policy_generation,
-        dataloader,
-        val_dataloader,
-        tokenizer,
-        loss_fn,
-        task_to_env,
-        val_task_to_env,
-        logger,
-        checkpointer,
-        grpo_state,
-        master,
+    policy, args = train_args_from_setup(
+        grpo.setup(master, tokenizer, dataset, val_dataset, policy_factory=policy_cls),
+        tokenizer=tokenizer,
+        task_to_env=task_to_env,
+        val_task_to_env=val_task_to_env,
     )
+    # The objective's policy loss, built from the config setup returns (as the contract suite).
+    loss_fn = build_policy_loss(clipo.objective, dict(args.master_config.loss_fn))
+    args = replace(args, loss_fn=loss_fn)
     grpo_train_with_clipo(grpo, clipo, state, policy, args)

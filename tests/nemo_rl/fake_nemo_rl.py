@@ -93,7 +93,25 @@ class MasterConfig:
 
 
 def setup(master_config, tokenizer, dataset, val_dataset, policy_factory=None):
-    return policy_factory(cluster=None, config=None, tokenizer=None, weights_path=None)
+    policy = policy_factory(cluster=None, config=None, tokenizer=None, weights_path=None)
+    policy_generation = nemo_gym_actor = dataloader = val_dataloader = loss_fn = None
+    logger = checkpointer = grpo_save_state = train_cluster = inference_cluster = None
+    teacher_worker_groups, alias_to_group_alias = {}, {}
+    return (
+        policy,
+        policy_generation,
+        nemo_gym_actor,
+        (train_cluster, inference_cluster),
+        dataloader,
+        val_dataloader,
+        loss_fn,
+        logger,
+        checkpointer,
+        grpo_save_state,
+        master_config,
+        teacher_worker_groups,
+        alias_to_group_alias,
+    )
 
 
 def _create_advantage_estimator(master_config):

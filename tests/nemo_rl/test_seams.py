@@ -162,6 +162,17 @@ MUTATIONS = {
         "import nemo_rl.algorithms.utils.get_tokenizer",
         "expected get_tokenizer in nemo_rl/algorithms/utils.py; found no get_tokenizer",
     ),
+    "swap setup's loggers": (
+        replace_everywhere(
+            GRPO,
+            "        logger,\n        checkpointer,\n",
+            "        checkpointer,\n        logger,\n",
+        ),
+        "setup's return",
+        "found setup returns (policy, policy_generation, nemo_gym_actor, (train_cluster, "
+        "inference_cluster), dataloader, val_dataloader, loss_fn, checkpointer, logger, "
+        "grpo_save_state, master_config",
+    ),
     "drop the worker's self.megatron_cfg": (
         replace_everywhere(WORKER, "self.megatron_cfg", "self.mcfg"),
         "worker attributes",
@@ -386,3 +397,22 @@ def test_an_opaque_decorator_under_ray_is_left_to_the_source_check(tmp_path, mon
     live.Policy = Policy  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, live.__name__, live)
     assert seams.check(pkg) == []
+
+
+def test_train_args_from_setup_reads_setups_order():
+    """Each of grpo_train's arguments comes from the position `setup` returns it at (here a
+    tuple built in NeMo-RL's order, names as values), the rest from the driver."""
+    returned = ("policy", "policy_generation", "nemo_gym_actor", ("train", "inference"),
+                "dataloader", "val_dataloader", "loss_fn", "logger", "checkpointer",
+                "grpo_save_state", "master_config", {}, {})  # fmt: skip
+    policy, args = adapter.train_args_from_setup(
+        returned, tokenizer="tokenizer", task_to_env="task_to_env", val_task_to_env="val_envs"
+    )
+    assert policy == "policy"
+    assert [getattr(args, f) for f in (
+        "policy_generation", "dataloader", "val_dataloader", "tokenizer", "loss_fn",
+        "task_to_env", "val_task_to_env", "logger", "checkpointer", "grpo_save_state",
+        "master_config",
+    )] == ["policy_generation", "dataloader", "val_dataloader", "tokenizer", "loss_fn",
+           "task_to_env", "val_envs", "logger", "checkpointer", "grpo_save_state",
+           "master_config"]  # fmt: skip
