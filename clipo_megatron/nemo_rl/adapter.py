@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from clipo_megatron.source_match import Seam, Source, rebindable
-from clipo_megatron.source_match.source import ast_params, calls, render
+from clipo_megatron.source_match.source import ast_params, calls, own_nodes, render
 
 GRPO = "algorithms/grpo.py"
 WORKER = "models/policy/workers/megatron_policy_worker.py"
@@ -194,32 +194,19 @@ def train_args_from_setup(
 def _check_setup_returns(src: Source) -> str | None:
     returned = [
         n.value.elts
-        for n in _own_nodes(src.function(GRPO, "setup"))
+        for n in own_nodes(src.function(GRPO, "setup"))
         if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)
     ]
     if not returned:
         return "setup returns no tuple"
     for elts in returned:
         names = [ast.unparse(e) for e in elts]
-        wrong = [
-            (i, want)
-            for i, want in enumerate(SETUP_RETURNS)
-            if want and (i >= len(names) or names[i] != want)
-        ]
-        if wrong:
-            i, want = wrong[0]
-            return f"setup returns ({', '.join(names)}); the driver reads {want} at position {i}"
+        for i, want in enumerate(SETUP_RETURNS):
+            if want and names[i : i + 1] != [want]:
+                return (
+                    f"setup returns ({', '.join(names)}); the driver reads {want} at position {i}"
+                )
     return None
-
-
-def _own_nodes(fn: ast.FunctionDef) -> Iterator[ast.AST]:
-    """`fn`'s nodes, not those of the functions defined inside it (their returns are theirs)."""
-    todo: list[ast.AST] = list(fn.body)
-    while todo:
-        node = todo.pop()
-        yield node
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            todo.extend(ast.iter_child_nodes(node))
 
 
 SETUP_RETURNS_SEAM = Seam(

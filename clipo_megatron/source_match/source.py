@@ -9,7 +9,7 @@ import ast
 import difflib
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,6 +204,16 @@ def calls(fn: ast.AST, name: str) -> list[ast.Call]:
         for n in ast.walk(fn)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
     ]
+
+
+def own_nodes(fn: ast.FunctionDef) -> Iterator[ast.AST]:
+    """`fn`'s nodes, not those of the functions defined inside it (their returns are theirs)."""
+    todo: list[ast.AST] = list(fn.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            todo.extend(ast.iter_child_nodes(node))
 
 
 def called_names(fn: ast.AST, *words: str) -> list[str]:
