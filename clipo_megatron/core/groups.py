@@ -10,6 +10,7 @@ independent of how the batch was sharded or permuted.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from numbers import Integral
@@ -173,6 +174,13 @@ class GroupLayout:
             group_of=inverse,
             slot_of=slot_of,
         )
+
+    def restricted_to(self, member: torch.Tensor) -> GroupLayout:
+        """The same blocks with the rows outside `member` [B] bool turned into padding slots:
+        whatever reads `slot_valid` (pairs, anchors, the validity rule) sees each group as its
+        members alone, and slot order, so the positive draw, is that of the full layout."""
+        keep = self.to_padded(member.bool(), fill=False)  # [N, G_max]
+        return dataclasses.replace(self, slot_valid=self.slot_valid & keep)
 
     def to_padded(self, x: torch.Tensor, fill: float | bool | int | None = 0) -> torch.Tensor:
         """[B, ...] -> [N, G_max, ...], padding slots set to `fill`. Differentiable.

@@ -15,7 +15,9 @@ For one prompt with rollouts y_1..y_G, embeddings e_i and binary rewards r_i
 
 Anchors are the correct rollouts by default. An anchor counts only if it
 has >= 1 positive and >= 1 negative in its group; for correct anchors this is
-the paper's validity rule 1 < |P| < G. Everything is computed per group on
+the paper's validity rule 1 < |P| < G. A row outside `member` (a response with no token
+to pool) is not in the contrastive set: its group is the rest, valid or not by the same
+rule, and the row gets no loss, no reward and no anchor. Everything is computed per group on
 padded [N, G, G] blocks: memory O(B * G), never O(B^2).
 """
 
@@ -48,6 +50,7 @@ class ContrastiveResult:
     positive_index: torch.Tensor  # [B] long, batch row of the sampled InfoNCE positive, -1 if none
     num_anchors: int  # anchors in the whole batch
     stats: dict[str, torch.Tensor]  # detached sums/counts for metrics
+    member: torch.Tensor  # [B] bool, in the contrastive set (a row with nothing pooled is not)
 
 
 def check_binary(correct: torch.Tensor, name: str = "rewards") -> torch.Tensor:
@@ -110,8 +113,10 @@ def _layout(
     group_ids: GroupIds,
     cfg: CLIPOConfig,
     sample_ids: torch.Tensor | None,
-) -> tuple[GroupLayout, torch.Tensor, torch.Tensor]:
-    """Check the inputs and lay the batch out per group: (layout, [B] bool labels, sample ids)."""
+    member: torch.Tensor | None,
+) -> tuple[GroupLayout, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Check the inputs and lay the batch out per group, rows outside `member` as padding:
+    (layout, [B] bool labels, sample ids, [B] bool members)."""
     group_ids = as_group_ids(group_ids, device=embeddings.device)
     _check_inputs(embeddings, correct, group_ids)
     labels = check_binary(correct)
@@ -120,7 +125,12 @@ def _layout(
     layout = GroupLayout.from_group_ids(
         group_ids, sort_keys=sample_ids, max_group_size=cfg.max_group_size
     )
-    return layout, labels, sample_ids
+    if member is None:
+        return layout, labels, sample_ids, torch.ones_like(labels)
+    member = member.to(device=embeddings.device, dtype=torch.bool)
+    if member.shape != labels.shape:
+        raise ValueError(f"member must be [B]={labels.shape[0]}, got {tuple(member.shape)}")
+    return layout.restricted_to(member), labels, sample_ids, member
 
 
 def _similarities(
@@ -206,6 +216,7 @@ def group_contrastive_loss(
     sample_ids: torch.Tensor | None = None,
     local_mask: torch.Tensor | None = None,
     sum_reduce: SumReduce | None = None,
+    member: torch.Tensor | None = None,
 ) -> ContrastiveResult:
     """CLIPO group contrastive loss on a (possibly ragged) batch of rollouts.
 
@@ -219,8 +230,12 @@ def group_contrastive_loss(
     sum_reduce: completes the per-group Gram [N, G, G] of raw dot products over a
         sharded embedding dim (a TP all-reduce with identity backward); norms for
         the cosine come from its diagonal, so it is the one collective.
+    member: [B] bool, the rows in the contrastive set (default all); the drivers pass the rows
+        that pooled at least one token (`core.pooling.empty_rows`).
     """
-    layout, labels, sample_ids = _layout(embeddings, correct, group_ids, cfg, sample_ids)
+    layout, labels, sample_ids, member = _layout(
+        embeddings, correct, group_ids, cfg, sample_ids, member
+    )
     gram, sim = _similarities(embeddings, layout, cfg, sum_reduce)  # [N, G, G]
     lab = layout.to_padded(labels, fill=False)  # [N, G]
     group_ok = valid_groups(lab, layout.slot_valid)  # [N]
@@ -235,8 +250,9 @@ def group_contrastive_loss(
         anchor_mask=anchor_b,
         # Authors: only correct anchors are rewarded; incorrect ones only shape the head.
         reward_mask=anchor_b if cfg.reward_incorrect_anchors else anchor_b & labels,
-        valid_group=layout.from_padded(group_ok.unsqueeze(1).expand_as(pairs.anchor)),
+        valid_group=layout.from_padded(group_ok.unsqueeze(1).expand_as(pairs.anchor)) & member,
         positive_index=layout.from_padded(_positive_rows(layout, pairs.pos_slot)),
         num_anchors=num_anchors,
         stats=_pair_stats(gram, sim, pairs, neg, lab, group_ok, layout, cfg),
+        member=member,
     )

@@ -11,7 +11,8 @@ from clipo_megatron.core.losses import ContrastiveResult
 def contrastive_metrics(
     result: ContrastiveResult, r_cl: torch.Tensor | None = None
 ) -> dict[str, float]:
-    """valid-group fraction, mean loss, mean reward, positive-pair cosine, pos-neg gap.
+    """valid-group fraction, mean loss, mean reward, positive-pair cosine, pos-neg gap, and the
+    rows left out of the contrastive set (`clipo/empty_responses`: nothing pooled).
 
     Cosines are over pairs inside valid groups: positive = correct-correct,
     negative = correct-incorrect (the similarity, times tau, for `dot`).
@@ -27,6 +28,7 @@ def contrastive_metrics(
         "clipo/pos_cos": pos,
         "clipo/neg_cos": neg,
         "clipo/pos_neg_gap": pos - neg,
+        "clipo/empty_responses": float((~result.member).sum()),
     }
     if r_cl is not None:
         rewarded = result.reward_mask

@@ -132,14 +132,28 @@ def packed_sum_and_count(
     return segment_sum_and_count(hidden, seg, cu_seqlens.numel() - 1)
 
 
-def mean_from_sums(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """Finish the mean after any all-reduce; an empty response is an error, not a zero vector."""
-    if bool((counts <= 0).any()):
-        rows = torch.nonzero(counts <= 0).flatten()[:8].tolist()
-        raise ValueError(
-            f"empty response(s) at rows {rows}: zero response tokens to pool. "
-            "Drop them before CLIPO or give them at least one token (e.g. EOS)."
-        )
+def empty_rows(counts: torch.Tensor) -> torch.Tensor:
+    """[B] counts -> [B] bool: rows with no token to pool (an empty response, or a one-token
+    answer whose last token is left out). The one rule of what "empty" means; CLIPO leaves
+    such rows out of its contrastive set (`core/losses.py`, `member`)."""
+    return counts <= 0
+
+
+def mean_from_sums(
+    sums: torch.Tensor, counts: torch.Tensor, *, allow_empty: bool = False
+) -> torch.Tensor:
+    """Finish the mean after any all-reduce. An empty row is an error, unless `allow_empty`:
+    then its mean is a zero vector and the caller keeps `empty_rows(counts)` beside it (the
+    drivers' pooler does, so one failed rollout never stops a run)."""
+    empty = empty_rows(counts)
+    if bool(empty.any()):
+        if not allow_empty:
+            rows = torch.nonzero(empty).flatten()[:8].tolist()
+            raise ValueError(
+                f"empty response(s) at rows {rows}: zero response tokens to pool. "
+                "Drop them before CLIPO or give them at least one token (e.g. EOS)."
+            )
+        return sums / counts.clamp_min(1).unsqueeze(-1)  # [B, D]: empty rows' sums are 0
     return sums / counts.unsqueeze(-1)
 
 

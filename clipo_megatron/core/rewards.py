@@ -5,6 +5,7 @@
 
 as the authors' code (`contant_reward - lambda * (loss * correct)`, then clamp): a row that
 is no rewarded anchor, in a valid group or not, gets max(c, clip_min) (c = 0 by default).
+A row outside the contrastive set (`ContrastiveResult.member`: nothing pooled) gets 0.
 
 Rewarded anchors are the correct ones (`ContrastiveResult.reward_mask`): with
 `anchors: all` or `incorrect` the incorrect anchors shape the head's loss but,
@@ -29,7 +30,8 @@ def contrastive_rewards(result: ContrastiveResult, cfg: CLIPOConfig) -> torch.Te
     """[B] detached contrastive rewards from a `ContrastiveResult`."""
     loss = result.per_sample_loss.detach()  # [B]
     counted = torch.where(result.reward_mask, loss, torch.zeros_like(loss))  # [B] L_i * [anchor_i]
-    return torch.clamp(cfg.reward_constant - cfg.lam * counted, min=cfg.reward_clip_min)  # [B]
+    r = torch.clamp(cfg.reward_constant - cfg.lam * counted, min=cfg.reward_clip_min)  # [B]
+    return torch.where(result.member, r, torch.zeros_like(r))  # [B]
 
 
 def shaped_rewards(rewards: torch.Tensor, r_cl: torch.Tensor) -> torch.Tensor:

@@ -54,12 +54,15 @@ def clipo_step(
     step: int,
     pp_group=None,
     device: torch.device | str | None = None,
+    empty: torch.Tensor | None = None,
 ) -> ClipoStepResult:
     """pooled [B_local, D]: mean response hidden states (None off the last stage).
     correct / group_ids / sample_ids [B_local]: binary rewards and *global* ids (identical on
     every rank that holds the row). trainer: the last stage's `HeadTrainer` (its dp_group is
     the last stage's DP group). device: where the other stages want their rewards (default:
-    the current CUDA device when CUDA is available, else the host)."""
+    the current CUDA device when CUDA is available, else the host). empty [B_local] bool: rows
+    that pooled no token (the last stage's `MicrobatchPooler.empty_rows`); r_CL 0 for them,
+    their groups computed over the rest, counted in `clipo/empty_responses`."""
     b = len(correct)
     for name, t in (("group_ids", group_ids), ("sample_ids", sample_ids)):
         if len(t) != b:  # tensors, arrays or lists (string group ids)
@@ -71,7 +74,9 @@ def clipo_step(
         assert trainer is not None and pooled is not None  # checked above
         if pooled.shape[0] != b:
             raise ValueError(f"pooled has {pooled.shape[0]} rows, correct {b}")
-        out = trainer.step(pooled.float(), correct, group_ids, sample_ids, step=step)  # moves ids
+        out = trainer.step(
+            pooled.float(), correct, group_ids, sample_ids, step=step, empty=empty
+        )  # moves ids
         rewards = out.rewards.float().contiguous()  # [B_local]
         if group_size(pp_group) == 1:
             return ClipoStepResult(rewards, out.metrics, out.embeddings)

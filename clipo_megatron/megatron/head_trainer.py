@@ -66,11 +66,14 @@ class HeadTrainer:
         sample_ids: torch.Tensor,
         *,
         step: int,
+        empty: torch.Tensor | None = None,
     ) -> ClipoStepOutput:
         """One CLIPO step for this rank's rollouts.
 
         pooled [B_local, D] mean response hidden states; correct [B_local] binary
         rewards; group_ids / sample_ids [B_local] global ids (same on all ranks).
+        empty [B_local] bool: rows that pooled no token (`MicrobatchPooler.empty_rows`); they
+        leave the contrastive set (r_CL 0, their groups computed over the rest).
         group_ids may be any hashable ids (e.g. verl's str `uid`): they are mapped
         to ints over the ids of every DP rank, so all ranks agree (every rank must
         pass the same kind: tensors everywhere, or sequences everywhere).
@@ -78,11 +81,16 @@ class HeadTrainer:
         dev = pooled.device  # every tensor of the step lives on the rows' device
         group_ids = self._int_group_ids(group_ids, device=dev).to(dev)  # [B_local]
         correct, sample_ids = correct.to(dev), sample_ids.to(dev)  # [B_local] each
+        if empty is None:
+            empty = torch.zeros(len(correct), dtype=torch.bool)
+        member = ~empty.to(dev, torch.bool)  # [B_local]
         learn = not self.cfg.fixed_head
         self.head.train(learn)
         with torch.set_grad_enabled(learn):
             z = self.head(pooled.detach())  # [B_local, d(/tp)]
-            res, mine, s_all = self._gathered_loss(z, correct, group_ids, sample_ids, step=step)
+            res, mine, s_all = self._gathered_loss(
+                z, correct, group_ids, sample_ids, member, step=step
+            )
         r_all = contrastive_rewards(res, self.cfg)  # computed from the loss before the update
         metrics = contrastive_metrics(res, r_all)
         # No anchor in the whole (gathered) batch: no gradient and no decay either.
@@ -101,13 +109,14 @@ class HeadTrainer:
             metrics=metrics,
         )
 
-    def _gathered_loss(self, z, correct, group_ids, sample_ids, *, step: int):
+    def _gathered_loss(self, z, correct, group_ids, sample_ids, member, *, step: int):
         """The group contrastive loss over every DP rank's rows -> (result, this rank's row
         indices in the gathered batch [B_local], the gathered sample ids [B])."""
         z_all, mine = gather_rows(z, dp_group=self.dp_group)
         c_all, _ = gather_rows(correct, dp_group=self.dp_group)
         g_all, _ = gather_rows(group_ids, dp_group=self.dp_group)
         s_all, _ = gather_rows(sample_ids, dp_group=self.dp_group)
+        m_all, _ = gather_rows(member.long(), dp_group=self.dp_group)  # long: any backend
         local = torch.zeros(z_all.shape[0], dtype=torch.bool, device=z.device)
         local[mine] = True
         res = group_contrastive_loss(
@@ -119,6 +128,7 @@ class HeadTrainer:
             sample_ids=s_all,
             local_mask=local,
             sum_reduce=getattr(self.head, "sum_reduce", None),
+            member=m_all.bool(),
         )
         return res, mine, s_all
 

@@ -97,6 +97,7 @@ class MicrobatchPooler:
         self.pending: deque = deque()
         self.rows: list[torch.Tensor] = []
         self.pooled: list[torch.Tensor] = []
+        self.empty_masks: list[torch.Tensor] = []  # [b] bool per microbatch: nothing to pool
 
     def tee(self, iterator: Iterable) -> Iterator:
         for mb in iterator:
@@ -180,6 +181,10 @@ class MicrobatchPooler:
         self._store(meta, hidden, seg, counts)
 
     def _store(self, meta: dict, hidden: torch.Tensor, seg: torch.Tensor, counts: torch.Tensor):
+        """A row with no token to pool (a failed generation's empty response, a one-token answer
+        without its last token) pools to zeros and is marked empty: the head step leaves it out
+        of the contrastive set, so one rollout never stops the run."""
+        from clipo_megatron.core.pooling import empty_rows
         from clipo_megatron.megatron.parallel_pooling import sharded_response_mean
 
         pooled = sharded_response_mean(
@@ -189,9 +194,11 @@ class MicrobatchPooler:
             tp_group=self.tp_group,
             cp_group=self.cp_group,
             sequence_parallel=self.sequence_parallel,
+            allow_empty=True,
         )  # [b, H]
         self.rows.append(meta["rows"].to(hidden.device))  # rows live with their pooled states
         self.pooled.append(pooled)
+        self.empty_masks.append(empty_rows(counts).to(hidden.device))  # [b]
 
     @contextlib.contextmanager
     def hooked(self, final_norm: torch.nn.Module | None):
@@ -215,6 +222,13 @@ class MicrobatchPooler:
         if not self.rows:
             return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0)
         return torch.cat(self.rows), torch.cat(self.pooled)
+
+    def empty_rows(self) -> torch.Tensor:
+        """[b] bool in `result()`'s row order: rows with no token pooled (left out of CLIPO's
+        contrastive set by the head step)."""
+        if not self.empty_masks:
+            return torch.zeros(0, dtype=torch.bool)
+        return torch.cat(self.empty_masks)
 
 
 def find_final_norm(model: Any) -> torch.nn.Module | None:

@@ -143,8 +143,10 @@ def sharded_response_mean(
     tp_group=None,
     cp_group=None,
     sequence_parallel: bool = False,
+    allow_empty: bool = False,
 ) -> torch.Tensor:
-    """[B, D] mean response hidden state; counts [B] from the full response mask."""
+    """[B, D] mean response hidden state; counts [B] from the full response mask. `allow_empty`:
+    a row with count 0 pools to zeros (`core.pooling.mean_from_sums`) instead of raising."""
     sums = sharded_response_sums(
         hidden_local,
         segment_ids,
@@ -153,7 +155,7 @@ def sharded_response_mean(
         cp_group=cp_group,
         sequence_parallel=sequence_parallel,
     )
-    return mean_from_sums(sums, counts.float())
+    return mean_from_sums(sums, counts.float(), allow_empty=allow_empty)
 
 
 def local_rank_info(tp_group=None, cp_group=None, sequence_parallel: bool = False) -> dict:

@@ -55,18 +55,25 @@ class ClipoWorkerState:
         self.trainer = HeadTrainer(head, cfg.method, dp_group=dp_group)
         self.rows = torch.zeros(0, dtype=torch.long)
         self.pooled: torch.Tensor | None = None
+        self.empty: torch.Tensor | None = None  # [b] bool: rows that pooled no token
         self.last_pooled: tuple[torch.Tensor, torch.Tensor] | None = None  # for checks
 
     @property
     def head(self) -> torch.nn.Module:
         return self.trainer.head
 
-    def record(self, rows: torch.Tensor, pooled: torch.Tensor) -> None:
+    def record(
+        self, rows: torch.Tensor, pooled: torch.Tensor, empty: torch.Tensor | None = None
+    ) -> None:
+        """This pass's pooled rows; `empty` [b]: rows with no token pooled (a failed
+        generation's empty response), which the head step leaves out of the contrastive set."""
         if rows.numel() != pooled.shape[0]:
             raise ValueError(f"{rows.numel()} row ids for {pooled.shape[0]} pooled rows")
         if rows.unique().numel() != rows.numel():
             raise ValueError("a row was pooled twice in one logprob pass")
-        self.rows, self.pooled = rows, pooled
+        if empty is not None and empty.numel() != rows.numel():
+            raise ValueError(f"{empty.numel()} empty flags for {rows.numel()} pooled rows")
+        self.rows, self.pooled, self.empty = rows, pooled, empty
 
     def head_step(
         self, correct: torch.Tensor, group_ids: torch.Tensor, step: int
@@ -87,6 +94,7 @@ class ClipoWorkerState:
             group_ids.to(dev)[rows].long(),
             rows,
             step=step,
+            empty=self.empty,
         )
         self.last_pooled = (rows, self.pooled)
         self.pooled = None  # one head step per logprob pass
@@ -180,7 +188,7 @@ class ClipoWorkerMixin:
         with microbatches_teed(self._clipo_iterator_module, pooler), pooler.hooked(norm):
             out = super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)
         if self._clipo is not None:
-            self._clipo.record(*pooler.result())
+            self._clipo.record(*pooler.result(), empty=pooler.empty_rows())
         return out
 
     def clipo_setup(self, *, clipo_cfg: dict[str, Any]) -> bool:

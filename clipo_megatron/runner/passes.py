@@ -108,8 +108,9 @@ def logprob_and_pool(
     *,
     layout: Layout = SINGLE,
     shared_prefix: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The fused logprob pass: logprobs [B, S], pooled states [B, D], reference logprobs [B, S] | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The fused logprob pass: logprobs [B, S], pooled states [B, D], the rows that pooled no
+    token [B] bool (left out of CLIPO's contrastive set) and reference logprobs [B, S] | None,
     on every stage.
 
     The same pass the NeMo-RL workers run: micro-batches teed through `MicrobatchPooler`,
@@ -142,12 +143,13 @@ def logprob_and_pool(
     pooler = MicrobatchPooler()
     lp = one_pass(model, pooler)
     ref = one_pass(ref_model, None) if ref_model is not None else None
-    return layout.broadcast((lp, _in_row_order(pooler), ref) if last else None)
+    return layout.broadcast((lp, *_in_row_order(pooler), ref) if last else None)
 
 
-def _in_row_order(pooler: MicrobatchPooler) -> torch.Tensor:
+def _in_row_order(pooler: MicrobatchPooler) -> tuple[torch.Tensor, torch.Tensor]:
     rows, pooled = pooler.result()
-    return pooled[torch.argsort(rows)]  # [B, D]
+    order = torch.argsort(rows)
+    return pooled[order], pooler.empty_rows()[order]  # [B, D], [B]
 
 
 def policy_update(

@@ -147,7 +147,7 @@ class Run:
         on the kept rows [b]; returns the head step's result, None in the baseline."""
         cfg = self.cfg
         t0 = time.perf_counter()
-        old_lp, pooled, ref_lp = logprob_and_pool(
+        old_lp, pooled, empty, ref_lp = logprob_and_pool(
             self.model,
             ids,
             mask,
@@ -170,6 +170,7 @@ class Run:
                 step=self.step_idx,
                 pp_group=self.layout.groups.pp,
                 device=pooled.device,
+                empty=empty,
             )
             r_cl = out.rewards.cpu()
         t["head"] = time.perf_counter() - t0

@@ -98,3 +98,36 @@ def test_the_nemo_rl_worker_pools_as_the_config_says(monkeypatch):
     worker.get_logprobs(data={SAMPLE_IDX_KEY: [0]})
     assert built == [False]
     assert w.ClipoWorkerMixin._clipo_pool_last_token is True  # the default: y1..yT
+
+
+def _pool_with_empty(pool_last_token: bool, hidden: torch.Tensor, **mb):
+    pooler = MicrobatchPooler(pool_last_token=pool_last_token)
+    list(pooler.tee([{"data_dict": mb["data"], "cu_seqlens_padded": mb.get("cu")}]))
+    pooler.pool(hidden)
+    return pooler.result()[1][:, 0].tolist(), pooler.empty_rows().tolist()
+
+
+@pytest.mark.parametrize("last", [True, False])
+def test_a_row_with_nothing_to_pool_is_flagged_not_raised(last):
+    # padded: row 0 answers at 1..3; row 1 is a one-token answer at 2; row 2 an empty response.
+    # With the last token left out (the reproduction recipes), row 1 has nothing to pool either.
+    mask = torch.tensor([[0, 1, 1, 1, 0], [0, 0, 1, 0, 0], [0, 0, 0, 0, 0]])
+    hidden = (10 * torch.arange(5.0)[:, None] + torch.arange(3.0)[None, :])[..., None]  # [S, b, 1]
+    data = {SAMPLE_IDX_KEY: torch.arange(3), "token_mask": mask}
+    pooled, empty = _pool_with_empty(last, hidden, data=data)
+    # all: (10 + 20 + 30) / 3 = 20, row 1: 20 + 1 = 21; before the last: (10 + 20) / 2 = 15
+    assert pooled == ([20.0, 21.0, 0.0] if last else [15.0, 0.0, 0.0])
+    assert empty == [False, not last, True]
+
+
+def test_packed_empty_response_is_flagged():
+    # rows of 4, 3 (prompt only: an empty response) and 5 tokens packed at 0, 4 and 7
+    mask = torch.tensor([[0, 0, 1, 1, 0], [0, 0, 0, 0, 0], [0, 0, 0, 1, 1]])
+    data = {
+        SAMPLE_IDX_KEY: torch.tensor([5, 6, 7]),
+        "token_mask": mask,
+        "input_lengths": torch.tensor([4, 3, 5]),
+    }
+    hidden = torch.arange(12.0)[:, None, None]  # [T, 1, 1]: stream positions 2, 3 and 10, 11
+    pooled, empty = _pool_with_empty(True, hidden, data=data, cu=torch.tensor([0, 4, 7, 12]))
+    assert pooled == [2.5, 0.0, 10.5] and empty == [False, True, False]

@@ -141,7 +141,7 @@ def test_logprobs_and_pooled_states_match_per_rollout(single, shared_prefix):
     from clipo_megatron.runner.passes import logprob_and_pool
 
     model, ids, mask, _, (ref_lp, ref_pooled, _) = single
-    lp, pooled, _ = logprob_and_pool(model, ids, mask, 8, shared_prefix=shared_prefix)
+    lp, pooled, _, _ = logprob_and_pool(model, ids, mask, 8, shared_prefix=shared_prefix)
     torch.testing.assert_close(torch.where(mask, lp, 0.0), ref_lp, **TOL)
     torch.testing.assert_close(pooled, ref_pooled, **TOL)
     assert float(ref_lp[mask].abs().min()) > 0.1  # real logprobs, not zeros
@@ -215,7 +215,7 @@ def _mp_worker(rank, world, layout, old_np):
     model, arch = build_policy(_hf(), lay.tp, lay.pp)
     ids, mask, adv = _batch()
     old = torch.from_numpy(old_np)
-    lp, pooled, _ = logprob_and_pool(model, ids, mask, 8, layout=lay)
+    lp, pooled, _, _ = logprob_and_pool(model, ids, mask, 8, layout=lay)
     m = _sgd_update(model, ids, mask, adv, old, True, layout=lay)
     full = lay.full_state(model.state_dict(), arch)
     # numpy through the queue: torch tensors would be shared by file descriptor, and the worker
@@ -248,3 +248,48 @@ def test_packed_passes_under_tp_and_pp_match_single_process(single, reference_up
         assert r["weights"].keys() == w0.keys()
         for k, w in r["weights"].items():
             torch.testing.assert_close(torch.from_numpy(w), w0[k], **TOL, msg=k)
+
+
+def test_an_empty_response_leaves_the_contrastive_set(single):
+    """The runner's path (`Run._train_on`): the logprob pass flags a row with no response token
+    and pools it to zeros; `clipo_step` leaves it out: r_CL 0 for it, the rest as if it were not
+    in the batch (the same step on the other rows, 1e-6), counted in `clipo/empty_responses`.
+    One row per rollout: shared-prefix packing finds the prompt at the first response token, and
+    the runner's rollouts always hold one (an empty generation keeps its EOS, generation/rollouts)."""
+    import copy
+
+    from clipo_megatron.core import CLIPOConfig
+    from clipo_megatron.core.losses import l2_normalize
+    from clipo_megatron.megatron.clipo_step import clipo_step
+    from clipo_megatron.megatron.head_trainer import HeadTrainer
+    from clipo_megatron.runner.passes import logprob_and_pool
+
+    model, ids, mask, _, (_, ref_pooled, _) = single
+    ids, mask = ids.clone(), mask.clone()
+    start = int(mask[5].nonzero().min())  # row 5 (group 1) answers nothing after its prompt
+    ids[5, start:], mask[5] = 0, False
+    _, pooled, empty, _ = logprob_and_pool(model, ids, mask, 8, shared_prefix=False)
+    keep = torch.arange(12) != 5
+    assert empty.tolist() == (~keep).tolist() and float(pooled[5].abs().max()) == 0.0
+    torch.testing.assert_close(pooled[keep], ref_pooled[keep], **TOL)
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(pooled.shape[1], 16, bias=False)
+
+        def forward(self, x):
+            return l2_normalize(self.proj(x))
+
+    torch.manual_seed(0)
+    head = Head()
+    correct = torch.tensor([1, 1, 0, 1, 1, 1, 0, 1, 0, 1, 1, 0]).float()  # group 1 keeps 2 + 1
+    gids, sids = torch.arange(3).repeat_interleave(4), torch.arange(12)
+    cfg = CLIPOConfig(embed_dim=16)
+    ref_trainer = HeadTrainer(copy.deepcopy(head), cfg)
+    out = clipo_step(HeadTrainer(head, cfg), pooled, correct, gids, sids, step=0, empty=empty)
+    ref = clipo_step(ref_trainer, pooled[keep], correct[keep], gids[keep], sids[keep], step=0)
+    assert float(out.rewards[5]) == 0.0 and out.metrics["clipo/empty_responses"] == 1.0
+    torch.testing.assert_close(out.rewards[keep], ref.rewards, rtol=0, atol=1e-6)
+    assert float(ref.rewards[4:7].abs().max()) > 0  # group 1, without row 5, still ranks
+    torch.testing.assert_close(head.proj.weight, ref_trainer.head.proj.weight, rtol=0, atol=1e-6)

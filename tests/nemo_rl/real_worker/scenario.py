@@ -34,8 +34,10 @@ def packing_args(policy: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def batch(pad_id: int, vocab: int):
-    """B rows of prompt + response (random tokens), varied lengths; token_mask = the response."""
+def batch(pad_id: int, vocab: int, empty_rows: tuple[int, ...] = ()):
+    """B rows of prompt + response (random tokens), varied lengths; token_mask = the response.
+    `empty_rows`: those rows end after their prompt with no response token (a failed
+    generation's empty response, as NeMo-RL's async rollout returns it)."""
     from nemo_rl.distributed.batched_data_dict import BatchedDataDict
 
     from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
@@ -49,6 +51,10 @@ def batch(pad_id: int, vocab: int):
         n = int(lengths[i])
         ids[i, :n] = torch.randint(3, vocab, (n,), generator=gen)
         mask[i, int(prompts[i]) : n] = 1.0
+    for i in empty_rows:
+        lengths[i] = prompts[i]
+        ids[i, int(prompts[i]) :] = pad_id
+        mask[i] = 0.0
     return BatchedDataDict(
         input_ids=ids,
         input_lengths=lengths,
