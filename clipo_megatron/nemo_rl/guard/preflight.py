@@ -34,6 +34,7 @@ from typing import Any
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
 from clipo_megatron.nemo_rl.guard.preflight_data import check_files, check_overlap
 from clipo_megatron.nemo_rl.guard.preflight_parallel import check_parallel
+from clipo_megatron.nemo_rl.guard.preflight_resume import check_resume_clipo
 from clipo_megatron.nemo_rl.guard.recipes import NEMO_RL_PREFIX, load_recipe, nemo_rl_root
 from clipo_megatron.nemo_rl.recipe_keys import interpolated_keys, knob_problems
 from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
@@ -186,6 +187,7 @@ def preflight_config(
         ("NeMo-RL", lambda: (check_nemo_rl(config) if has_nemo_rl else [], [])),
         ("data files", lambda: check_files(data)),
         ("train / validation overlap", lambda: (check_overlap(data), [])),
+        ("resume: CLIPO's files", lambda: check_resume_clipo(config)),
     ]
     if not ranges:  # the sizes' arithmetic needs sizes: "cannot check" lines said nothing more
         checks.append(("parallel sizes", lambda: check_parallel(config)))

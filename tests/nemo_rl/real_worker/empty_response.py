@@ -37,5 +37,5 @@ def empty_rows_methods(
     step = worker.clipo_head_step(correct=scenario.CORRECT, group_ids=scenario.GROUPS, step=0)
     res["r_cl_rows"], res["r_cl"] = step["sample_idx"], step["rewards"].double()
     res["metrics"] = step["metrics"]
-    res["head_after"] = worker.clipo_head_state()["head"]
+    res["head_after_state"] = worker.clipo_head_state()
     return res
