@@ -24,6 +24,7 @@ from clipo_megatron.nemo_rl.adapter import (
     train_args_from_setup,
 )
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
+from clipo_megatron.nemo_rl.loops import unsupported_loop_problem
 from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunState
 
 
@@ -99,6 +100,9 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     from clipo_megatron.nemo_rl import require_nemo_rl
 
     require_nemo_rl()
+    wrong_loop = unsupported_loop_problem(config)
+    if wrong_loop:  # the preflight said so already; never run a recipe by another loop
+        raise ValueError(wrong_loop)
     clipo = validate_master_config(config)
     from nemo_rl.algorithms import grpo
     from nemo_rl.distributed.virtual_cluster import init_ray
