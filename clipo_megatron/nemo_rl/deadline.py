@@ -88,8 +88,11 @@ def apply_save_by(master_config: Any, save_by: float, now: float) -> str:
 def planned_steps(master_config: Any, steps_per_epoch: int) -> int:
     """The step `grpo_train` ends at: max_num_steps or the epochs' worth, whichever is first."""
     grpo = master_config["grpo"] if isinstance(master_config, dict) else master_config.grpo
-    get = grpo.get if isinstance(grpo, dict) else lambda k: getattr(grpo, k)
-    return min(int(get("max_num_steps")), int(get("max_num_epochs")) * steps_per_epoch)
+
+    def get(key: str) -> int:
+        return int(grpo[key] if isinstance(grpo, dict) else getattr(grpo, key))
+
+    return min(get("max_num_steps"), get("max_num_epochs") * steps_per_epoch)
 
 
 def saved_step(checkpointer: Any) -> int:
