@@ -41,12 +41,31 @@ def how_to_get(spec: DatasetSpec) -> str:
     return "; ".join(ways)
 
 
+def _candidates(d: Path, spec: DatasetSpec) -> list[Path]:
+    """Where a dataset's parquet may sit under `d`: each accepted name (the published one
+    first), in the authors' train/ test/ layout, then flat in `d`."""
+    return [c for f in spec.verl_files for c in (d / f, d / Path(f).name)]
+
+
+def verl_path(name: str, data_dir: str | Path | None = None) -> Path:
+    """The authors' file of dataset `name` under `data_dir` (default $CLIPO_DATA_DIR, else
+    data/clipo): the first accepted name that exists, else the published name (for the caller's
+    "does not exist" line). The recipes' `${clipo_data:<name>}` resolves through this."""
+    spec = get_spec(name)
+    if not spec.verl_file:
+        raise ValueError(
+            f"{spec.name} has no file among the authors' data (Qwen-Applications/CLIPO)"
+        )
+    d = Path(data_dir or os.environ.get(DATA_DIR_ENV) or "data/clipo")
+    return next((c for c in _candidates(d, spec) if c.is_file()), d / spec.verl_file)
+
+
 def _resolve_dir(d: Path, spec: DatasetSpec) -> Path:
-    for cand in (d / spec.verl_file, d / Path(spec.verl_file).name) if spec.verl_file else ():
+    for cand in _candidates(d, spec):
         if cand.is_file():
             return cand
     raise FileNotFoundError(
-        f"{spec.name}: {d} has no {spec.verl_file}. Get it from {how_to_get(spec)}"
+        f"{spec.name}: {d} has none of {', '.join(spec.verl_files)}. Get it from {how_to_get(spec)}"
     )
 
 

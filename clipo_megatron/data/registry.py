@@ -28,11 +28,17 @@ class DatasetSpec:
     name: str  # canonical name
     label: str  # the paper's table column
     kind: str  # "math" | "mc"
-    verl_file: str | None  # path under the data dir (authors' layout)
+    verl_file: str | None  # path under the data dir, the name the authors published it under
     rows: int | None  # rows of the authors' published file
     hub: HubSpec | None = None
     gym: str | None = None  # reasoning-gym generator name
     aliases: tuple[str, ...] = ()
+    verl_renamed: tuple[str, ...] = ()  # other accepted names of that file (a copy renamed)
+
+    @property
+    def verl_files(self) -> tuple[str, ...]:
+        """The names looked for under a data dir, the published one first (`loader.verl_path`)."""
+        return (self.verl_file, *self.verl_renamed) if self.verl_file else ()
 
 
 def _qa(repo, config, split):
@@ -93,19 +99,21 @@ SPECS: dict[str, DatasetSpec] = {
             "truthfulqa",
             "tQA",
             "mc",
-            "test/truthfulqa.parquet",
+            "test/truthfulqa*2.parquet",  # "*2": doubled (the published name, `*` included)
             1634,
             HubSpec("truthfulqa/truthful_qa", "multiple_choice", "validation", "mc1"),
             aliases=("truthful_qa", "tqa"),
+            verl_renamed=("test/truthfulqa.parquet",),
         ),
         DatasetSpec(
             "theoremqa",
             "thrmQA",
             "math",
-            "test/theoremqa.parquet",
+            "test/theoremqa*2.parquet",  # "*2": doubled (the published name, `*` included)
             1494,
             HubSpec("TIGER-Lab/TheoremQA", None, "test", "theoremqa"),
             aliases=("thrmqa", "theorem_qa"),
+            verl_renamed=("test/theoremqa.parquet",),
         ),
         DatasetSpec(
             "mmlu",

@@ -35,7 +35,9 @@ class Loop:
 GRPO_TRAIN = Loop("grpo_train", None)
 ASYNC_GRPO_TRAIN = Loop("async_grpo_train", "grpo.async_grpo.enabled")
 GRPO_TRAIN_SYNC = Loop("grpo_train_sync", "data_plane.enabled")
-SINGLE_CONTROLLER = Loop("SingleControllerActor (examples/run_grpo_single_controller.py)", "async_rl")
+SINGLE_CONTROLLER = Loop(
+    "SingleControllerActor (examples/run_grpo_single_controller.py)", "async_rl"
+)
 
 # The loops CLIPO's driver runs (issue of the other two: docs/nemo_rl.md, "What is supported").
 SUPPORTED = (GRPO_TRAIN,)
@@ -46,9 +48,9 @@ def loop_of(cfg: dict[str, Any]) -> Loop:
     conf = as_conf(cfg)
     if dotted_get(conf, "async_rl") is not None:
         return SINGLE_CONTROLLER
-    if _on(dotted_get(conf, ASYNC_GRPO_TRAIN.key)):
+    if _on(dotted_get(conf, "grpo.async_grpo.enabled")):
         return ASYNC_GRPO_TRAIN
-    if _on(dotted_get(conf, GRPO_TRAIN_SYNC.key)):
+    if _on(dotted_get(conf, "data_plane.enabled")):
         return GRPO_TRAIN_SYNC
     return GRPO_TRAIN
 

@@ -79,3 +79,34 @@ def test_every_refusal_is_one_line_naming_its_key(verdicts):
         if v.line:
             assert "\n" not in v.line and "Traceback" not in v.line
             assert v.line.startswith(v.verdict.removeprefix("refused: "))
+
+
+def _guide_overlay() -> str:
+    """The first YAML block of docs/nemo_rl.md ("CLIPO in your NeMo-RL recipe"), as written."""
+    text = (ROOT / "docs" / "nemo_rl.md").read_text(encoding="utf-8")
+    return text.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_guides_one_step_switch_keeps_every_nemo_rl_key(tmp_path, monkeypatch):
+    """The guide's file turns CLIPO on, turns leave-one-out off and changes no other key of the
+    NeMo-RL recipe it names."""
+    from clipo_megatron.nemo_rl.guard.preflight import preflight
+    from clipo_megatron.nemo_rl.guard.recipes import load_recipe
+
+    monkeypatch.setenv("NEMO_RL_ROOT", str(SRC))
+    overlay = tmp_path / "my_recipe.yaml"
+    overlay.write_text(_guide_overlay(), encoding="utf-8")
+    report = preflight(overlay, [], cluster_env=False)
+    assert report.ok, report.problems
+    parent = overlay.read_text().split("- nemo_rl:", 1)[1].split()[0]
+    recipe = load_recipe(SRC / parent)
+    config = dict(report.config or {})
+    assert config.pop("clipo")["enabled"] is True
+    loo = ("use_leave_one_out_baseline",)
+    assert config["grpo"]["use_leave_one_out_baseline"] is False
+    assert config["grpo"]["adv_estimator"]["use_leave_one_out_baseline"] is False
+    for block in (config, recipe):
+        for key in loo:
+            block["grpo"].pop(key)
+            block["grpo"]["adv_estimator"].pop(key)
+    assert config == recipe

@@ -39,6 +39,7 @@ from clipo_megatron.nemo_rl.guard.preflight_data import (
     split_beside_validation,
 )
 from clipo_megatron.nemo_rl.guard.preflight_parallel import check_parallel
+from clipo_megatron.nemo_rl.guard.preflight_resume import check_resume_clipo
 from clipo_megatron.nemo_rl.guard.recipes import NEMO_RL_PREFIX, load_recipe, nemo_rl_root
 from clipo_megatron.nemo_rl.loops import unsupported_loop_problem
 from clipo_megatron.nemo_rl.recipe_keys import interpolated_keys, knob_problems
@@ -208,7 +209,11 @@ def preflight_config(
         ("clipo / cross-field rules", lambda: ([p for p in [_clipo(report, config)] if p], [])),
         ("NeMo-RL", lambda: (check_nemo_rl(config) if has_nemo_rl else [], [])),
         ("data files", lambda: check_files(data)),
-        ("train / validation overlap", lambda: (check_overlap(data), split_beside_validation(data))),
+        (
+            "train / validation overlap",
+            lambda: (check_overlap(data), split_beside_validation(data)),
+        ),
+        ("resume: CLIPO's files", lambda: check_resume_clipo(config)),
     ]
     if not ranges:  # the sizes' arithmetic needs sizes: "cannot check" lines said nothing more
         checks.append(("parallel sizes", lambda: check_parallel(config)))

@@ -64,7 +64,9 @@ def verdict_of(recipe: Path, folder: Path) -> Verdict:
     loop, ep = "?", 1
     if report.config is not None:
         loop = loop_of(report.config).name.split(" ")[0]
-        ep = int(dotted_get(report.config, "policy.megatron_cfg.expert_model_parallel_size", 1) or 1)
+        ep = int(
+            dotted_get(report.config, "policy.megatron_cfg.expert_model_parallel_size", 1) or 1
+        )
     else:  # refused before the config resolved: read the loop from the unresolved recipe
         raw = load_recipe(path, resolve=False)
         loop = loop_of(raw).name.split(" ")[0]

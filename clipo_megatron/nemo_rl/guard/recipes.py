@@ -35,11 +35,20 @@ def _register_resolvers() -> None:
             register(name, fn)
 
 
+def _clipo_data(data_dir: str, name: str) -> str:
+    """`${clipo_data:<data dir>,<dataset>}`: the authors' file of a dataset under the data dir,
+    under whichever accepted name it has there (published first: `data/registry.py`)."""
+    from clipo_megatron.data.loader import verl_path
+
+    return str(verl_path(name, data_dir))
+
+
 RESOLVERS = {
     "add": lambda a, b: a + b,
     "mul": lambda a, b: a * b,
     "div": lambda a, b: a / b,
     "max": lambda a, b: max(a, b),
+    "clipo_data": _clipo_data,  # ours: the data files' accepted names
 }
 
 
