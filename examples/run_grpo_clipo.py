@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -65,6 +66,7 @@ def ok_line(
 
 
 def main(argv: list[str] | None = None) -> int:
+    from clipo_megatron.nemo_rl.deadline import check_before_start
     from clipo_megatron.nemo_rl.guard.preflight import preflight
 
     args, overrides = parse_args(argv)
@@ -79,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     config, clipo = report.config, report.clipo
     assert config is not None and clipo is not None
+    try:  # the job's deadline (slurm/common.sh exports it): checked in the preflight step too
+        check_before_start(os.environ, config)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     if args.validate_only:
         resolved = json.dumps({"clipo": clipo.to_dict(), "config": config}, indent=1, default=str)
         if args.print_config:

@@ -30,6 +30,10 @@
 #   RAY_WAIT_TIMEOUT_S  seconds for all nodes to join (ray.sub: 30 min)       [1800]
 #   RAY_POLL_S        seconds between polls of the head's signal file         [5]
 #   BASE_LOG_DIR      logs go to $BASE_LOG_DIR/<jobid>[-<restart>]-logs (shared FS) [$CLIPO_ROOT/slurm-logs]
+#   SAVE_MARGIN_S     seconds before the job's time limit by which the driver has saved and
+#                     stopped (CLIPO_SAVE_BY -> checkpointing.checkpoint_must_save_by); it then
+#                     exits 75 and the job requeues itself (docs/slurm.md, "Time limits")  [900]
+#   DRY_RUN_TIME_LEFT_S  DRY_RUN only: the time left the deadline is computed from [86400]
 #   DRY_RUN=1         print the srun commands, run nothing (works off-cluster)
 
 set -euo pipefail
@@ -62,7 +66,8 @@ need_int() { # VAR...: each a positive integer (they go into arithmetic and `bas
     fi
   done
 }
-need_int GPUS_PER_NODE RAY_PORT RAY_WAIT_TIMEOUT_S
+SAVE_MARGIN_S="${SAVE_MARGIN_S:-900}"
+need_int GPUS_PER_NODE RAY_PORT RAY_WAIT_TIMEOUT_S SAVE_MARGIN_S
 
 if [[ "$DRY_RUN" == "1" ]]; then
   SLURM_JOB_ID="${SLURM_JOB_ID:-dryrun}"
@@ -163,6 +168,29 @@ else
   echo "set CONTAINER (NeMo-RL image) or VENV (a venv with NeMo-RL and clipo_megatron)" >&2
   exit 2
 fi
+# --- the time limit: the driver saves and stops SAVE_MARGIN_S before it (NeMo-RL's own
+# checkpoint_must_save_by, set from CLIPO_SAVE_BY when grpo_train starts) and exits 75 -------------
+time_left_s() { # seconds the job has left; empty when unlimited or unknown
+  if [[ "$DRY_RUN" == "1" ]]; then echo "${DRY_RUN_TIME_LEFT_S:-86400}"; return; fi
+  if [[ "${SLURM_JOB_END_TIME:-}" =~ ^[1-9][0-9]*$ ]]; then # Slurm >= 23.02 exports it
+    echo $((SLURM_JOB_END_TIME - $(date +%s)))
+    return
+  fi
+  local left # squeue's %L: [D-][HH:]MM:SS, or UNLIMITED / NOT_SET
+  left="$(squeue -h -j "$SLURM_JOB_ID" -o %L 2>/dev/null || true)"
+  if [[ "$left" =~ ^(([0-9]+)-)?(([0-9]+):)?([0-9]+):([0-9]+)$ ]]; then
+    echo $((10#${BASH_REMATCH[2]:-0} * 86400 + 10#${BASH_REMATCH[4]:-0} * 3600 \
+      + 10#${BASH_REMATCH[5]} * 60 + 10#${BASH_REMATCH[6]}))
+  fi
+}
+TIME_LEFT_S="$(time_left_s)"
+if [[ "$TIME_LEFT_S" =~ ^-?[0-9]+$ ]]; then
+  CLIPO_SAVE_BY=$(($(date +%s) + TIME_LEFT_S - SAVE_MARGIN_S))
+  EXPORTS+=("CLIPO_SAVE_BY=$CLIPO_SAVE_BY")
+  echo "[clipo] time limit in ${TIME_LEFT_S}s: the driver saves and stops ${SAVE_MARGIN_S}s before it (CLIPO_SAVE_BY=$CLIPO_SAVE_BY), then the job requeues itself"
+else
+  echo "[clipo] no time limit found (SLURM_JOB_END_TIME, squeue %L): no deadline save; checkpoints every checkpointing.save_period steps" >&2
+fi
 PREAMBLE="$ACTIVATE && export ${EXPORTS[*]} && cd $(q "$CLIPO_ROOT")"
 
 step_args() { # NAME NODE [CPUS]: srun arguments of one single-node step in container NAME
@@ -226,14 +254,40 @@ for ((i = 1; i < NUM_NODES; i++)); do
     srun "${ARGS[@]}" bash -c "$WORKER_SCRIPT" > "$LOG_DIR/ray-worker-$i.log" 2>&1 &
   fi
 done
-if [[ "$DRY_RUN" == "1" ]]; then exit 0; fi
+if [[ "$DRY_RUN" == "1" ]]; then
+  echo "+ trap on_usr1 USR1  # #SBATCH --signal=B:USR1@<s>: driver still running -> scontrol requeue $SLURM_JOB_ID"
+  echo "+ wait \$HEAD_PID  # exit 75 (saved at CLIPO_SAVE_BY) -> scontrol requeue $SLURM_JOB_ID; preemption: #SBATCH --requeue"
+  exit 0
+fi
 echo "[clipo] attach: srun --overlap --jobid $SLURM_JOB_ID -w $HEAD_NODE${CONTAINER:+ --container-name=ray-head} --pty bash"
 
-# 3. the job ends with the head step (= the driver); workers see ENDED, Slurm reaps the rest
+# 3. the job ends with the head step (= the driver); workers see ENDED, Slurm reaps the rest.
+# Exit 75: the driver saved at the deadline short of its last step -> requeue (the rerun resumes
+# there). USR1 (#SBATCH --signal=B:USR1@<s>, to this shell only: Ray is left alone) with the driver
+# still running: its deadline save did not happen in time -> requeue now, or the limit would end the
+# chain; the rerun resumes from the last complete checkpoint (NeMo-RL ignores an unfinished tmp_step_N).
+REQUEUED=0
+requeue() { # WHY
+  if ((REQUEUED)); then return; fi
+  REQUEUED=1
+  echo "[clipo] $1: requeueing job $SLURM_JOB_ID; it resumes from the latest checkpoint"
+  scontrol requeue "$SLURM_JOB_ID" || echo "[clipo] scontrol requeue failed: submit the same command again to resume" >&2
+}
+INTERRUPTED=0
+on_usr1() {
+  INTERRUPTED=1
+  requeue "USR1 (the time limit is near) and the driver still runs"
+}
+trap on_usr1 USR1
 set +e
-wait "$HEAD_PID"
-rc=$?
+while :; do # a trapped signal ends `wait` early: wait again for the driver's own status
+  INTERRUPTED=0
+  wait "$HEAD_PID"
+  rc=$?
+  ((INTERRUPTED)) || break
+done
 set -e
 touch "$LOG_DIR/ENDED"
 echo "[clipo] driver exited with $rc (log $LOG_DIR/driver.log)"
+if ((rc == 75)); then requeue "the driver saved at the deadline (exit 75)"; fi
 exit "$rc"

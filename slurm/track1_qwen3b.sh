@@ -14,6 +14,8 @@
 # Submit from the clipo_megatron checkout (or set CLIPO_ROOT); no NeMo-RL checkout is needed.
 # The recipe is validated first (the job stops there, with the reason, if it does not); then a Ray
 # cluster as NeMo-RL's ray.sub builds it, with the driver inside the head's container.
+# Time limit: the driver saves and stops SAVE_MARGIN_S (900 s) before it and the job requeues
+# itself; preemption requeues it (--requeue) from the last checkpoint (docs/slurm.md).
 # See slurm/common.sh for every variable and docs/slurm.md for the mapping to ray.sub.
 #SBATCH --job-name=clipo-track1_qwen3b
 #SBATCH --nodes=1
@@ -22,6 +24,9 @@
 #SBATCH --exclusive
 #SBATCH --time=24:00:00
 #SBATCH --output=slurm-%j-clipo-track1_qwen3b.out
+#SBATCH --open-mode=append
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@180
 
 set -euo pipefail
 if [[ -z "${CLIPO_ROOT:-}" ]]; then

@@ -14,9 +14,12 @@ business (`adapter.py`); nothing of NeMo-RL is edited.
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import replace
 from typing import Any
 
+from clipo_megatron.nemo_rl import deadline
 from clipo_megatron.nemo_rl.adapter import (
     GrpoTrainArgs,
     advantage_estimator_installed,
@@ -24,6 +27,7 @@ from clipo_megatron.nemo_rl.adapter import (
     train_args_from_setup,
 )
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
+from clipo_megatron.nemo_rl.loops import unsupported_loop_problem
 from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunState
 
 
@@ -35,11 +39,13 @@ def grpo_train_with_clipo(
     args: GrpoTrainArgs,
     *,
     estimator: type[ClipoAdvantageEstimator] = ClipoAdvantageEstimator,
-) -> None:
+) -> int | None:
     """NeMo-RL's `grpo_train(policy, *args)` with every advantage estimator it builds wrapped by
     `estimator` (a subclass observes or extends the step). The run's logger also receives the
     CLIPO metrics under `train/clipo/*` and, in both arms, the verifier's answers per status
-    under `train/verify/*`."""
+    under `train/verify/*`. With `CLIPO_SAVE_BY` set (the job's deadline, `deadline.py`),
+    NeMo-RL's own `checkpoint_must_save_by` saves and stops before it: the step saved there
+    when the run stopped short of its end (a requeue resumes there), else None."""
 
     def sink(metrics: dict, step: int) -> None:
         args.logger.log_metrics(metrics, step, prefix="train")
@@ -47,8 +53,25 @@ def grpo_train_with_clipo(
     def wrap(base: Any) -> ClipoAdvantageEstimator:
         return estimator(base, policy.clipo_head_step, clipo, state, metrics_sink=sink)
 
+    save_by = deadline.save_by_from_env(os.environ)  # the job's time limit less the save's margin
+    start, started = 0, time.time()
+    if save_by is not None:
+        start = deadline.saved_step(args.checkpointer)
+        must = deadline.apply_save_by(args.master_config, save_by, started)
+        print(
+            f"[clipo] {deadline.SAVE_BY_ENV}: grpo_train saves and stops within {must} (DD:HH:MM:SS)"
+        )
     with advantage_estimator_installed(grpo_module, wrap):
         call_grpo_train(grpo_module, policy, args)
+    if save_by is None:
+        return None
+    end = deadline.saved_step(args.checkpointer)
+    planned = deadline.planned_steps(args.master_config, len(args.dataloader))
+    now = time.time()
+    at_deadline = deadline.stopped_at_deadline(
+        save_by, started=started, now=now, steps=(start, end), planned=planned
+    )
+    return end if at_deadline else None
 
 
 def prepare(config: dict[str, Any]):
@@ -99,6 +122,9 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     from clipo_megatron.nemo_rl import require_nemo_rl
 
     require_nemo_rl()
+    wrong_loop = unsupported_loop_problem(config)
+    if wrong_loop:  # the preflight said so already; never run a recipe by another loop
+        raise ValueError(wrong_loop)
     clipo = validate_master_config(config)
     from nemo_rl.algorithms import grpo
     from nemo_rl.distributed.virtual_cluster import init_ray
@@ -122,4 +148,10 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     # The objective's policy loss, built from the config setup returns (as the contract suite).
     loss_fn = build_policy_loss(clipo.objective, dict(args.master_config.loss_fn))
     args = replace(args, loss_fn=loss_fn)
-    grpo_train_with_clipo(grpo, clipo, state, policy, args)
+    saved = grpo_train_with_clipo(grpo, clipo, state, policy, args)
+    if saved is not None:  # slurm/common.sh requeues on this status; the rerun resumes there
+        print(
+            f"[clipo] stopped at the deadline ({deadline.SAVE_BY_ENV}) with a checkpoint at step "
+            f"{saved}; exiting {deadline.EXIT_REQUEUE} (requeue or rerun to resume)"
+        )
+        raise SystemExit(deadline.EXIT_REQUEUE)

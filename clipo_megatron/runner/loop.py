@@ -1,7 +1,8 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """One run from its checkpoint to its outputs: resume (or score the base policy first), step with
 the metrics log, TensorBoard and the progress bar, checkpoint every `output.checkpoint_every`
-steps, then score the trained policy and write the results.
+steps and where a stop signal (SIGTERM, Ctrl-C) ends the run, then score the trained policy and
+write the results.
 
 An error a rerun recovers from is raised as `RunFailed`, its message ending with what to do; the
 CLI prints it as one line. Only rank 0 writes, prints and evaluates (it alone holds the generator).
@@ -50,8 +51,10 @@ def train_loop(run, cfg, stop, before: dict | None = None) -> int:
     saved_at = _steps(run, cfg, stop, out, ckpt, rank0)
     if run.step_idx < cfg.train.steps:
         if rank0:
+            kept = "checkpoint written there" if saved_at == run.step_idx else "step abandoned"
             print(
-                f"stopped at step {run.step_idx}; rerun the same command to resume from step {saved_at}",
+                f"stopped at step {run.step_idx} ({kept}); rerun the same command to resume "
+                f"from step {saved_at}",
                 file=sys.stderr,
             )
         return stop.exit_code
@@ -124,7 +127,12 @@ def _steps(run, cfg, stop, out: Path, ckpt: Path, rank0: bool) -> int:
     try:
         while run.step_idx < cfg.train.steps:
             if broadcast_from_rank0(stop.signum) is not None:
-                break  # every rank stops before the same step (rank 0's signal decides)
+                # every rank stops before the same step (rank 0's signal decides) and saves there:
+                # a Slurm time limit or preemption loses no finished step
+                if saved_at != run.step_idx:
+                    save_checkpoint(run, ckpt)
+                    saved_at = run.step_idx
+                break
             m = run.step()
             nonfinite.count(run.history)  # m is the history's last entry
             _record(m, log, writer, bar)
@@ -132,7 +140,7 @@ def _steps(run, cfg, stop, out: Path, ckpt: Path, rank0: bool) -> int:
             if run.step_idx % cfg.output.checkpoint_every == 0 or run.step_idx == cfg.train.steps:
                 save_checkpoint(run, ckpt)
                 saved_at = run.step_idx
-    except KeyboardInterrupt:  # a second signal: abandon the step
+    except KeyboardInterrupt:  # a second signal: abandon the step (or the write: the old file kept)
         stop.signum = stop.signum or signal.SIGINT
     except MetricsLogError as e:  # a full disk: said below the bar, with where a rerun resumes
         raise RunFailed(

@@ -20,8 +20,10 @@ end; rerunning the same command resumes bit-for-bit from the last one
 changes the method, model, objective, data, seed or optimiser is refused, listing the keys
 (--allow-config-change to mean it); train.steps may change. One run per output.dir (a second
 is refused, naming the first one's pid).
-Short runs need output.checkpoint_every lowered to be resumable mid-run. Ctrl-C / SIGTERM
-finishes the current step (a second signal abandons it) and says where a rerun resumes.
+Ctrl-C / SIGTERM (a Slurm time limit or preemption) finishes the current step, writes a
+checkpoint there and exits 143 (130 for Ctrl-C); the same command resumes there. A second
+signal abandons the step (or that write: the previous checkpoint is kept). After a kill -9 a
+rerun resumes from the last periodic checkpoint (output.checkpoint_every).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ PROG = "clipo-megatron train"
 
 
 class StopSignals:
-    """SIGINT / SIGTERM: the first lets the current step finish, a second abandons it."""
+    """SIGINT / SIGTERM: the first lets the current step finish (the loop then saves there), a
+    second abandons it."""
 
     def __init__(self):
         self.signum: int | None = None

@@ -124,7 +124,7 @@ def test_missing_dataset_names_how_to_get_it(tmp_path, monkeypatch):
         FileNotFoundError, match=r"gsm8k: no source given.*test/gsm8k.parquet.*--source gsm8k=hf"
     ):
         load_dataset("gsm8k")
-    with pytest.raises(FileNotFoundError, match=r"aime24: .* has no test/aime.parquet"):
+    with pytest.raises(FileNotFoundError, match=r"aime24: .* has none of test/aime.parquet"):
         load_dataset("aime", data_dir=tmp_path)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_dataset("gsm8k", source=str(tmp_path / "nope.jsonl"))

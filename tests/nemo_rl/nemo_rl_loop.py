@@ -232,7 +232,9 @@ def run_grpo(
             save_state,
             master,
         )
-        grpo_train_with_clipo(grpo, clipo, state, policy, args, estimator=tracing_estimator(trace))
+        saved_at_deadline = grpo_train_with_clipo(
+            grpo, clipo, state, policy, args, estimator=tracing_estimator(trace)
+        )
         head = policy.run_all_workers_single_data("clipo_head_state") if clipo.head_runs else None
         packed_streams = (  # the CPU worker counts the packed streams it ran
             None if use_gpus else sum(policy.run_all_workers_single_data("packed_stream_count"))
@@ -251,6 +253,7 @@ def run_grpo(
         "trace": trace,
         "packed_streams": packed_streams,
         "resumed_from": None if last is None else os.path.basename(str(last)),
+        "saved_at_deadline": saved_at_deadline,  # CLIPO_SAVE_BY's stop (driver.py), else None
     }
 
 

@@ -273,6 +273,37 @@ def check_exact_resume(full: dict, resumed: dict, clipo_on: bool, label: str = "
             torch.testing.assert_close(x, y, rtol=0, atol=0)
 
 
+@FULL
+def test_grpo_train_saves_at_the_deadline(nemo_rl_cpu, contract_model, tmp_path, monkeypatch):
+    """A job's deadline (`CLIPO_SAVE_BY`, slurm/common.sh) in NeMo-RL's real grpo_train: with
+    no periodic save due (save_period 100) and a budget already spent, NeMo-RL's own
+    `checkpoint_must_save_by` saves at the end of step 1 and stops; the checkpoint holds
+    CLIPO's head (bit-equal to the workers' head after step 1) and the run state, and the
+    driver reports step 1 (it exits 75, the batch script requeues). The resume from a
+    checkpoint is the same code as `test_grpo_train_resume`'s."""
+    import time
+
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    from clipo_megatron.core.safe_load import load_state
+    from tests.nemo_rl.nemo_rl_loop import run_grpo
+
+    cfg = _config(contract_model, tmp_path, "grpo", True)
+    cfg["checkpointing"]["save_period"] = 100
+    monkeypatch.setenv("CLIPO_SAVE_BY", str(time.time() - 1))  # the deadline has passed
+    result = run_grpo(cfg, worker_fqn=nemo_rl_cpu)
+    assert result["saved_at_deadline"] == 1 and result["clipo_step"] == 1
+    ckpt = tmp_path / "ckpt"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step_1"]  # no tmp_step_*, no step 2
+    saved = load_state(ckpt / "step_1" / "clipo_head" / "head.pt")
+    ours, theirs = tree_leaves(saved["trainer"]), tree_leaves(result["head"][0])
+    tensors = [(a, b) for a, b in zip(ours, theirs) if torch.is_tensor(a)]
+    assert len(ours) == len(theirs) and tensors
+    assert all(torch.equal(a, b) for a, b in tensors)
+    assert {s for s, prefix, _ in result["metrics"] if prefix == "train"} == {1}
+
+
 def test_data_parallel_workers_match_one_worker(nemo_rl_cpu, contract_model, tmp_path):
     """Two of NeMo-RL's Megatron workers (DP = 2, on CPU) in its RayWorkerGroup: logprobs sharded
     by NeMo-RL, the CLIPO head step gathering embeddings over DP (gloo), gradients summed over DP

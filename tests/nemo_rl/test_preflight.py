@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 
 from clipo_megatron.nemo_rl.guard import preflight as pf
-from clipo_megatron.nemo_rl.guard.preflight_data import check_files, check_overlap
+from clipo_megatron.nemo_rl.guard.preflight_data import (
+    check_files,
+    check_overlap,
+    split_beside_validation,
+)
 from clipo_megatron.nemo_rl.guard.preflight_parallel import (
     KNOWN_MODELS,
     check_parallel,
@@ -182,13 +186,19 @@ def test_hub_dataset_and_unknown_class_are_warnings(tmp_path):
 # ----------------------------------------------------------------------------- failure 6
 
 
-def test_failure6_split_validation_next_to_a_validation_file(tmp_path):
+def test_failure6_split_validation_next_to_a_validation_file_is_a_warning(tmp_path):
+    """NeMo-RL validates on the split-off rows and on data.validation on purpose (it trains on
+    neither): a warning naming the key, never a refusal."""
     train = _verl(tmp_path / "train.parquet", ["a", "b"])
     val = _verl(tmp_path / "val.parquet", ["c"])
-    assert check_overlap(_data(train, val, split_validation_size=0.05)) == [
-        "data.train.split_validation_size=0.05 moves that share of the training rows into "
-        "validation next to data.validation; set data.train.split_validation_size=0"
+    assert check_overlap(_data(train, val, split_validation_size=0.05)) == []
+    assert split_beside_validation(_data(train, val, split_validation_size=0.05)) == [
+        "data.train.split_validation_size=0.05: NeMo-RL validates on that share of the training "
+        "rows as well as on data.validation (not trained on); set "
+        "data.train.split_validation_size=0 to validate on the held-out sets alone"
     ]
+    assert split_beside_validation(_data(train, val, split_validation_size=0)) == []
+    assert split_beside_validation(_data(train, None, split_validation_size=0.05)) == []
     assert check_overlap(_data(train, val, split_validation_size=0)) == []
     assert check_overlap(_data(train, None, split_validation_size=0.05)) == []
     assert check_overlap(_data(train, val, split_validation_size=None)) == [
@@ -245,9 +255,10 @@ def test_failure7_qwen32b_pads_for_tp_sp_and_cp():
     assert check_parallel(cfg) == ([], [])
     problems, _ = check_parallel(_qwen32b("policy.make_sequence_length_divisible_by=8"))
     assert problems == [
-        "policy.make_sequence_length_divisible_by=8 is not a multiple of 32 (NeMo-RL splits "
-        "each sequence into 2*CP chunks when packed and over TP under sequence parallel; here "
-        "TP=8, SP=on, CP=2); set policy.make_sequence_length_divisible_by=32"
+        "policy.make_sequence_length_divisible_by=8 is not a multiple of 32 (NeMo-RL's packed "
+        "path asserts a multiple of 2*CP when CP > 1, times TP under sequence parallel "
+        "(models/megatron/data.py _get_pack_sequence_parameters_for_megatron); here TP=8, SP=on, "
+        "CP=2); set policy.make_sequence_length_divisible_by=32"
     ]
 
 
@@ -320,8 +331,8 @@ def test_world_size_over_model_parallel():
         )
     )
     assert problems == [
-        "cluster.num_nodes*gpus_per_node=8 GPUs is not a multiple of TP*PP*CP=1*1*3=3; change "
-        "cluster.num_nodes or the parallel sizes"
+        "cluster.num_nodes*gpus_per_node=8 GPUs: 8 training GPUs is not a multiple of "
+        "TP*PP*CP=1*1*3=3; change cluster.num_nodes or the parallel sizes"
     ]
 
 
@@ -588,6 +599,6 @@ def test_cli_exit_code_2_one_line_per_problem_no_traceback(tmp_path):
     assert [ln.split("=")[0] for ln in lines] == [
         "  - data.train.data_path",
         "  - data.validation.data_path",
-        "  - data.train.split_validation_size",
         "  - policy.make_sequence_length_divisible_by",
     ]
+    assert "warning: data.train.split_validation_size=0.05: NeMo-RL validates" in out.stderr

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -44,12 +46,12 @@ FAKE_PYTHON = (
     "  *ray_wait*) n=$(($4 - 1)); for _ in $(seq 200); do\n"
     '      (($(grep -c -- "--address=" "$FAKE_CALLS/events") >= n)) && exit 0; sleep 0.02; done\n'
     "    exit 1 ;;\n"
-    '  *) echo "fake driver ran"; exit "${FAKE_DRIVER_RC:-0}" ;;\n'
+    '  *) echo "fake driver ran"; echo "$$" > "$FAKE_CALLS/driver.pid"; sleep "${FAKE_DRIVER_S:-0}"\n    exit "${FAKE_DRIVER_RC:-0}" ;;\n'
     "esac\n"
 )
 
 
-def _fake_cluster(tmp_path, mode, *script_args, **env):
+def _fake_cluster(tmp_path, mode, *script_args, signals=(), **env):
     """Run track2 on a fake 3-node cluster; return (process, {step: srun args}, events)."""
     bindir, calls, data = tmp_path / "bin", tmp_path / "calls", tmp_path / "data"
     bindir.mkdir()
@@ -57,9 +59,11 @@ def _fake_cluster(tmp_path, mode, *script_args, **env):
     data.mkdir()
     (bindir / "srun").write_text(FAKE_SRUN)
     (bindir / "scontrol").write_text(
-        '#!/bin/bash\nif [[ "$2" == hostnames ]]; then echo n0; echo n1; echo n2; '
+        '#!/bin/bash\nif [[ "$1" == requeue ]]; then echo "$2" >> "$FAKE_CALLS/requeue"; '
+        'elif [[ "$2" == hostnames ]]; then echo n0; echo n1; echo n2; '
         'else echo "NodeName=$3 Arch=x86_64 CPUTot=96 CPULoad=0.1"; fi\n'
     )
+    (bindir / "squeue").write_text('#!/bin/bash\necho "${FAKE_TIME_LEFT-1:00:00}"\n')
     (bindir / "ray").write_text("#!/bin/bash\n" + FAKE_LOG)
     (bindir / "python").write_text(FAKE_PYTHON)
     (bindir / "hostname").write_text("#!/bin/bash\necho 10.0.0.1 fe80::1\n")
@@ -82,14 +86,25 @@ def _fake_cluster(tmp_path, mode, *script_args, **env):
         base["VENV"] = str(tmp_path / "venv")
     else:
         base["CONTAINER"] = "nemo-rl.sqsh"
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         ["bash", str(ROOT / "slurm/track2_qwen7b.sh"), *script_args],
         env={**base, **env},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
         cwd=tmp_path,
     )
+    if signals:  # to the batch shell while the driver runs, as --signal=B:USR1 sends it
+        pid = calls / "driver.pid"
+        for _ in range(500):
+            if pid.exists():
+                break
+            time.sleep(0.02)
+        for sig in signals:
+            proc.send_signal(sig)
+            time.sleep(0.2)
+    stdout, stderr = proc.communicate(timeout=60)
+    proc = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     steps = {
         p.name[: -len(".args")]: p.read_text().strip("\0").split("\0") for p in calls.glob("*.args")
     }
@@ -269,6 +284,68 @@ def test_sbatch_headers():
         text = (ROOT / script).read_text()
         assert re.search(rf"^#SBATCH --nodes={nodes}$", text, re.M)
         assert "#SBATCH --gpus-per-node=8" in text
+        # a signal to the batch shell only (B:) before the limit; requeued on preemption;
+        # a requeued run appends to the same output file
+        assert re.search(r"^#SBATCH --signal=B:USR1@[1-9][0-9]*$", text, re.M)
+        assert re.search(r"^#SBATCH --requeue$", text, re.M)
+        assert re.search(r"^#SBATCH --open-mode=append$", text, re.M)
+
+
+def _save_by(payload: str) -> int:
+    return int(re.search(r"CLIPO_SAVE_BY=([0-9]+)", payload).group(1))
+
+
+def test_dry_run_shows_the_deadline_the_signal_and_the_requeue(tmp_path):
+    now = int(time.time())
+    out = _run(
+        "slurm/track2_qwen7b.sh",
+        {"DRY_RUN": "1", "CONTAINER": "x", "BASE_LOG_DIR": str(tmp_path), "SAVE_MARGIN_S": "600"},
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    pre, head = [ln for ln in lines if ln.startswith("+ srun")][:2]
+    # DRY_RUN's time left is 86400 s: saved 600 s before the limit
+    assert now + 86400 - 600 <= _save_by(head) <= int(time.time()) + 86400 - 600
+    assert _save_by(pre) == _save_by(head)  # the preflight checks the same value
+    assert any("trap on_usr1 USR1" in ln and "scontrol requeue dryrun" in ln for ln in lines)
+    assert any("exit 75" in ln and "scontrol requeue dryrun" in ln for ln in lines)
+
+
+def test_the_deadline_comes_from_squeue_and_exit_75_requeues_once(tmp_path):
+    now = int(time.time())
+    proc, steps, _ = _fake_cluster(
+        tmp_path, "venv", FAKE_DRIVER_RC="75", FAKE_TIME_LEFT="1-01:00:00"
+    )
+    assert proc.returncode == 75, proc.stderr
+    (head,) = [
+        a
+        for a in steps.values()
+        if "--cpus-per-task=96" in a and any("ray start --head" in x for x in a)
+    ]
+    assert now + 90000 - 900 <= _save_by(head[-1]) <= int(time.time()) + 90000 - 900  # 1 day + 1 h
+    assert (tmp_path / "calls" / "requeue").read_text() == "77\n"
+    assert "the driver saved at the deadline (exit 75): requeueing job 77" in proc.stdout
+
+
+def test_a_finished_driver_is_not_requeued_and_no_limit_sets_no_deadline(tmp_path):
+    proc, steps, _ = _fake_cluster(tmp_path, "venv", FAKE_TIME_LEFT="UNLIMITED")
+    assert proc.returncode == 0
+    assert not (tmp_path / "calls" / "requeue").exists()
+    assert not any("CLIPO_SAVE_BY" in x for a in steps.values() for x in a)
+    assert "no time limit found" in proc.stderr
+
+
+def test_usr1_while_the_driver_runs_requeues_once_and_keeps_its_status(tmp_path):
+    """Two USR1s (the limit is near, the driver has not stopped): one requeue; the script still
+    waits for the driver and exits with its status (a trapped signal ends `wait` early)."""
+    proc, _, _ = _fake_cluster(
+        tmp_path, "venv", FAKE_DRIVER_S="2", FAKE_DRIVER_RC="75", signals=(signal.SIGUSR1,) * 2
+    )
+    assert proc.returncode == 75, proc.stderr
+    assert (tmp_path / "calls" / "requeue").read_text() == "77\n"
+    assert "USR1 (the time limit is near) and the driver still runs: requeueing" in proc.stdout
+    assert "[clipo] driver exited with 75" in proc.stdout
 
 
 def _hostile(tmp_path):

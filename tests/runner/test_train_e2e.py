@@ -67,6 +67,59 @@ def test_tiny_run_resume_gives_the_same_next_step(tmp_path, mcore_single_process
     assert res["steps"] == 3 and 0.0 <= res["eval_after"]["pass@1"] <= 1.0
 
 
+def _tensors(x, prefix=""):
+    """Every tensor in a nested state, by dotted name."""
+    import torch
+
+    if torch.is_tensor(x):
+        return {prefix: x}
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+    return {k: v for key, val in items for k, v in _tensors(val, f"{prefix}.{key}").items()}
+
+
+def test_sigterm_saves_where_it_stops_and_resumes_bit_exact(
+    tmp_path, monkeypatch, mcore_single_process
+):
+    """SIGTERM during step 1 (no periodic checkpoint): the step finishes, a checkpoint is written
+    at step 2, exit 143; the same command resumes there and ends bit-identical to an
+    uninterrupted run (every metric, the policy, AdamW, the head, the RNG)."""
+    import os
+    import signal
+
+    import torch
+
+    from clipo_megatron.runner.checkpoint import checkpoint_path, load_checkpoint
+    from clipo_megatron.runner.run import Run
+
+    _need_smollm2()
+    a, b = tmp_path / "a", tmp_path / "b"
+    argv = TINY + ["train.steps=4", "output.checkpoint_every=100", "eval.size=0"]
+    argv += ["output.plots=false", "output.tensorboard=false"]
+    assert main(argv + [f"output.dir={a}"]) == 0
+    real = Run.step
+
+    def step(self):
+        if self.step_idx == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # mid-step, as Slurm's signal lands
+        return real(self)
+
+    monkeypatch.setattr(Run, "step", step)
+    assert main(argv + [f"output.dir={b}"]) == 128 + signal.SIGTERM
+    assert load_checkpoint(checkpoint_path(b))["step"] == 2
+    monkeypatch.setattr(Run, "step", real)
+    assert main(argv + [f"output.dir={b}"]) == 0
+    ha, hb = _history(a), _history(b)
+    assert [m["step"] for m in hb] == [0, 1, 2, 3]
+    assert [_numbers(m) for m in hb] == [_numbers(m) for m in ha]
+    sa, sb = load_checkpoint(checkpoint_path(a)), load_checkpoint(checkpoint_path(b))
+    ta, tb = (
+        _tensors({k: sa[k] for k in ("policy", "optimizer", "head", "torch_rng")}),
+        _tensors({k: sb[k] for k in ("policy", "optimizer", "head", "torch_rng")}),
+    )
+    assert ta.keys() == tb.keys() and any(k.startswith(".head") for k in ta)
+    assert [k for k in ta if not torch.equal(ta[k], tb[k])] == []
+
+
 def test_clipo_switch_off_disables_contrastive_reward(tmp_path, mcore_single_process):
     _need_smollm2()
     d = tmp_path / "g"

@@ -7,7 +7,8 @@ one edit round fixes a recipe; each problem is one line naming the key, what is 
 It runs in seconds on a laptop, with or without NeMo-RL importable:
 
 1. the recipe merges and resolves (`load_recipe`, incl. NeMo-RL's parent recipe when found);
-2. the `clipo:` block and its cross-field rules (`validate_master_config`), incl. settings
+2. the loop NeMo-RL would run the recipe with is one CLIPO's driver runs (`nemo_rl/loops.py`);
+   the `clipo:` block and its cross-field rules (`validate_master_config`), incl. settings
    under which CLIPO's capture never runs (force_on_policy_ratio, training CUDA graphs, MTP
    with an empty last pipeline stage);
 3. with NeMo-RL importable: the supported version (`compat.check_supported`), the seams the
@@ -32,10 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
-from clipo_megatron.nemo_rl.guard.preflight_data import check_files, check_overlap
+from clipo_megatron.nemo_rl.guard.preflight_data import (
+    check_files,
+    check_overlap,
+    split_beside_validation,
+)
 from clipo_megatron.nemo_rl.guard.preflight_parallel import check_parallel
 from clipo_megatron.nemo_rl.guard.preflight_resume import check_resume_clipo
 from clipo_megatron.nemo_rl.guard.recipes import NEMO_RL_PREFIX, load_recipe, nemo_rl_root
+from clipo_megatron.nemo_rl.loops import unsupported_loop_problem
 from clipo_megatron.nemo_rl.recipe_keys import interpolated_keys, knob_problems
 from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
 
@@ -150,9 +156,25 @@ def preflight(
         config = load_recipe(recipe, overrides)
         derived = interpolated_keys(load_recipe(recipe, overrides, resolve=False))
     except Exception as e:  # YAML, interpolation, override errors: all user errors
-        report.problems.append(f"--config {recipe}: {type(e).__name__}: {_one_line(e)}")
+        report.problems.append(_load_problem(recipe, e))
         return report
     return preflight_config(config, cluster_env=cluster_env, derived=derived)
+
+
+def _load_problem(recipe: str | Path, e: Exception) -> str:
+    """The one line for a recipe that does not load; a `${oc.env:VAR}` whose variable is unset
+    (NeMo Gym recipes read $HF_HOME) names the key and the variable."""
+    import re
+
+    unset = re.search(r"Environment variable '([^']+)' not found", str(e))
+    if unset:
+        key = getattr(e, "full_key", None) or "a key"
+        var = unset.group(1)
+        return (
+            f"{key} reads the environment variable {var} (${{oc.env:{var}}}), which is unset "
+            f"here; export {var}=<its value on the cluster> before the preflight and the run"
+        )
+    return f"--config {recipe}: {type(e).__name__}: {_one_line(e)}"
 
 
 def _wrong_command(recipe: str | Path) -> str | None:
@@ -183,10 +205,14 @@ def preflight_config(
     )  # every key out of range, each named as the user wrote it
     checks: list[tuple[str, Callable[[], tuple[list[str], list[str]]]]] = [
         ("value ranges", lambda: (ranges, [])),
+        ("NeMo-RL loop", lambda: ([p for p in [unsupported_loop_problem(config)] if p], [])),
         ("clipo / cross-field rules", lambda: ([p for p in [_clipo(report, config)] if p], [])),
         ("NeMo-RL", lambda: (check_nemo_rl(config) if has_nemo_rl else [], [])),
         ("data files", lambda: check_files(data)),
-        ("train / validation overlap", lambda: (check_overlap(data), [])),
+        (
+            "train / validation overlap",
+            lambda: (check_overlap(data), split_beside_validation(data)),
+        ),
         ("resume: CLIPO's files", lambda: check_resume_clipo(config)),
     ]
     if not ranges:  # the sizes' arithmetic needs sizes: "cannot check" lines said nothing more

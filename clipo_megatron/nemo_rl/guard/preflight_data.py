@@ -7,9 +7,9 @@ Two silent or late failures are caught here, reading only file schemas and one c
   row from `input_key` / `output_key`, default `input` / `output`, and drops every other column,
   so the authors' verl parquet, keyed `prompt` / `reward_model`, raises KeyError 'input' after
   the cluster is up);
-* training rows that are also validation rows: `split_validation_size > 0` moves a slice of the
-  training file into the validation set next to a separate validation file, and the same file
-  (or the same prompts) in both sections evaluates on training data.
+* training rows that are also validation rows: the same file (or the same prompts) in both
+  sections evaluates on training data. (`split_validation_size > 0` next to a validation file is
+  NeMo-RL's choice, a warning: `split_beside_validation`.)
 """
 
 from __future__ import annotations
@@ -119,6 +119,25 @@ def _row_keys(path: Path, column: str) -> set[str]:
     return {json.dumps(v, sort_keys=True, default=str) for v in col}
 
 
+def split_beside_validation(data: dict[str, Any]) -> list[str]:
+    """A warning per training entry that splits off validation rows next to `data.validation`.
+
+    NeMo-RL does this on purpose (`setup_response_data` validates on the split-off rows and on
+    the validation sets, and never trains on the split-off rows), so it is no error; CLIPO's own
+    recipes validate on the held-out files alone, so the validation curve means one thing."""
+    val = entries(data, "validation")
+    warnings = []
+    for label, entry in entries(data, "train"):
+        split = entry.get("split_validation_size", 0)
+        if val and split is not None and float(split) > 0:
+            warnings.append(
+                f"{label}.split_validation_size={split}: NeMo-RL validates on that share of the "
+                f"training rows as well as on {val[0][0]} (not trained on); set "
+                f"{label}.split_validation_size=0 to validate on the held-out sets alone"
+            )
+    return warnings
+
+
 def check_overlap(data: dict[str, Any]) -> list[str]:
     """No training row may also be a validation row."""
     problems: list[str] = []
@@ -130,11 +149,6 @@ def check_overlap(data: dict[str, Any]) -> list[str]:
             problems.append(
                 f"{label}.split_validation_size is null; NeMo-RL's ResponseDataset compares it "
                 "with 0 (TypeError); set it to 0"
-            )
-        elif float(split) > 0 and val:
-            problems.append(
-                f"{label}.split_validation_size={split} moves that share of the training rows "
-                f"into validation next to {val[0][0]}; set {label}.split_validation_size=0"
             )
     for tl, te in train:
         tp = local_file(te)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clipo_megatron.nemo_rl.guard.training_cluster import training_cluster
 from clipo_megatron.nemo_rl.recipe_keys import as_conf, dotted_get
 
 
@@ -87,11 +88,14 @@ def model_shape(model_name: str) -> ModelShape | None:
 
 
 def min_sequence_multiple(cfg: dict[str, Any]) -> int:
-    """NeMo-RL's minimum `make_sequence_length_divisible_by`.
+    """The smallest `make_sequence_length_divisible_by` the recipe's path accepts.
 
-    Packed (`_get_pack_sequence_parameters_for_megatron`): 2*CP when CP > 1, times TP when
-    TP > 1 with sequence parallel. Unpacked: TP under sequence parallel (Megatron scatters the
-    sequence over TP ranks).
+    Packed: NeMo-RL's `_get_pack_sequence_parameters_for_megatron` (models/megatron/data.py)
+    asserts a multiple of 2*CP when CP > 1, times TP when TP > 1 with sequence parallel.
+    Unpacked (CP needs packing there): NeMo-RL pads each batch only to this multiple, and under
+    sequence parallel Megatron-Core's embedding scatters the sequence over the TP ranks
+    (`tensor_parallel.mappings._split_along_first_dim` asserts the length divides by TP), so a
+    batch whose longest row is not a multiple of TP stops the run: TP under sequence parallel.
     """
     conf = as_conf(cfg)  # a null counts as unset here (parallel sizes default to 1)
     mc = "policy.megatron_cfg."
@@ -99,11 +103,15 @@ def min_sequence_multiple(cfg: dict[str, Any]) -> int:
     cp = int(_get(conf, mc + "context_parallel_size", 1))
     sp = bool(_get(conf, mc + "sequence_parallel", False))
     factor = 1
-    if _get(conf, "policy.sequence_packing.enabled", False) and cp > 1:
+    if _packed(conf) and cp > 1:
         factor *= 2 * cp
     if tp > 1 and sp:
         factor *= tp
     return factor
+
+
+def _packed(conf) -> bool:
+    return bool(_get(conf, "policy.sequence_packing.enabled", False))
 
 
 @dataclass(frozen=True)
@@ -146,10 +154,21 @@ def _sequence_problems(cfg: dict[str, Any], conf, size: ParallelSizes) -> list[s
     div = int(_get(conf, "policy.make_sequence_length_divisible_by", 1))
     if div % need == 0:
         return []
+    if _packed(conf):
+        why = (
+            f"NeMo-RL's packed path asserts a multiple of 2*CP when CP > 1, times TP under "
+            f"sequence parallel (models/megatron/data.py _get_pack_sequence_parameters_for_megatron); "
+            f"here TP={size.tp}, SP={'on' if size.sp else 'off'}, CP={size.cp}"
+        )
+    else:
+        why = (
+            f"unpacked, NeMo-RL pads each batch only to this multiple and Megatron-Core's "
+            f"sequence-parallel embedding splits the sequence over TP={size.tp} "
+            "(tensor_parallel/mappings.py _split_along_first_dim asserts it divides), so a batch "
+            "whose longest row is not a multiple of TP stops the run"
+        )
     return [
-        f"policy.make_sequence_length_divisible_by={div} is not a multiple of {need} "
-        f"(NeMo-RL splits each sequence into 2*CP chunks when packed and over TP under "
-        f"sequence parallel; here TP={size.tp}, SP={'on' if size.sp else 'off'}, CP={size.cp}); "
+        f"policy.make_sequence_length_divisible_by={div} is not a multiple of {need} ({why}); "
         f"set policy.make_sequence_length_divisible_by={need}"
     ]
 
@@ -188,17 +207,19 @@ def _model_problems(conf, size: ParallelSizes) -> tuple[list[str], list[str]]:
 
 
 def _cluster_problems(conf, size: ParallelSizes) -> list[str]:
-    """The cluster against TP*PP*CP, and the batch against the data-parallel size it leaves."""
-    nodes, gpn = _get(conf, "cluster.num_nodes"), _get(conf, "cluster.gpus_per_node")
-    if nodes is None or gpn is None:
+    """The training cluster against TP*PP*CP, and the batch against the data-parallel size it
+    leaves (the GPUs NeMo-RL trains on: `training_cluster`, generation and reward nodes apart)."""
+    cluster = training_cluster(conf)
+    if cluster is None:
         return []
-    world = int(nodes) * int(gpn)
+    world = cluster.gpus
     tp, pp, cp = size.tp, size.pp, size.cp
     model_ranks = tp * pp * cp
-    if world % model_ranks:
-        return [
-            f"cluster.num_nodes*gpus_per_node={world} GPUs is not a multiple of TP*PP*CP="
-            f"{tp}*{pp}*{cp}={model_ranks}; change cluster.num_nodes or the parallel sizes"
+    if world <= 0 or world % model_ranks:
+        return [  # NeMo-RL's lm_policy.Policy asserts it (world size divisible by PP * CP * TP)
+            f"cluster.num_nodes*gpus_per_node={cluster.total} GPUs{cluster.note()}: {world} "
+            f"training GPUs is not a multiple of TP*PP*CP={tp}*{pp}*{cp}={model_ranks}; change "
+            "cluster.num_nodes or the parallel sizes"
         ]
     dp = world // model_ranks
     gbs = int(_get(conf, "policy.train_global_batch_size", 0))
@@ -206,8 +227,8 @@ def _cluster_problems(conf, size: ParallelSizes) -> list[str]:
     if gbs % dp:
         return [
             f"policy.train_global_batch_size={gbs} is not a multiple of the data-parallel size "
-            f"{dp} ({world} GPUs / TP*PP*CP {model_ranks}); NeMo-RL would drop the remainder; "
-            f"use a multiple of {dp}"
+            f"{dp} ({world} GPUs{cluster.note()} / TP*PP*CP {model_ranks}); NeMo-RL would drop "
+            f"the remainder; use a multiple of {dp}"
         ]
     packed = _get(conf, "policy.sequence_packing.enabled", False) or _get(
         conf, "policy.dynamic_batching.enabled", False

@@ -4,7 +4,7 @@
 Recipes are YAML with NeMo-RL's conventions: `defaults:` names a parent
 recipe (path relative to the file, a string or a list; `nemo_rl:<path>` is a
 recipe of the NeMo-RL checkout, merged when NeMo-RL is found and skipped
-otherwise), children override
+otherwise; `clipo_megatron:<file>` a mixin shipped in this package), children override
 parents, OmegaConf interpolation (`${policy.model_name}`, `${mul:a,b}`), and
 dotted command-line overrides (`grpo.max_num_steps=10`).
 
@@ -77,6 +77,8 @@ def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()):
             if root is None:  # CI / no NeMo-RL: our recipes set every key they interpolate
                 continue
             parent_path = root / parent[len(NEMO_RL_PREFIX) :]
+        elif parent.startswith(CLIPO_PREFIX):  # a mixin shipped in the package
+            parent_path = CLIPO_CONFIGS / parent[len(CLIPO_PREFIX) :]
         else:
             parent_path = path.parent / parent
         merged = _merge(merged, _load_with_defaults(parent_path, (*seen, path)))
@@ -109,6 +111,10 @@ def _drop_replaced(base: Any, child: Any) -> None:
 
 
 NEMO_RL_PREFIX = "nemo_rl:"
+# `clipo_megatron:clipo.yaml` in `defaults:` is the mixin that turns CLIPO on over any NeMo-RL
+# recipe (clipo_megatron/configs/clipo.yaml, shipped in the wheel).
+CLIPO_PREFIX = "clipo_megatron:"
+CLIPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def nemo_rl_root() -> Path | None:
