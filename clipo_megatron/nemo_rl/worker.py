@@ -45,6 +45,11 @@ __all__ = [
 ]
 
 
+def _host_copy(t: Any) -> Any:
+    """A tensor's host copy (`.cpu()` returns a host tensor itself); any other value as it is."""
+    return t.detach().to("cpu", copy=True) if isinstance(t, torch.Tensor) else t
+
+
 class ClipoWorkerState:
     """The head, its trainer and the rows pooled in the last logprob pass (last pipeline stage)."""
 
@@ -240,13 +245,14 @@ class ClipoWorkerMixin:
 
     def clipo_head_state(self) -> dict:
         """The head trainer's state (head, AdamW, steps) as host copies; {} off the last stage.
-        For checks: Ray hands it to a driver that may hold no GPU."""
+        For checks: Ray hands it to a driver that may hold no GPU. Copies, also on a host head
+        (where `.cpu()` returns the live tensor): a state read before a head step stays as it was."""
         from torch.utils._pytree import tree_map
 
         if self._clipo is None:
             return {}
         state = self._clipo.trainer.state_dict()
-        return tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, state)
+        return tree_map(_host_copy, state)
 
     def clipo_last_pooled(self) -> dict:
         """{rows [b], pooled [b, H]} the last head step used; {} off the last stage. For checks."""

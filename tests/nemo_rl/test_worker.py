@@ -145,6 +145,24 @@ def test_head_step_is_row_order_invariant_and_checkpoint_exact(tmp_path):
         c.head_step(correct, groups, step=2)
 
 
+def test_a_head_state_read_before_a_step_keeps_its_values():
+    """`clipo_head_state` returns copies also on a host head, where `.cpu()` is the live tensor:
+    a check reading the head before a step must not see the step's result (it did)."""
+    from clipo_megatron.nemo_rl.worker import ClipoWorkerMixin
+
+    pooled, groups, correct = _batch()
+    worker = ClipoWorkerMixin()
+    worker._clipo = ClipoWorkerState(CFG, _head())
+    w0 = worker._clipo.head.proj.weight.detach().clone()
+    before = worker.clipo_head_state()
+    worker._clipo.record(torch.arange(12), pooled)
+    worker._clipo.head_step(correct, groups, step=0)
+    after = worker.clipo_head_state()
+    assert not torch.equal(after["head"]["proj.weight"], w0)  # the step moved the head
+    assert torch.equal(before["head"]["proj.weight"], w0)
+    assert before["optimizer"]["state"] == {} and after["optimizer"]["state"][0]["step"] == 1
+
+
 def test_head_not_in_model_state_dict():
     from clipo_megatron.megatron.head import attach_head
 

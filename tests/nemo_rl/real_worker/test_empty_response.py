@@ -6,9 +6,10 @@ Held against: Hugging Face's final-norm states for the pooled rows (1e-5, as `te
 and for r_CL and the head's update, the same CLIPO step run here by hand on the six rows that have
 tokens (a plain torch head with the worker's initial weights, `HeadTrainer`), so "left out" means
 exactly "as if the rows were not in the batch". r_CL 2e-5 (test_layouts' bound); the head's
-gradient through AdamW's first moment (1 - beta1) g, relative 1e-4 (the weights themselves move by
-lr * sign(g) on the first step, whose sign is noise where g is near 0). The empty rows: zero pooled vectors, r_CL exactly 0, counted in
-`clipo/empty_responses`. Before this change the worker raised "empty response(s) at rows [...]".
+gradient through AdamW's first moment (1 - beta1) g, relative 1e-4, and the head's weights after
+the step, 1e-6 (they move by about lr = 1e-3). The empty rows: zero pooled vectors, r_CL exactly
+0, counted in `clipo/empty_responses`. Before this change the worker raised "empty response(s) at
+rows [...]".
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ class _Head(torch.nn.Module):
         return l2_normalize(self.proj(x))
 
 
-def _reference_step(res: dict) -> tuple[dict[int, float], torch.Tensor]:
-    """The CLIPO step on the rows with tokens only -> ({row: r_CL}, AdamW's first moment)."""
+def _reference_step(res: dict) -> tuple[dict[int, float], dict]:
+    """The CLIPO step on the rows with tokens only, from the worker's head before its step
+    -> ({row: r_CL}, the head trainer's state after it)."""
     from clipo_megatron.core.config import CLIPOConfig
     from clipo_megatron.megatron.head_trainer import HeadTrainer
     from tests.nemo_rl.real_worker import scenario
@@ -72,7 +74,7 @@ def _reference_step(res: dict) -> tuple[dict[int, float], torch.Tensor]:
         step=0,
     )
     r = {int(i): float(v) for i, v in zip(rows, out.rewards)}
-    return r, trainer.optimizer.state_dict()["state"][0]["exp_avg"]
+    return r, trainer.state_dict()
 
 
 @pytest.mark.parametrize("layout", list(CASES.values()), ids=list(CASES))
@@ -98,7 +100,7 @@ def test_empty_responses_leave_the_contrastive_set(layout, model_dir, tmp_path):
         r_cl = {int(i): float(v) for i, v in zip(res["r_cl_rows"], res["r_cl"])}
         assert all(r_cl[r] == 0.0 for r in EMPTY), (rank, r_cl)
         assert res["metrics"]["clipo/empty_responses"] == len(EMPTY), rank
-        ref_r, ref_m1 = _reference_step(res)
+        ref_r, ref = _reference_step(res)
         assert max(abs(r_cl[r] - v) for r, v in ref_r.items()) < 2e-5, (rank, r_cl, ref_r)
         # group 0 kept its validity (anchors: rows 0 and 3); group 1 lost it, r_CL 0 throughout
         m = res["metrics"]
@@ -106,5 +108,9 @@ def test_empty_responses_leave_the_contrastive_set(layout, model_dir, tmp_path):
         assert all(r_cl[r] == 0.0 for r in (4, 6, 7)), r_cl
         # the head's gradient came from the six rows alone: AdamW's first moment, (1 - beta1) g
         m1 = res["head_after_state"]["optimizer"]["state"][0]["exp_avg"]
+        ref_m1 = ref["optimizer"]["state"][0]["exp_avg"]
         assert float(m1.abs().max()) > 0, rank
         torch.testing.assert_close(m1, ref_m1, rtol=1e-4, atol=1e-4 * float(ref_m1.abs().max()))
+        w, w0 = res["head_after_state"]["head"]["proj.weight"], res["head_before"]["proj.weight"]
+        assert float((w - w0).abs().max()) > 1e-4, rank  # the step moved the head
+        torch.testing.assert_close(w, ref["head"]["proj.weight"], rtol=0, atol=1e-6)
