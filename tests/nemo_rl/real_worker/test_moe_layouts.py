@@ -39,9 +39,14 @@ from tests.nemo_rl.real_worker.build import requirements
 from tests.nemo_rl.real_worker.layouts import Layout
 from tests.nemo_rl.real_worker.test_layouts import FP32, check_layout
 
-pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow, pytest.mark.multiprocess]
-
-FULL = pytest.mark.contract_full
+# every case is `contract_full` (CONTRIBUTING.md): each spawns two or three worker jobs of about
+# a minute each, and CI's contract leg has no room left under its 60 minutes
+pytestmark = [
+    pytest.mark.nemo_rl,
+    pytest.mark.contract_full,
+    pytest.mark.slow,
+    pytest.mark.multiprocess,
+]
 REF = Layout(dp=2)  # EP 1 at DP 2 (module docstring)
 CASES = {
     "ep2": (Layout(dp=2, ep=2), REF),
