@@ -170,6 +170,8 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
     from tests.nemo_rl.real_worker.moe_model import expert_weights
 
     res["experts"] = expert_weights(worker)  # MoE: after the step's param gather, as norm_weight
+    if worker._clipo is not None:  # the head after its step: one head on every rank
+        res["head"] = worker.clipo_head_state()["head"]
     return res
 
 

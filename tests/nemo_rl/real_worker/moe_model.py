@@ -4,9 +4,10 @@ recipes that run expert parallelism (NeMo-RL's grpo_math_qwen30ba3b_megatron.yam
 recipes/llm/grpo-qwen3-30ba3b-8n8g-megatron.yaml, grpo-moonlight-16ba3b-4n8g-megatron.yaml).
 
 The model is a Qwen3-MoE (the family of the Qwen3-30B-A3B recipes): 4 routed experts, top-2, the
-router's load-balancing loss on; `shared=True` gives the variant with a shared expert (GLM-4.5's
-MoE, Bridge's `Glm4MoeForCausalLM` import: one shared expert beside the routed ones, every layer
-MoE). Both are imported by Bridge's AutoBridge from a local directory, as the dense Llama is.
+router's load-balancing loss on, imported by Bridge's AutoBridge from a local directory, as the
+dense Llama is. `shared=True` writes the variant with a shared expert (GLM-4.5's MoE), which does
+not import on CPU yet: Bridge's GLM-4.5 bridge maps the routed experts of TE's grouped GEMM only,
+not those of `SequentialMLP` (Qwen3-MoE's bridge maps both).
 
 What stands in on CPU (each checked, not assumed; the test module's docstring holds the record):
 - experts: Megatron-Core's `SequentialMLP` (`moe_grouped_gemm` off): grouped GEMM is

@@ -4,8 +4,8 @@ expert-parallel layouts NeMo-RL's MoE recipes run, each against the EP 1 run (`l
 get_logprobs with the pooler, the CLIPO head step, one NeMo-RL `train` step, get_logprobs again).
 
 The model (`moe_model.py`): a 2-layer Qwen3-MoE, 4 experts, top-2, the router's load-balancing loss
-on (`aux_loss`, coefficient 1e-2), and a GLM-4.5-MoE variant with a shared expert; both imported by
-Bridge from Hugging Face files, as NeMo-RL imports a recipe's model.
+on (`aux_loss`, coefficient 1e-2), imported by Bridge from Hugging Face files, as NeMo-RL imports a
+recipe's model. (A shared-expert variant does not import on CPU yet: `moe_model.py`.)
 
 What stands in on CPU (checked, not assumed):
 - the token dispatcher is the recipes' own `alltoall`: Megatron-Core's `all_to_all_single` over the
@@ -90,7 +90,9 @@ def runs(tmp_path_factory) -> MoeRuns:
     return MoeRuns(tmp_path_factory)
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["routed", "shared-expert"])
+# the shared-expert variant (GLM-4.5-MoE) does not import on CPU yet: Bridge's GLM-4.5 bridge maps
+# the routed experts for TE's grouped GEMM only (no SequentialMLP mapping, which Qwen3-MoE's has)
+@pytest.fixture(scope="module", params=[False], ids=["routed"])
 def moe_dir(request, tmp_path_factory):
     return _model(tmp_path_factory, request.param)
 
@@ -111,6 +113,17 @@ def check_experts(out: dict, ref: dict, bound: float) -> float:
     assert any(".expert" in k for k in want) and any("router" in k for k in want)
     err = max(float((got[k] - want[k]).abs().max()) for k in want)
     assert err <= bound, f"router / expert weights after the step: {err} > {bound}"
+    return err
+
+
+def check_head(out: dict, ref: dict, bound: float) -> float:
+    """CLIPO's head after its step on every rank against the reference's (one replicated head:
+    a head drawn per rank differs on the ranks that hold few rows, which r_CL may not show)."""
+    err = 0.0
+    for res in out.values():
+        for k, v in ref["head"].items():
+            err = max(err, float((res["head"][k].float() - v.float()).abs().max()))
+    assert err <= bound, f"CLIPO head after its step: {err} > {bound}"
     return err
 
 
@@ -136,6 +149,7 @@ def test_moe_layout_equals_ep1(case, moe_dir, runs):
     out = runs.measured(moe_dir, layout)
     errs = check_layout(out, _merged(ref), layout, FP32)  # every rank, every row
     errs["experts"] = check_experts(out, ref, FP32["norm_weight"])
+    errs["head"] = check_head(out, ref[0], FP32["norm_weight"])
     errs["moe_metrics"] = check_moe_metrics(moe_metrics(out), moe_metrics(ref), FP32["rel"])
     print(f"\n[moe] {moe_dir.parent.name} {layout.name} ({layout.world} processes) vs EP 1: {errs}")
 
