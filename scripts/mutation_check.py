@@ -34,6 +34,7 @@ TESTS = (
     "tests/nemo_rl/test_contract.py::test_grpo_train_resume[grpo-clipo]",
 )
 LAYOUT = "tests/nemo_rl/real_worker/test_layouts.py::test_layout_equals_tp1[{}]"
+MOE = "tests/nemo_rl/real_worker/test_moe_layouts.py::{}"
 SCRIPT = "scripts/test_nemo_rl.sh"
 
 
@@ -105,6 +106,24 @@ MUTATIONS = [
         "    if group_size(cp_group) > 1:\n        dist.all_reduce(sums, group=cp_group)\n",
         "",
         (LAYOUT.format("cp2"),),
+    ),
+    # MoE: NeMo-RL's worker on a mixture-of-experts policy (test_moe_layouts.py)
+    Mutation(
+        "moe_pool_expert_output",
+        "the capture hooked on the last MoE layer's output (routed experts' sum), not the final norm",
+        "clipo_megatron/nemo_rl/worker.py",
+        "        norm = find_final_norm(self.model) if self._clipo is not None else None\n",
+        "        from megatron.core.utils import unwrap_model\n\n"
+        "        norm = unwrap_model(self.model).decoder.layers[-1].mlp if self._clipo else None\n",
+        (MOE.format("test_moe_ep1_matches_hugging_face[routed]"),),
+    ),
+    Mutation(
+        "moe_head_per_ep_rank",
+        "the head drawn per expert-parallel rank (seed + EP rank), not one head on every rank",
+        "clipo_megatron/nemo_rl/worker.py",
+        "            torch.manual_seed(cfg.method.seed)  #",
+        "            torch.manual_seed(cfg.method.seed + mp._ps().get_expert_model_parallel_rank())  #",
+        (MOE.format("test_moe_layout_equals_ep1[routed-ep2]"),),
     ),
 ]
 

@@ -41,6 +41,11 @@ CPU_PROVIDER_FIELDS = dict(
     gradient_accumulation_fusion=False,
     persist_layer_norm=False,
     use_cpu_initialization=True,
+    # MoE (Bridge's MoE providers turn these on): TE's permutation kernel and grouped GEMM are GPU
+    # kernels (SequentialMLP stands in, moe_model.py); the shared-expert overlap runs on a stream
+    moe_permute_fusion=False,
+    moe_grouped_gemm=False,
+    moe_shared_expert_overlap=False,
 )
 
 
@@ -79,6 +84,14 @@ def _keeping_torch_adam_step(set_states):
     return wrapped
 
 
+def _host_tensor_to_cpu(tensor, as_numpy: bool = False, record_stream: bool = False):
+    """moe_utils.maybe_move_tensor_to_cpu with the host standing for the device (PATCHES)."""
+    if torch.is_tensor(tensor):
+        tensor = tensor.detach().to(torch.device("cpu"))
+        return tensor.numpy() if as_numpy else tensor
+    return tensor
+
+
 def make_cpu_provider(provider):
     """A Bridge model provider set to build the CPU model: the project's CPU layer spec with THD
     attention (thd_attention.py), no fused kernels."""
@@ -100,7 +113,14 @@ class _NoStream:
     def wait_stream(self, *_a, **_k):
         return None
 
-    wait_event = record_event = synchronize = wait_stream
+    wait_event = synchronize = wait_stream
+
+    def record_event(
+        self, *_a, **_k
+    ):  # MoE's alltoall dispatcher syncs on it (token_dispatcher.py)
+        return _NoStream()
+
+    query = lambda self: True  # noqa: E731 - an event that has happened
 
 
 class _Props:
@@ -236,6 +256,11 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
         put(opt_cls, "state_dict", _with_torch_adam_zero_state(opt_cls.state_dict))
         set_states = opt_cls._set_main_param_and_optimizer_states
         put(opt_cls, "_set_main_param_and_optimizer_states", _keeping_torch_adam_step(set_states))
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+    import megatron.core.transformer.moe.token_dispatcher as token_dispatcher
+
+    for mod in (moe_utils, token_dispatcher):
+        put(mod, "maybe_move_tensor_to_cpu", _host_tensor_to_cpu)
     for mod in (clip_grads, mcore_optimizer):
         if hasattr(mod, "clip_grad_by_total_norm_fp32"):
             put(mod, "clip_grad_by_total_norm_fp32", _cpu_clip_grad_by_total_norm_fp32)

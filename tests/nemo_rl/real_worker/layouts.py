@@ -30,6 +30,8 @@ class Layout:
     head_tp: bool = False  # CLIPO's TP-sharded head (clipo.head_tensor_parallel)
     overlap: bool | None = None  # grad-reduce / param-gather overlap (None: = dist_opt)
     emulated: bool = False  # under `testing.emulated_cuda` instead of host mode
+    ep: int = 1  # expert parallel (an MoE model; carved out of DP, as Megatron-Core lays it out)
+    clipo: bool = True  # False: the same calls with CLIPO off (no pooler, no head step)
 
     @property
     def world(self) -> int:
@@ -42,9 +44,11 @@ class Layout:
             + [f"pp{self.pp}"] * (self.pp > 1)
             + [f"cp{self.cp}"] * (self.cp > 1)
             + [f"dp{self.dp}"] * (self.dp > 1)
+            + [f"ep{self.ep}"] * (self.ep > 1)
         )
         parts += ["sp"] * self.sp + ["distopt"] * self.dist_opt + ["bf16"] * self.bf16
-        return "-".join(parts + ["headtp"] * self.head_tp + ["emulated"] * self.emulated)
+        parts += ["headtp"] * self.head_tp + ["emulated"] * self.emulated
+        return "-".join(parts + ["clipo-off"] * (not self.clipo))
 
     def coords(self, rank: int) -> dict[str, int]:
         """Megatron-Core's default order (tp fastest, then cp, dp, pp), as NeMo-RL's
@@ -109,11 +113,14 @@ def _sharding(layout: Layout):
 
 
 def _build(out: Path, model: Path, layout: Layout, **paths: str):
-    from tests.nemo_rl.real_worker import build
+    from tests.nemo_rl.real_worker import build, moe_model
 
     policy = layout_policy(build.contract_policy(model, out, dp=layout.dp), layout)
+    if moe_model.is_moe(model):
+        policy = moe_model.moe_policy(policy, ep=layout.ep)
     worker = build.build_worker(policy, sharding=_sharding(layout), **paths)
-    worker.clipo_setup(clipo_cfg={**scenario.CLIPO, "head_tensor_parallel": layout.head_tp})
+    if layout.clipo:
+        worker.clipo_setup(clipo_cfg={**scenario.CLIPO, "head_tensor_parallel": layout.head_tp})
     return policy, worker
 
 
@@ -138,9 +145,10 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
     if worker._clipo is not None:  # the last pipeline stage
         res["pooled_rows"] = worker._clipo.rows.cpu().clone()
         res["pooled"] = worker._clipo.pooled.detach().float().cpu().clone()
-    correct, groups = scenario.CORRECT, scenario.GROUPS
-    step = worker.clipo_head_step(correct=correct, group_ids=groups, step=head_step)
-    res["r_cl_rows"], res["r_cl"] = step["sample_idx"], step["rewards"].double()
+    if layout.clipo:
+        correct, groups = scenario.CORRECT, scenario.GROUPS
+        step = worker.clipo_head_step(correct=correct, group_ids=groups, step=head_step)
+        res["r_cl_rows"], res["r_cl"] = step["sample_idx"], step["rewards"].double()
 
     shards = data.shard_by_batch_size(layout.dp, batch_size=scenario.B, sequence_packing_args=pack)
     shards = shards[0] if isinstance(shards, tuple) else shards
@@ -151,6 +159,7 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
         "loss": float(train_out["global_loss"].sum()),
         "grad_norm": float(train_out["grad_norm"][0]),
     }
+    res["moe_metrics"] = dict(train_out.get("moe_metrics") or {})  # the router's aux loss (MoE)
     shards, _ = data.shard_by_batch_size(layout.dp, batch_size=None, sequence_packing_args=pack)
     res["logprobs_after"] = worker.get_logprobs(data=shards[where["dp"]])["logprobs"].double()
     if worker._clipo is not None:
@@ -158,6 +167,11 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
         # another DP rank owns is gathered by that forward's pre-hook (Megatron-Core's design),
         # so right after `train` it is still the old one on that rank
         res["norm_weight"] = scenario.final_norm_weight(worker).float()
+    from tests.nemo_rl.real_worker.moe_model import expert_weights
+
+    res["experts"] = expert_weights(worker)  # MoE: after the step's param gather, as norm_weight
+    if worker._clipo is not None:  # the head after its step: one head on every rank
+        res["head"] = worker.clipo_head_state()["head"]
     return res
 
 

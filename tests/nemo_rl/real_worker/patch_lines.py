@@ -166,6 +166,14 @@ PATCHES = (
         "Megatron-Core's grad clipping asserts the CUDA tensor type string: the same clipping "
         "(scale by max_norm / (norm + 1e-6) when < 1) without the type assert",
     ),
+    Patch(
+        "moe_splits_to_host",
+        "mcore:transformer/moe/moe_utils.py",
+        "if torch.is_tensor(tensor) and tensor.is_cuda:",
+        "the MoE alltoall dispatcher copies its split sizes device -> host (numpy, as_numpy) for "
+        "all_to_all_single; a host tensor is left as it is, and gloo's all_to_all_single refuses "
+        "a tensor of split sizes: a host tensor takes the same path (the copy a no-op)",
+    ),
 )
 
 

@@ -117,10 +117,15 @@ class SequenceParallelTorchNorm:
         return norm
 
 
-def cpu_thd_layer_spec(*_args, **_kwargs):
+def cpu_thd_layer_spec(config=None, *_args, **_kwargs):
     """Megatron-Core's local GPT layer spec with the packed-capable SDPA attention and norms that
     run sequence parallel (a provider's `transformer_layer_spec` callable: Bridge calls it with the
-    provider's config). The block's final norm: `cpu_patches` (`sp_block_norm`)."""
+    provider's config; an MoE config gets `moe_model.cpu_moe_layer_spec`). The block's final
+    norm: `cpu_patches` (`sp_block_norm`)."""
+    if getattr(config, "num_moe_experts", None):
+        from tests.nemo_rl.real_worker.moe_model import cpu_moe_layer_spec
+
+        return cpu_moe_layer_spec(config)
     spec = get_cpu_gpt_layer_spec(core_attention=ContextParallelSDPAAttention)
     spec.submodules.input_layernorm = SequenceParallelTorchNorm
     spec.submodules.pre_mlp_layernorm = SequenceParallelTorchNorm

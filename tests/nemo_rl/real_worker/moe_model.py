@@ -1,0 +1,169 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""A tiny mixture-of-experts policy for NeMo-RL's real worker on CPU, and the MoE keys of the
+recipes that run expert parallelism (NeMo-RL's grpo_math_qwen30ba3b_megatron.yaml and its
+recipes/llm/grpo-qwen3-30ba3b-8n8g-megatron.yaml, grpo-moonlight-16ba3b-4n8g-megatron.yaml).
+
+The model is a Qwen3-MoE (the family of the Qwen3-30B-A3B recipes): 4 routed experts, top-2, the
+router's load-balancing loss on, imported by Bridge's AutoBridge from a local directory, as the
+dense Llama is. `shared=True` writes the variant with a shared expert (GLM-4.5's MoE), which does
+not import on CPU yet: Bridge's GLM-4.5 bridge maps the routed experts of TE's grouped GEMM only,
+not those of `SequentialMLP` (Qwen3-MoE's bridge maps both).
+
+What stands in on CPU (each checked, not assumed; the test module's docstring holds the record):
+- experts: Megatron-Core's `SequentialMLP` (`moe_grouped_gemm` off): grouped GEMM is
+  TransformerEngine's / CUTLASS's, GPU-only;
+- `moe_permute_fusion` off (a TE kernel);
+- the token dispatcher: the recipes' `alltoall` (Megatron-Core's `all_to_all_single` over the EP
+  group, which gloo implements); the Moonlight recipe's `flex` (DeepEP) is GPU-only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+EXPERTS, TOP_K = 4, 2
+AUX_LOSS_COEFF = 1e-2  # the router's load-balancing loss, on (NeMo-RL's default recipe sets "none")
+# Bridge's Qwen3-MoE and GLM-4.5 providers set their own 1e-3 over the HF config's value; the
+# recipe's `model_overrides` (NeMo-RL's first-class route to a provider field) sets ours
+
+
+def tiny_moe_model(path: Path, *, shared: bool = False, hidden: int = 64, seed: int = 0) -> Path:
+    """A random tiny MoE causal LM + the project's character tokenizer, saved for AutoBridge."""
+    import transformers
+
+    from tests.tiny_models import char_tokenizer
+
+    if (path / "config.json").exists():
+        return path
+    tok = char_tokenizer()
+    common = dict(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        moe_intermediate_size=32,
+        num_experts_per_tok=TOP_K,
+        norm_topk_prob=True,
+    )
+    if shared:
+        config = transformers.Glm4MoeConfig(
+            **common,
+            intermediate_size=2 * hidden,
+            n_routed_experts=EXPERTS,
+            n_shared_experts=1,
+            first_k_dense_replace=0,
+            n_group=1,
+            topk_group=1,
+            use_qk_norm=False,
+        )
+    else:
+        config = transformers.Qwen3MoeConfig(
+            **common,
+            intermediate_size=2 * hidden,
+            num_experts=EXPERTS,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            router_aux_loss_coef=AUX_LOSS_COEFF,
+        )
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config).float()
+    model.eval().save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def is_moe(model_dir: Path) -> bool:
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    # transformers 5 writes Qwen3-MoE's `num_experts` as `num_local_experts`; GLM's n_routed_experts
+    keys = ("num_experts", "num_local_experts", "n_routed_experts")
+    return any(cfg.get(k) for k in keys)
+
+
+def moe_policy(policy: dict[str, Any], *, ep: int, dispatcher: str = "alltoall") -> dict[str, Any]:
+    """The recipes' MoE keys under policy.megatron_cfg (NeMo-RL's `_apply_moe_config` hands them to
+    the model's TransformerConfig), CPU-ready: EP `ep`, expert TP 1 (as the Qwen3-30B-A3B recipe
+    sets it beside TP 2), the router's aux loss on, the router trained (not frozen)."""
+    policy = dict(policy)
+    mc = policy["megatron_cfg"] = dict(policy["megatron_cfg"])
+    mc.update(
+        expert_model_parallel_size=ep,
+        expert_tensor_parallel_size=1,
+        moe_token_dispatcher_type=dispatcher,
+        moe_router_load_balancing_type="aux_loss",
+        moe_router_dtype="fp64",  # NeMo-RL's default recipe (stability of the routing)
+        moe_router_bias_update_rate=0.0,
+        moe_permute_fusion=False,  # TE kernel
+        moe_grouped_gemm=False,  # SequentialMLP: grouped GEMM is GPU-only
+        moe_enable_deepep=False,
+        moe_shared_expert_overlap=False,
+        freeze_moe_router=False,  # the aux loss acts on the router
+        model_overrides={**(mc.get("model_overrides") or {}), "moe_aux_loss_coeff": AUX_LOSS_COEFF},
+    )
+    return policy
+
+
+class TorchQKNorm:
+    """Q / K layernorm as torch's RMSNorm over the head dim (TE's TENorm is GPU-only; Megatron-
+    Core's `WrappedTorchNorm` refuses SP, which Q / K norms do not care about: they act per head on
+    the gathered sequence). Megatron-Core's `finalize_model_grads` sums their gradients over TP by
+    name (`q_layernorm` / `k_layernorm` with `qk_layernorm` on)."""
+
+    def __new__(cls, config, hidden_size: int, eps: float = 1e-6, **_unused):
+        return torch.nn.RMSNorm(hidden_size, eps=eps)
+
+
+def cpu_moe_layer_spec(config):
+    """Megatron-Core's local GPT layer spec with an MoE MLP (SequentialMLP experts, a shared
+    expert where the config has one), the packed SDPA attention and the SP-capable norms of
+    `thd_attention`."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    from tests.nemo_rl.real_worker.thd_attention import (
+        ContextParallelSDPAAttention,
+        SequenceParallelTorchNorm,
+    )
+
+    spec = get_gpt_layer_local_spec(
+        num_experts=config.num_moe_experts,
+        moe_grouped_gemm=False,
+        qk_layernorm=bool(config.qk_layernorm),
+        normalization=config.normalization,
+    )
+    attn = spec.submodules.self_attention.submodules
+    attn.core_attention = ContextParallelSDPAAttention
+    if config.qk_layernorm:
+        attn.q_layernorm = attn.k_layernorm = TorchQKNorm
+    spec.submodules.input_layernorm = SequenceParallelTorchNorm
+    spec.submodules.pre_mlp_layernorm = SequenceParallelTorchNorm
+    return spec
+
+
+def expert_weights(worker) -> dict[str, torch.Tensor]:
+    """Every router and routed-expert weight this rank holds, keyed by the global expert index
+    ("layer0.expert3.fc1"), so EP ranks' shards line up with the EP 1 run's."""
+    from megatron.core.utils import unwrap_model
+
+    out: dict[str, torch.Tensor] = {}
+    chunks = unwrap_model(list(worker.model) if isinstance(worker.model, list) else [worker.model])
+    for chunk in chunks:
+        for layer in chunk.decoder.layers:
+            mlp, n = layer.mlp, layer.layer_number - 1
+            if not hasattr(mlp, "router"):  # a dense layer
+                continue
+            out[f"layer{n}.router"] = mlp.router.weight.detach().cpu().float().clone()
+            for local, glob in enumerate(mlp.local_expert_indices):
+                expert = mlp.experts.local_experts[local]
+                for name in ("linear_fc1", "linear_fc2"):
+                    w = getattr(expert, name).weight.detach().cpu().float().clone()
+                    out[f"layer{n}.expert{glob}.{name}"] = w
+    return out
