@@ -295,7 +295,8 @@ def test_grpo_train_saves_at_the_deadline(nemo_rl_cpu, contract_model, tmp_path,
     result = run_grpo(cfg, worker_fqn=nemo_rl_cpu)
     assert result["saved_at_deadline"] == 1 and result["clipo_step"] == 1
     ckpt = tmp_path / "ckpt"
-    assert sorted(p.name for p in ckpt.iterdir()) == ["step_1"]  # no tmp_step_*, no step 2
+    # no tmp_step_*, no step 2 (beside them NeMo-RL keeps its latest_checkpoint_status.json)
+    assert sorted(p.name for p in ckpt.iterdir() if p.is_dir()) == ["step_1"]
     saved = load_state(ckpt / "step_1" / "clipo_head" / "head.pt")
     ours, theirs = tree_leaves(saved["trainer"]), tree_leaves(result["head"][0])
     tensors = [(a, b) for a, b in zip(ours, theirs) if torch.is_tensor(a)]
