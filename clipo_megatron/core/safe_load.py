@@ -50,6 +50,16 @@ def load_state(path: str | Path, *, mmap: bool = False) -> Any:
         ) from None
 
 
+def load_verified(path: str | Path) -> Any:
+    """The zip container's CRCs checked (ValueError naming a bad member), then the payload read
+    weights-only and memory-mapped (`load_state`: UnsafeCheckpoint for a pickle naming code)."""
+    with zipfile.ZipFile(path) as z:
+        bad = z.testzip()
+        if bad is not None:
+            raise ValueError(f"member {bad} fails its CRC check")
+    return load_state(path, mmap=True)
+
+
 def check_readable(path: str | Path, fix: str, elsewhere: str) -> dict:
     """The run state in `path` (tensors memory-mapped, not copied), or ValueError: one line
     naming `path`, the reason and what the caller's user should do (`fix` for a broken file,
@@ -60,11 +70,7 @@ def check_readable(path: str | Path, fix: str, elsewhere: str) -> dict:
     checkpoint of this project, or one that names code to run: refused, never run). A
     zero-byte file is named, where torch would raise a bare `EOFError`."""
     try:
-        with zipfile.ZipFile(path) as z:
-            bad = z.testzip()
-            if bad is not None:
-                raise ValueError(f"member {bad} fails its CRC check")
-        state = load_state(path, mmap=True)
+        state = load_verified(path)
         if not isinstance(state, dict) or "step" not in state:
             raise ValueError("no run state in it (a dict with 'step')")
     except UnsafeCheckpoint as e:

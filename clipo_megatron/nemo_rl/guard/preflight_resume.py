@@ -16,7 +16,6 @@ way that load fails is one line here, naming the path and the fix:
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -63,14 +62,10 @@ def check_resume_clipo(config: dict[str, Any]) -> tuple[list[str], list[str]]:
 
 def _read(path: Path) -> dict:
     """The head file's payload, or ValueError: one line with the reason."""
-    from clipo_megatron.core.safe_load import UnsafeCheckpoint, load_state
+    from clipo_megatron.core.safe_load import UnsafeCheckpoint, load_verified
 
     try:
-        with zipfile.ZipFile(path) as z:
-            bad = z.testzip()
-            if bad is not None:
-                raise ValueError(f"member {bad} fails its CRC check")
-        saved = load_state(path, mmap=True)
+        saved = load_verified(path)
     except UnsafeCheckpoint as e:
         raise ValueError(str(e)) from None
     except Exception as e:  # any reason the worker's load would fail
