@@ -43,14 +43,20 @@ def first_problems(data_dir: Path, k: int) -> list[tuple[list[int], str]]:
     return out
 
 
-def build_contract_model(path: Path, data_dir: Path, *, k: int = 8, steps: int = 200) -> Path:
-    """Save the fine-tuned tiny model + tokenizer to `path` (an HF model directory)."""
+def build_contract_model(
+    path: Path, data_dir: Path, *, k: int = 8, steps: int = 200, config=None
+) -> Path:
+    """Save the fine-tuned tiny model + tokenizer to `path` (an HF model directory). `config`: an
+    HF config of another architecture (the MoE contract case's Qwen3-MoE); a tiny Llama if None."""
     import transformers
 
     tok = char_tokenizer()
     problems = first_problems(data_dir, k)
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(tiny_llama_config(tok, hidden=64)).float()
+    if config is None:
+        model = transformers.LlamaForCausalLM(tiny_llama_config(tok, hidden=64)).float()
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(config).float()
     rows = []  # each prompt with its answer and the next prompt's (a wrong one), after each lead-in
     for i, (ids, answer) in enumerate(problems):
         for lead in LEAD_INS:

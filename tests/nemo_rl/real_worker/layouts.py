@@ -99,6 +99,10 @@ def layout_policy(policy: dict[str, Any], layout: Layout) -> dict[str, Any]:
         "overlap_param_gather": overlap,
         "grad_reduce_in_fp32": layout.bf16,
     }
+    from tests.nemo_rl.real_worker import moe_model
+
+    if moe_model.is_moe(Path(policy["model_name"])):  # the MoE recipes' keys, EP `layout.ep`
+        policy = moe_model.moe_policy(policy, ep=layout.ep)
     return policy
 
 
@@ -113,11 +117,9 @@ def _sharding(layout: Layout):
 
 
 def _build(out: Path, model: Path, layout: Layout, **paths: str):
-    from tests.nemo_rl.real_worker import build, moe_model
+    from tests.nemo_rl.real_worker import build
 
     policy = layout_policy(build.contract_policy(model, out, dp=layout.dp), layout)
-    if moe_model.is_moe(model):
-        policy = moe_model.moe_policy(policy, ep=layout.ep)
     worker = build.build_worker(policy, sharding=_sharding(layout), **paths)
     if layout.clipo:
         worker.clipo_setup(clipo_cfg={**scenario.CLIPO, "head_tensor_parallel": layout.head_tp})

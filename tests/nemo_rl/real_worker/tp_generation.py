@@ -1,12 +1,12 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The inference engine's tensor-parallel followers, on CPU (test code).
+"""The inference engine's tensor- and expert-parallel followers, on CPU (test code).
 
 NeMo-RL main's `MegatronGeneration.generate(_async)` calls worker 0 only: on a GPU the other ranks'
 persistent Megatron-Core engines (started by `prepare_for_generation`) take part in every forward
 from their engine loops. The CPU sampler stands in for the engine, so under TP > 1 the other ranks
-of worker 0's TP group need the same: `prepare_for_generation` starts a follower thread there that
+of worker 0's TP group (and, for an MoE model, of its EP group) need the same: `prepare_for_generation` starts a follower thread there that
 runs each forward the leader announces (the token ids, broadcast over a gloo group of their own),
-and `finish_generation` stops it. Only rank 0 samples; the followers only join the TP collectives
+and `finish_generation` stops it. Only rank 0 samples; the followers only join the TP / EP collectives
 of the same forward (`policy_passes.forward_logits`, the vocab-parallel logits gathered).
 """
 
@@ -22,23 +22,34 @@ _STOP, _FORWARD = 0, 1
 
 
 class TPGenerationFollowers:
-    """Made in every rank's `__init__` (the group is created collectively); a no-op at TP 1."""
+    """Made in every rank's `__init__` (the groups are created collectively); a no-op where worker
+    0's forward involves no other rank. The followers are the ranks of worker 0's tensor-parallel
+    group and, for an MoE model, of its expert-parallel and expert-tensor-parallel groups: the
+    token dispatcher's all-to-all over the EP group needs every EP rank in the same forward."""
 
     def __init__(self) -> None:
-        from megatron.core import parallel_state
+        from megatron.core import parallel_state as ps
 
-        self.tp = parallel_state.get_tensor_model_parallel_world_size()
-        self.group, self.thread, self.leading = None, None, False
-        if self.tp == 1:
+        self.group, self.thread, self.leading, self.member = None, None, False, False
+        if ps.get_pipeline_model_parallel_world_size() > 1:
+            return  # the CPU sampler runs TP / EP only: generate() refuses PP itself
+        mine = set(dist.get_process_group_ranks(ps.get_tensor_model_parallel_group()))
+        for name in ("get_expert_model_parallel_group", "get_expert_tensor_parallel_group"):
+            group = getattr(ps, name, lambda **_: None)(check_initialized=False)
+            if group is not None:
+                mine |= set(dist.get_process_group_ranks(group))
+        world = dist.new_group(backend="gloo")  # every rank calls it (the default may be NCCL)
+        every: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(every, sorted(mine), group=world)
+        reached, grown = {0}, True  # the ranks worker 0's forward reaches, transitively
+        while grown:  # (ETP 2 x EP 2: rank 1 joins by TP, rank 3 by rank 1's EP group)
+            more = reached.union(*(every[r] for r in reached))
+            grown, reached = more != reached, more
+        if len(reached) == 1:
             return
-        if parallel_state.get_pipeline_model_parallel_world_size() > 1:
-            self.tp = 1  # the CPU sampler runs TP only: generate() refuses PP itself
-            return
-        leader_group = list(range(self.tp))  # worker 0's TP group (TP is Megatron's fastest axis)
+        leader_group = sorted(reached)
         self.group = dist.new_group(ranks=leader_group, backend="gloo")  # every rank calls it
-        mine = dist.get_process_group_ranks(parallel_state.get_tensor_model_parallel_group())
         self.member = dist.get_rank() in leader_group
-        assert not self.member or mine == leader_group, (mine, leader_group)
 
     @property
     def active(self) -> bool:
