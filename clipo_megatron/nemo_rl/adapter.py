@@ -7,12 +7,13 @@ point for these, so they are bound here and nowhere else; moving to NeMo-RL's de
 alone. Nothing of NeMo-RL is edited on disk, and every rebinding is undone when its `with`
 ends. `SEAMS` are checked in NeMo-RL's source before a run, with the rest (`guard/seams.py`):
 
-1. the advantage estimator: `grpo_train` builds it with the module-level
+1. the advantage estimator: `grpo_train` and `async_grpo_train` build it with the module-level
    `_create_advantage_estimator(master_config)`, looked up at call time;
 2. the logprob pass's microbatches: the Megatron worker's `get_logprobs` reads them from its
    module's `get_microbatch_iterator`, returning (iterator, *meta);
-3. `grpo_train`'s positional arguments (`GrpoTrainArgs`, in its order), read from `setup`'s
-   return tuple by position (`train_args_from_setup`);
+3. `grpo_train`'s positional arguments (`GrpoTrainArgs`, in its order; `async_grpo_train` takes
+   the same 12 first, then `max_trajectory_age_steps`), read from `setup`'s return tuple by
+   position (`train_args_from_setup`);
 4. the policy: NeMo-RL's `Policy` under the CLIPO mixin, for `setup(policy_factory=)`, and the
    worker class's Python environment in NeMo-RL's actor registry.
 """
@@ -145,6 +146,20 @@ def call_grpo_train(grpo_module: Any, policy: Any, args: GrpoTrainArgs) -> None:
     grpo_module.grpo_train(policy, *(getattr(args, f.name) for f in fields(args)))
 
 
+ASYNC_TRAIN = "async_grpo_train"
+
+
+def call_async_grpo_train(
+    grpo_module: Any, policy: Any, args: GrpoTrainArgs, max_trajectory_age_steps: int
+) -> None:
+    """`async_grpo_train` as NeMo-RL's run_grpo.py calls it (the age from the recipe)."""
+    getattr(grpo_module, ASYNC_TRAIN)(
+        policy,
+        *(getattr(args, f.name) for f in fields(args)),
+        max_trajectory_age_steps=max_trajectory_age_steps,
+    )
+
+
 def _check_grpo_train_args(src: Source) -> str | None:
     params = ast_params(src.function(GRPO, "grpo_train"))
     pos = [p.name for p in params if p.kind in ("pos", "posonly")]
@@ -260,3 +275,50 @@ POLICY_FACTORY_SEAM = Seam(
 SEAMS: tuple[Seam, ...] = (
     ESTIMATOR_SEAM, ITERATOR_SEAM, GRPO_TRAIN_SEAM, SETUP_RETURNS_SEAM, POLICY_FACTORY_SEAM,
 )  # fmt: skip
+
+
+# ------------------------------------------------------ async_grpo_train (checked when it runs)
+
+
+def _attr_calls(fn: ast.AST, attr: str) -> list[ast.Call]:
+    return [
+        n
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == attr
+    ]
+
+
+def _check_async(src: Source) -> str | None:
+    """async_grpo_train: the estimator by the module-level name, grpo_train's 12 arguments then
+    max_trajectory_age_steps, and prev_logprobs (the pass CLIPO pools in) before advantages."""
+    fn = src.function(GRPO, ASYNC_TRAIN)
+    moved = rebindable(src, GRPO, fn, ESTIMATOR, "estimator")
+    if moved:
+        return moved
+    params = ast_params(fn)
+    pos = [p.name for p in params if p.kind in ("pos", "posonly")]
+    if (
+        pos[8:9] != ["logger"]
+        or pos[11:12] != ["master_config"]
+        or not any(p.name == "max_trajectory_age_steps" for p in params)
+    ):
+        return f"{ASYNC_TRAIN}{render(params)}"
+    logprobs, advantages = _attr_calls(fn, "get_logprobs"), _attr_calls(fn, "compute_advantage")
+    if not logprobs or not advantages or logprobs[0].lineno > advantages[0].lineno:
+        return f"{ASYNC_TRAIN} does not call policy.get_logprobs before compute_advantage"
+    return None
+
+
+ASYNC_SEAM = Seam(
+    "async_grpo_train", GRPO, ASYNC_TRAIN,
+    f"{ASYNC_TRAIN}(policy, <grpo_train's arguments>, max_trajectory_age_steps=) building its "
+    f"estimator with the module-level {ESTIMATOR}(master_config) and calling "
+    "policy.get_logprobs before compute_advantage",
+    f"call_async_grpo_train and advantage_estimator_installed ({_HERE}): point them at what "
+    f"{ASYNC_TRAIN} does now",
+    _check_async,
+)  # fmt: skip
+
+# Checked by the preflight for a recipe async_grpo_train runs (loops.ASYNC_GRPO_TRAIN) only: a
+# synchronous run does not depend on them.
+ASYNC_SEAMS: tuple[Seam, ...] = (ASYNC_SEAM,)

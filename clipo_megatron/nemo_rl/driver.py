@@ -1,5 +1,6 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The CLIPO GRPO driver: NeMo-RL's `setup` + `grpo_train` with three seams filled.
+"""The CLIPO GRPO driver: NeMo-RL's `setup` + `grpo_train` (or `async_grpo_train`, picked as
+NeMo-RL's run_grpo.py picks it: `loops.py`) with three seams filled.
 
 `grpo_train_with_clipo` is the call both this driver and the CPU contract suite
 (tests/nemo_rl/) make. Seams:
@@ -23,11 +24,16 @@ from clipo_megatron.nemo_rl import deadline
 from clipo_megatron.nemo_rl.adapter import (
     GrpoTrainArgs,
     advantage_estimator_installed,
+    call_async_grpo_train,
     call_grpo_train,
     train_args_from_setup,
 )
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
-from clipo_megatron.nemo_rl.loops import unsupported_loop_problem
+from clipo_megatron.nemo_rl.loops import (
+    ASYNC_GRPO_TRAIN,
+    loop_of,
+    unsupported_loop_problem,
+)
 from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunState
 
 
@@ -40,8 +46,10 @@ def grpo_train_with_clipo(
     *,
     estimator: type[ClipoAdvantageEstimator] = ClipoAdvantageEstimator,
 ) -> int | None:
-    """NeMo-RL's `grpo_train(policy, *args)` with every advantage estimator it builds wrapped by
-    `estimator` (a subclass observes or extends the step). The run's logger also receives the
+    """NeMo-RL's `grpo_train(policy, *args)`, or `async_grpo_train` when the master config asks
+    for it (`grpo.async_grpo.enabled`, as run_grpo.py picks), with every advantage estimator it
+    builds wrapped by `estimator` (a subclass observes or extends the step). Another loop's
+    config is a ValueError (the preflight's line): never the synchronous loop in its place. The run's logger also receives the
     CLIPO metrics under `train/clipo/*` and, in both arms, the verifier's answers per status
     under `train/verify/*`. With `CLIPO_SAVE_BY` set (the job's deadline, `deadline.py`),
     NeMo-RL's own `checkpoint_must_save_by` saves and stops before it: the step saved there
@@ -53,6 +61,10 @@ def grpo_train_with_clipo(
     def wrap(base: Any) -> ClipoAdvantageEstimator:
         return estimator(base, policy.clipo_head_step, clipo, state, metrics_sink=sink)
 
+    config = master_config_dict(args.master_config)
+    wrong_loop = unsupported_loop_problem(config)
+    if wrong_loop:
+        raise ValueError(wrong_loop)
     save_by = deadline.save_by_from_env(os.environ)  # the job's time limit less the save's margin
     start, started = 0, time.time()
     if save_by is not None:
@@ -62,7 +74,12 @@ def grpo_train_with_clipo(
             f"[clipo] {deadline.SAVE_BY_ENV}: grpo_train saves and stops within {must} (DD:HH:MM:SS)"
         )
     with advantage_estimator_installed(grpo_module, wrap):
-        call_grpo_train(grpo_module, policy, args)
+        if loop_of(config) is ASYNC_GRPO_TRAIN:
+            age = int(config["grpo"]["async_grpo"]["max_trajectory_age_steps"])
+            print(f"[clipo] async_grpo_train, trajectories up to {age} step(s) old")
+            call_async_grpo_train(grpo_module, policy, args, age)
+        else:
+            call_grpo_train(grpo_module, policy, args)
     if save_by is None:
         return None
     end = deadline.saved_step(args.checkpointer)
@@ -72,6 +89,11 @@ def grpo_train_with_clipo(
         save_by, started=started, now=now, steps=(start, end), planned=planned
     )
     return end if at_deadline else None
+
+
+def master_config_dict(master: Any) -> dict[str, Any]:
+    """NeMo-RL's master config as a plain dict: a pydantic model on main, a dict on v0.7.0."""
+    return master.model_dump() if hasattr(master, "model_dump") else dict(master)
 
 
 def prepare(config: dict[str, Any]):

@@ -13,9 +13,12 @@ A fourth entry point, `examples/run_grpo_single_controller.py`, runs NeMo-RL's
 `SingleControllerActor` (async over the data plane); its recipes carry an `async_rl:` block
 (and null `grpo.async_grpo`), which this rule checks before the other two.
 
-CLIPO's driver wraps `grpo_train` only (`driver.grpo_train_with_clipo`). Running a recipe of
-another loop through it would train it with the synchronous loop it did not ask for, so the
-preflight refuses such a recipe (`unsupported_loop_problem`) before anything starts.
+CLIPO's driver runs `grpo_train` and `async_grpo_train` (`driver.grpo_train_with_clipo` picks
+by this rule); the estimator, the capture in the prev-logprob pass, the head step and its
+checkpoints are the same seams in both (docs/nemo_rl.md, "Async GRPO"). Running a recipe of
+another loop through it would train it with a loop it did not ask for, so the preflight refuses
+such a recipe (`unsupported_loop_problem`) before anything starts, and an async recipe NeMo-RL's
+`run_grpo.py` would stop on (`async_problems`) likewise.
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ SINGLE_CONTROLLER = Loop(
     "SingleControllerActor (examples/run_grpo_single_controller.py)", "async_rl"
 )
 
-# The loops CLIPO's driver runs (issue of the other two: docs/nemo_rl.md, "What is supported").
-SUPPORTED = (GRPO_TRAIN,)
+# The loops CLIPO's driver runs (the other two: docs/nemo_rl.md, "Not done yet").
+SUPPORTED = (GRPO_TRAIN, ASYNC_GRPO_TRAIN)
 
 
 def loop_of(cfg: dict[str, Any]) -> Loop:
@@ -59,20 +62,71 @@ def _on(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.lower() == "true")
 
 
+def loop_problems(cfg: dict[str, Any]) -> list[str]:
+    """The preflight's lines: the loop is one CLIPO's driver runs, and an async recipe is one
+    NeMo-RL's async path runs."""
+    if loop_of(cfg) is ASYNC_GRPO_TRAIN:
+        return async_problems(cfg)
+    problem = unsupported_loop_problem(cfg)
+    return [problem] if problem else []
+
+
 def unsupported_loop_problem(cfg: dict[str, Any]) -> str | None:
-    """One line when the recipe asks for a loop CLIPO's driver does not run, else None."""
+    """One line when the recipe asks for a loop CLIPO's driver does not run (or an async recipe
+    it cannot run), else None."""
     loop = loop_of(cfg)
+    if loop is ASYNC_GRPO_TRAIN:
+        problems = async_problems(cfg)
+        return problems[0] if problems else None
     if loop in SUPPORTED:
         return None
     if loop is SINGLE_CONTROLLER:
         return (
             f"async_rl is set: this is a recipe of NeMo-RL's {loop.name}, and CLIPO's driver "
-            "runs grpo_train only (it would train the recipe with a loop it did not ask for); "
-            "run it without CLIPO with that script, or start from a grpo_train recipe"
+            "runs grpo_train and async_grpo_train only (it would train the recipe with a loop it "
+            "did not ask for); run it without CLIPO with that script, or start from a grpo_train "
+            "recipe"
         )
     return (
         f"{loop.key}=true: NeMo-RL runs this recipe with {loop.name}, and CLIPO's driver runs "
-        f"grpo_train only (it would train the recipe with a loop it did not ask for); set "
-        f"{loop.key}=false to run it synchronously with CLIPO, or run it without CLIPO with "
-        "NeMo-RL's examples/run_grpo.py"
+        f"grpo_train and async_grpo_train only (it would train the recipe with a loop it did not "
+        f"ask for); set {loop.key}=false to run it synchronously with CLIPO, or run it without "
+        "CLIPO with NeMo-RL's examples/run_grpo.py"
     )
+
+
+# What NeMo-RL's run_grpo.py raises NotImplementedError on before async_grpo_train, and what
+# async_grpo_train asserts, as (key, value that stops it, why).
+_ASYNC_STOPS = (
+    ("grpo.use_dynamic_sampling", True, "dynamic sampling (DAPO) is not supported with async GRPO"),
+    ("grpo.reward_scaling.enabled", True, "reward_scaling is not supported with async GRPO"),
+    ("grpo.reward_shaping.enabled", True, "reward_shaping is not supported with async GRPO"),
+    (
+        "data.use_multiple_dataloader",
+        True,
+        "multiple dataloaders are not supported with async GRPO",
+    ),
+    (
+        "loss_fn.use_importance_sampling_correction",
+        False,
+        "async_grpo_train asserts the importance-sampling correction (off-policy samples); set "
+        "it to true",
+    ),
+)
+
+
+def async_problems(cfg: dict[str, Any]) -> list[str]:
+    """One line per setting NeMo-RL's async path stops on, named before Ray starts; [] if none."""
+    conf = as_conf(cfg)
+    out = []
+    if _on(dotted_get(conf, "data_plane.enabled")):
+        out.append(
+            "grpo.async_grpo.enabled=true with data_plane.enabled=true: NeMo-RL runs "
+            "async_grpo_train over the TransferQueue data plane, which CLIPO's driver has not "
+            'been proven on (docs/nemo_rl.md, "Async GRPO"); set data_plane.enabled=false'
+        )
+    for key, stop, why in _ASYNC_STOPS:
+        value = dotted_get(conf, key)
+        if _on(value) == stop:  # unset is NeMo-RL's default, off
+            out.append(f"{key}={str(value).lower()} with grpo.async_grpo.enabled=true: {why}")
+    return out

@@ -12,7 +12,11 @@ import torch
 
 
 class Trace(list):
-    """One dict per GRPO step of the per-row values the run used."""
+    """One dict per GRPO step of the per-row values the run used; `at_shutdown`: the workers'
+    head state (CLIPO on) read as the policy shuts down (async_grpo_train shuts its policy down
+    itself, before the caller could read it)."""
+
+    at_shutdown: dict[str, Any] | None = None
 
     def record(self, *, new_step: bool = False, **values: Any) -> None:
         if new_step or not self:
@@ -54,6 +58,11 @@ def tracing_policy_class(base: type, trace: Trace) -> type:
             mask = data["token_mask"] * data["sample_mask"].unsqueeze(-1)  # [B, S]
             trace.record(advantages=data["advantages"].cpu().clone(), advantage_mask=mask)
             return super().train(data, loss_fn, *args, **kwargs)
+
+        def shutdown(self, *args, **kwargs):
+            if trace.at_shutdown is None and self.clipo_cfg.head_runs:  # the workers are up
+                trace.at_shutdown = {"head": self.run_all_workers_single_data("clipo_head_state")}
+            return super().shutdown(*args, **kwargs)
 
     return TracingPolicy
 

@@ -7,7 +7,8 @@ one edit round fixes a recipe; each problem is one line naming the key, what is 
 It runs in seconds on a laptop, with or without NeMo-RL importable:
 
 1. the recipe merges and resolves (`load_recipe`, incl. NeMo-RL's parent recipe when found);
-2. the loop NeMo-RL would run the recipe with is one CLIPO's driver runs (`nemo_rl/loops.py`);
+2. the loop NeMo-RL would run the recipe with is one CLIPO's driver runs, and an async recipe
+   one NeMo-RL's async path runs (`nemo_rl/loops.py`);
    the `clipo:` block and its cross-field rules (`validate_master_config`), incl. settings
    under which CLIPO's capture never runs (force_on_policy_ratio, training CUDA graphs, MTP
    with an empty last pipeline stage);
@@ -41,7 +42,7 @@ from clipo_megatron.nemo_rl.guard.preflight_data import (
 from clipo_megatron.nemo_rl.guard.preflight_parallel import check_parallel
 from clipo_megatron.nemo_rl.guard.preflight_resume import check_resume_clipo
 from clipo_megatron.nemo_rl.guard.recipes import NEMO_RL_PREFIX, load_recipe, nemo_rl_root
-from clipo_megatron.nemo_rl.loops import unsupported_loop_problem
+from clipo_megatron.nemo_rl.loops import ASYNC_GRPO_TRAIN, loop_of, loop_problems
 from clipo_megatron.nemo_rl.recipe_keys import interpolated_keys, knob_problems
 from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
 
@@ -89,6 +90,13 @@ def check_nemo_rl(config: dict[str, Any]) -> list[str]:
         return [f"NeMo-RL: {line}" for line in e.lines]
     except UnsupportedNemoRLError as e:
         return [f"NeMo-RL: {_one_line(e)}"]
+    if loop_of(config) is ASYNC_GRPO_TRAIN:  # the async loop's own seams, for its recipes only
+        from clipo_megatron.nemo_rl.adapter import ASYNC_SEAMS
+        from clipo_megatron.nemo_rl.guard.seams import check_installed
+
+        moved = check_installed(ASYNC_SEAMS)
+        if moved:
+            return [f"NeMo-RL: {line}" for line in moved]
     from nemo_rl.algorithms.grpo import MasterConfig
     from pydantic import ValidationError
 
@@ -205,7 +213,7 @@ def preflight_config(
     )  # every key out of range, each named as the user wrote it
     checks: list[tuple[str, Callable[[], tuple[list[str], list[str]]]]] = [
         ("value ranges", lambda: (ranges, [])),
-        ("NeMo-RL loop", lambda: ([p for p in [unsupported_loop_problem(config)] if p], [])),
+        ("NeMo-RL loop", lambda: (loop_problems(config), [])),
         ("clipo / cross-field rules", lambda: ([p for p in [_clipo(report, config)] if p], [])),
         ("NeMo-RL", lambda: (check_nemo_rl(config) if has_nemo_rl else [], [])),
         ("data files", lambda: check_files(data)),

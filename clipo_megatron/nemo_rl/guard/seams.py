@@ -196,9 +196,22 @@ def _line(seam: Seam, expect: str, where: str, found: str) -> str:
             f"fix (in clipo_megatron/nemo_rl/): {seam.fix}, {_SUPPORTED}")  # fmt: skip
 
 
-def check(pkg_dir: str | Path) -> list[str]:
-    """One line per moved seam of the NeMo-RL package at `pkg_dir` (its nemo_rl/ directory)."""
-    return [_line(*moved) for moved in moved_seams(all_seams(), Source(Path(pkg_dir)))]
+def check(pkg_dir: str | Path, *, extra: tuple[Seam, ...] = ()) -> list[str]:
+    """One line per moved seam of the NeMo-RL package at `pkg_dir` (its nemo_rl/ directory);
+    `extra`: the seams of the loop a recipe runs besides grpo_train (`adapter.ASYNC_SEAMS`)."""
+    found = moved_seams([*all_seams(), *extra], Source(Path(pkg_dir)))
+    return [_line(*moved) for moved in found]
+
+
+def check_installed(extra: tuple[Seam, ...]) -> list[str]:
+    """`extra`'s moved seams in the importable NeMo-RL (one line each), [] when all are in place."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("nemo_rl")
+    pkg = Path(spec.origin).parent if spec and spec.origin else None
+    if pkg is None:
+        return []
+    return [_line(*moved) for moved in moved_seams(extra, Source(pkg))]
 
 
 def main(argv: list[str] | None = None) -> int:
