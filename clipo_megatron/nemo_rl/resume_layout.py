@@ -13,6 +13,12 @@ only into buckets of the saved sizes (`load_parameter_state_from_dp_reshardable`
 with `overlap_grad_reduce` a bucket holds max(40M, 1M x DP) elements (`DistributedDataParallel`):
 a DP change across 40, or a change of `overlap_grad_reduce`, fails there.
 
+With any optimizer, an MoE model's expert weights sit in an optimizer of their own only when they
+use the expert groups (EP > 1 or expert TP != TP: Megatron-Core's `use_expert_pgs`,
+tensor_parallel/layers.py), so a resume across that line finds other parameter groups in the saved
+optimizer state and stops in `_filter_and_reorder_param_groups` ("Could not find parameter
+group"). A dense model never sets EP > 1, so the rule reads only layouts where one side does.
+
 `ClipoPolicy.save_checkpoint` writes `LAYOUT_FILE` beside NeMo-RL's checkpoint; checkpoints from
 before it are read from the master config NeMo-RL writes beside them (`config.yaml`), else the
 preflight warns that it cannot tell.
@@ -39,6 +45,8 @@ LAYOUT_KEYS = {
     "sequence_parallel": MEGATRON + "sequence_parallel",
     "use_distributed_optimizer": MEGATRON + "optimizer.use_distributed_optimizer",
     "overlap_grad_reduce": MEGATRON + "distributed_data_parallel_config.overlap_grad_reduce",
+    "ep": MEGATRON + "expert_model_parallel_size",
+    "etp": MEGATRON + "expert_tensor_parallel_size",  # unset: TP (Megatron-Core's default)
 }
 BOOLEAN = ("sequence_parallel", "use_distributed_optimizer", "overlap_grad_reduce")
 REQUIRED = ("tp", "pp", "cp", "sequence_parallel", "use_distributed_optimizer")
@@ -55,6 +63,8 @@ def layout_of(config: dict[str, Any], *, dp: int | None = None) -> dict[str, Any
         value = dotted_get(cfg, key, None, none_is_default=True)
         if field == "overlap_grad_reduce" and value is None:
             layout[field] = None  # not in the recipe (no NeMo-RL parent merged): unknown
+        elif field == "etp" and value is None:
+            layout[field] = layout["tp"]
         else:
             layout[field] = bool(value) if field in BOOLEAN else int(value or 1)
     nodes = dotted_get(cfg, "cluster.num_nodes")
@@ -116,11 +126,13 @@ def resume_step_dir(config: dict[str, Any]) -> Path | None:
 def check_resume_layout(config: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(problems, warnings): a resume Bridge would refuse, one line naming the changed keys."""
     step_dir = resume_step_dir(config)
-    now = layout_of(config)
-    if step_dir is None or not now["use_distributed_optimizer"]:
+    if step_dir is None:
         return [], []
+    now = layout_of(config)
     found = recorded_layout(step_dir)
     if found is None:
+        if not now["use_distributed_optimizer"]:
+            return [], []
         return [], [
             f"{step_dir} records no parallel layout (saved before {LAYOUT_FILE}): NeMo-RL resumes "
             "from it, and Megatron-Bridge refuses a resume at another TP / PP with "
@@ -130,7 +142,10 @@ def check_resume_layout(config: dict[str, Any]) -> tuple[list[str], list[str]]:
     saved, source = found
     if not saved.get("optimizer_saved", True):
         return [], []  # no optimizer state to load: Bridge loads weights across layouts
-    problems = []
+    where = f"resuming {step_dir}, layout from {source}"
+    problems = _expert_groups_problem(saved, now, where)
+    if not now["use_distributed_optimizer"]:
+        return problems, []
     changed = [
         f"{LAYOUT_KEYS[f]}: saved {saved[f]}, now {now[f]}"
         for f in NOT_RESHARDABLE
@@ -138,7 +153,7 @@ def check_resume_layout(config: dict[str, Any]) -> tuple[list[str], list[str]]:
     ]
     if changed:
         problems.append(
-            f"{'; '.join(changed)} (resuming {step_dir}, layout from {source}): Megatron-Bridge "
+            f"{'; '.join(changed)} ({where}): Megatron-Bridge "
             "cannot reshard the distributed optimizer's saved state (dp_reshardable) across TP / "
             f"PP; {CHOICES}"
         )
@@ -160,6 +175,28 @@ def check_resume_layout(config: dict[str, Any]) -> tuple[list[str], list[str]]:
                 f"buckets of the saved sizes; {CHOICES}"
             )
     return problems, []
+
+
+def _expert_groups(layout: dict[str, Any]) -> bool:
+    """Megatron-Core's `use_expert_pgs` for an expert layer of this layout."""
+    return int(layout["ep"]) > 1 or int(layout["etp"]) != int(layout["tp"])
+
+
+def _expert_groups_problem(saved: dict[str, Any], now: dict[str, Any], where: str) -> list[str]:
+    """One line when the experts' optimizer groups differ (module docstring); a record from
+    before EP was recorded, or EP 1 on both sides (a dense model), is not judged."""
+    if "ep" not in saved or max(int(saved["ep"]), int(now["ep"])) == 1:
+        return []
+    if _expert_groups(saved) == _expert_groups(now):
+        return []
+    keys = [f for f in ("ep", "etp", "tp") if int(saved[f]) != int(now[f])]
+    changed = "; ".join(f"{LAYOUT_KEYS[f]}: saved {saved[f]}, now {now[f]}" for f in keys)
+    return [
+        f"{changed} ({where}): the experts' optimizer state is kept apart only when they use "
+        "Megatron-Core's expert groups (expert_model_parallel_size > 1 or expert_tensor_"
+        "parallel_size != tensor_model_parallel_size), so the saved optimizer's parameter groups "
+        f"do not match this layout's and the load stops; {CHOICES}"
+    ]
 
 
 CHOICES = (

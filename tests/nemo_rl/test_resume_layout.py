@@ -78,6 +78,8 @@ def test_the_layout_round_trips_beside_the_checkpoint(tmp_path):
         "sequence_parallel": True,
         "use_distributed_optimizer": True,
         "overlap_grad_reduce": True,
+        "ep": 1,
+        "etp": 2,  # expert_tensor_parallel_size unset here: TP, as Megatron-Core defaults it
         "dp": 4,
         "optimizer_saved": True,
     }
@@ -266,3 +268,46 @@ def test_buckets_are_not_compared_when_the_recipe_does_not_say(tmp_path):
     cfg = _recipe(tmp_path)
     del cfg["policy"]["megatron_cfg"]["distributed_data_parallel_config"]["overlap_grad_reduce"]
     assert _problems(cfg) == []
+
+
+@pytest.mark.parametrize("distributed_optimizer", [True, False])
+def test_an_moe_resume_across_the_expert_groups_is_one_line(tmp_path, distributed_optimizer):
+    """EP 2 -> EP 1 (expert TP = TP = 1): the experts leave Megatron-Core's expert groups, the
+    saved optimizer's parameter groups do not match (measured: `_filter_and_reorder_param_groups`
+    stops the load); EP 2 -> EP 4 stays inside them and loads (test_moe_layouts' move case)."""
+    moe = dict(expert_tensor_parallel_size=1, distributed_optimizer=distributed_optimizer)
+    _saved(tmp_path, 2, expert_model_parallel_size=2, **moe)
+    step = tmp_path / "step_2"
+    assert _problems(_recipe(tmp_path, expert_model_parallel_size=4, **moe)) == []
+    assert _problems(_recipe(tmp_path, expert_model_parallel_size=1, **moe)) == [
+        f"{MC}expert_model_parallel_size: saved 2, now 1 (resuming {step}, layout from "
+        f"{step / LAYOUT_FILE}): the experts' optimizer state is kept apart only when they use "
+        "Megatron-Core's expert groups (expert_model_parallel_size > 1 or expert_tensor_"
+        "parallel_size != tensor_model_parallel_size), so the saved optimizer's parameter groups "
+        "do not match this layout's and the load stops; resume at the saved layout, or export "
+        "its weights (NeMo-RL's examples/converters/convert_megatron_to_hf.py) and start a new "
+        "run from them (policy.model_name=<export>, another checkpointing.checkpoint_dir)"
+    ]
+    # EP 1 with expert TP 1 != TP 2 also uses the expert groups: the same groups as EP 2 (TP 2)
+    _saved(tmp_path, 3, expert_model_parallel_size=2, tensor_model_parallel_size=2, **moe)
+    assert (
+        _problems(
+            _recipe(tmp_path, expert_model_parallel_size=1, tensor_model_parallel_size=2, **moe)
+        )
+        == []
+    )
+
+
+def test_a_dense_layout_is_not_judged_by_the_expert_rule(tmp_path):
+    """EP 1 on both sides (every dense recipe): expert TP against TP says nothing without experts."""
+    _saved(
+        tmp_path,
+        1,
+        tensor_model_parallel_size=2,
+        expert_tensor_parallel_size=1,
+        distributed_optimizer=False,
+    )
+    assert (
+        _problems(_recipe(tmp_path, expert_tensor_parallel_size=1, distributed_optimizer=False))
+        == []
+    )
