@@ -67,6 +67,10 @@ def tiny_moe_model(path: Path, *, shared: bool = False, hidden: int = 64, seed: 
             moe_layer_interval=1,
             router_aux_loss_coef=AUX_LOSS_COEFF,
             use_bias=False,
+            # HF's ERNIE has no attention dropout and its config no key for it, so Bridge's
+            # provider kept Megatron's default 0.1 (a random training step); written here, Bridge
+            # maps it (model_bridge.py CONFIG_MAPPING: attention_dropout), as Qwen3-MoE's 0.0
+            attention_dropout=0.0,
         )
     else:
         config = transformers.Qwen3MoeConfig(

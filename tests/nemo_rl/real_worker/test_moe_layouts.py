@@ -3,9 +3,13 @@
 expert-parallel layouts NeMo-RL's MoE recipes run, each against the EP 1 run (`layouts.py`'s calls:
 get_logprobs with the pooler, the CLIPO head step, one NeMo-RL `train` step, get_logprobs again).
 
-The model (`moe_model.py`): a 2-layer Qwen3-MoE, 4 experts, top-2, the router's load-balancing loss
-on (`aux_loss`, coefficient 1e-2), imported by Bridge from Hugging Face files, as NeMo-RL imports a
-recipe's model. (A shared-expert variant does not import on CPU yet: `moe_model.py`.)
+The models (`moe_model.py`), imported by Bridge from Hugging Face files, as NeMo-RL imports a
+recipe's model; every case runs for both (`moe_dir`):
+- `routed`: a 2-layer Qwen3-MoE, 4 experts, top-2, softmax router;
+- `shared`: a 2-layer ERNIE 4.5 MoE (Bridge's `ernie_45_bridge.py`), 4 experts, top-2 and one
+  shared expert (TP-sharded under TP 2, not expert-TP), Bridge's sigmoid router with an expert
+  bias (held at zero: `moe_router_bias_update_rate: 0`).
+Both with the router's load-balancing loss on (`aux_loss`, coefficient 1e-2).
 
 What stands in on CPU (checked, not assumed):
 - the token dispatcher is the recipes' own `alltoall`: Megatron-Core's `all_to_all_single` over the
@@ -24,10 +28,17 @@ the EP group, expert gradients reduced over the expert-data-parallel group). The
 quantities (logprobs, pooled rows, r_CL, the loss) do not depend on the split and are held against
 the one-process run too.
 
-Tolerances: the fp32 bounds of `test_layouts` (module docstring there), and for the router's and
-experts' weights after the step the bound of the final norm's weight (1e-6: one Adam step moves a
-weight by lr = 1e-4 in sign; a wrong or missing gradient moves it by that much, not 1e-6). The
-router's logged aux loss (NeMo-RL's `moe_metrics`): relative 1e-5, as the loss.
+Beyond the fp32 layouts: bf16 at EP 2 against bf16 at EP 1 (DP 2), and NeMo-RL's checkpoint
+with CLIPO's head saved after step 1 at EP 2, resumed at EP 1 (and the reverse), step 2 against
+the saver's step 2.
+
+Tolerances: the fp32 bounds of `test_layouts` (module docstring there), and for the router's,
+experts' and head's weights after the step the bound of the final norm's weight (1e-6: one Adam
+step moves a weight by lr = 1e-4 in sign; a wrong or missing gradient moves it by that much, not
+1e-6). The router's logged aux loss (NeMo-RL's `moe_metrics`): relative 1e-5, as the loss. bf16:
+`test_layouts.bf16_bounds` from the bf16 reference's magnitudes; the expert weights, bf16 copies of
+fp32 main weights, u * max|w| + 1e-6; the head (fp32, one AdamW step of lr * sign(g) from pooled
+rows equal within bf16's bound) 2 * head lr: a sign flip of a near-zero gradient, no more.
 """
 
 from __future__ import annotations
