@@ -139,7 +139,7 @@ MUTATIONS = [
         "clipo_megatron/nemo_rl/worker.py",
         '        load_full_trainer_state(self.trainer, saved["trainer"], tp_group)\n',
         "",
-        (MOE.format("test_moe_checkpoint_moves_between_ep_layouts[routed-ep2-to-ep1]"),),
+        (MOE.format("test_moe_checkpoint_moves_between_ep_layouts[routed-tp2-sp-ep2-to-ep4]"),),
     ),
 ]
 
