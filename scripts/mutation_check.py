@@ -125,6 +125,22 @@ MUTATIONS = [
         "            torch.manual_seed(cfg.method.seed + mp._ps().get_expert_model_parallel_rank())  #",
         (MOE.format("test_moe_layout_equals_ep1[routed-ep2]"),),
     ),
+    Mutation(
+        "moe_head_per_ep_rank_bf16",
+        "the same head per EP rank, held by bf16 at EP 2 against bf16 at EP 1 (shared expert)",
+        "clipo_megatron/nemo_rl/worker.py",
+        "            torch.manual_seed(cfg.method.seed)  #",
+        "            torch.manual_seed(cfg.method.seed + mp._ps().get_expert_model_parallel_rank())  #",
+        (MOE.format("test_moe_bf16_ep2_equals_bf16_ep1[shared]"),),
+    ),
+    Mutation(
+        "moe_head_restore_dropped",
+        "a resume that reads the head's file but never loads it (the head as drawn at setup)",
+        "clipo_megatron/nemo_rl/worker.py",
+        '        load_full_trainer_state(self.trainer, saved["trainer"], tp_group)\n',
+        "",
+        (MOE.format("test_moe_checkpoint_moves_between_ep_layouts[routed-tp2-sp-ep2-to-ep4]"),),
+    ),
 ]
 
 

@@ -5,9 +5,12 @@ recipes/llm/grpo-qwen3-30ba3b-8n8g-megatron.yaml, grpo-moonlight-16ba3b-4n8g-meg
 
 The model is a Qwen3-MoE (the family of the Qwen3-30B-A3B recipes): 4 routed experts, top-2, the
 router's load-balancing loss on, imported by Bridge's AutoBridge from a local directory, as the
-dense Llama is. `shared=True` writes the variant with a shared expert (GLM-4.5's MoE), which does
-not import on CPU yet: Bridge's GLM-4.5 bridge maps the routed experts of TE's grouped GEMM only,
-not those of `SequentialMLP` (Qwen3-MoE's bridge maps both).
+dense Llama is. `shared=True` writes the variant with a shared expert: an ERNIE 4.5 MoE (Bridge's
+`ernie_45_bridge.py` maps `SequentialMLP`'s `local_experts` and the `shared_experts`; GLM-4.5's
+maps the routed experts of TE's grouped GEMM only), every layer MoE, one shared expert. Bridge's
+ERNIE provider routes by sigmoid scores with an expert bias (DeepSeek-V3's router, which the
+Moonlight / GLM / DeepSeek recipes run); the bias stays at its imported zeros
+(`moe_router_bias_update_rate: 0`, as `moe_policy` sets it for both).
 
 What stands in on CPU (each checked, not assumed; the test module's docstring holds the record):
 - experts: Megatron-Core's `SequentialMLP` (`moe_grouped_gemm` off): grouped GEMM is
@@ -27,7 +30,7 @@ import torch
 
 EXPERTS, TOP_K = 4, 2
 AUX_LOSS_COEFF = 1e-2  # the router's load-balancing loss, on (NeMo-RL's default recipe sets "none")
-# Bridge's Qwen3-MoE and GLM-4.5 providers set their own 1e-3 over the HF config's value; the
+# Bridge's Qwen3-MoE provider sets its own 1e-3 over the HF config's value; the
 # recipe's `model_overrides` (NeMo-RL's first-class route to a provider field) sets ours
 
 
@@ -53,18 +56,21 @@ def tiny_moe_model(path: Path, *, shared: bool = False, hidden: int = 64, seed: 
         pad_token_id=tok.pad_token_id,
         moe_intermediate_size=32,
         num_experts_per_tok=TOP_K,
-        norm_topk_prob=True,
     )
     if shared:
-        config = transformers.Glm4MoeConfig(
+        config = transformers.Ernie4_5_MoeConfig(
             **common,
             intermediate_size=2 * hidden,
-            n_routed_experts=EXPERTS,
-            n_shared_experts=1,
-            first_k_dense_replace=0,
-            n_group=1,
-            topk_group=1,
-            use_qk_norm=False,
+            moe_num_experts=EXPERTS,
+            moe_num_shared_experts=1,
+            moe_layer_start_index=0,  # every layer MoE: the one CPU layer spec serves all
+            moe_layer_interval=1,
+            router_aux_loss_coef=AUX_LOSS_COEFF,
+            use_bias=False,
+            # HF's ERNIE has no attention dropout and its config no key for it, so Bridge's
+            # provider kept Megatron's default 0.1 (a random training step); written here, Bridge
+            # maps it (model_bridge.py CONFIG_MAPPING: attention_dropout), as Qwen3-MoE's 0.0
+            attention_dropout=0.0,
         )
     else:
         config = transformers.Qwen3MoeConfig(
@@ -74,6 +80,7 @@ def tiny_moe_model(path: Path, *, shared: bool = False, hidden: int = 64, seed: 
             decoder_sparse_step=1,
             mlp_only_layers=[],
             router_aux_loss_coef=AUX_LOSS_COEFF,
+            norm_topk_prob=True,
         )
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config).float()
@@ -84,8 +91,8 @@ def tiny_moe_model(path: Path, *, shared: bool = False, hidden: int = 64, seed: 
 
 def is_moe(model_dir: Path) -> bool:
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    # transformers 5 writes Qwen3-MoE's `num_experts` as `num_local_experts`; GLM's n_routed_experts
-    keys = ("num_experts", "num_local_experts", "n_routed_experts")
+    # transformers 5 writes Qwen3-MoE's `num_experts` as `num_local_experts`; ERNIE's moe_num_experts
+    keys = ("num_experts", "num_local_experts", "moe_num_experts")
     return any(cfg.get(k) for k in keys)
 
 
@@ -149,8 +156,10 @@ def cpu_moe_layer_spec(config):
 
 
 def expert_weights(worker) -> dict[str, torch.Tensor]:
-    """Every router and routed-expert weight this rank holds, keyed by the global expert index
-    ("layer0.expert3.fc1"), so EP ranks' shards line up with the EP 1 run's."""
+    """Every router, routed-expert and shared-expert weight this rank holds, keyed by the global
+    expert index ("layer0.expert3.linear_fc1", "layer0.shared.linear_fc1"), so EP ranks' shards
+    line up with the EP 1 run's. The shared expert is TP-sharded (not expert-TP): its full weight,
+    gathered over the TP group (a concatenation: exact), is compared, the same on every TP rank."""
     from megatron.core.utils import unwrap_model
 
     out: dict[str, torch.Tensor] = {}
@@ -166,4 +175,30 @@ def expert_weights(worker) -> dict[str, torch.Tensor]:
                 for name in ("linear_fc1", "linear_fc2"):
                     w = getattr(expert, name).weight.detach().cpu().float().clone()
                     out[f"layer{n}.expert{glob}.{name}"] = w
+            if getattr(mlp, "shared_experts", None) is not None:
+                for name in ("linear_fc1", "linear_fc2"):
+                    w = getattr(mlp.shared_experts, name).weight.detach().cpu().float()
+                    out[f"layer{n}.shared.{name}"] = _tp_gathered(w, name)
     return out
+
+
+def _tp_gathered(shard: torch.Tensor, name: str) -> torch.Tensor:
+    """The full weight of a TP-sharded gated MLP: fc1 column-parallel, each rank [gate_r; up_r]
+    (Bridge's GatedMLPMapping splits gate and up alike), fc2 row-parallel."""
+    from megatron.core import parallel_state
+
+    group = parallel_state.get_tensor_model_parallel_group()
+    size = torch.distributed.get_world_size(group)
+    if size == 1:
+        return shard.clone()
+    parts = [torch.empty_like(shard) for _ in range(size)]
+    torch.distributed.all_gather(parts, shard.contiguous(), group=group)
+    if name == "linear_fc2":
+        return torch.cat(parts, dim=1)
+    halves = [p.chunk(2, dim=0) for p in parts]
+    return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
+
+
+def has_shared_expert(model_dir: Path) -> bool:
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    return bool(cfg.get("moe_num_shared_experts"))

@@ -3,9 +3,13 @@
 expert-parallel layouts NeMo-RL's MoE recipes run, each against the EP 1 run (`layouts.py`'s calls:
 get_logprobs with the pooler, the CLIPO head step, one NeMo-RL `train` step, get_logprobs again).
 
-The model (`moe_model.py`): a 2-layer Qwen3-MoE, 4 experts, top-2, the router's load-balancing loss
-on (`aux_loss`, coefficient 1e-2), imported by Bridge from Hugging Face files, as NeMo-RL imports a
-recipe's model. (A shared-expert variant does not import on CPU yet: `moe_model.py`.)
+The models (`moe_model.py`), imported by Bridge from Hugging Face files, as NeMo-RL imports a
+recipe's model; every case runs for both (`moe_dir`):
+- `routed`: a 2-layer Qwen3-MoE, 4 experts, top-2, softmax router;
+- `shared`: a 2-layer ERNIE 4.5 MoE (Bridge's `ernie_45_bridge.py`), 4 experts, top-2 and one
+  shared expert (TP-sharded under TP 2, not expert-TP), Bridge's sigmoid router with an expert
+  bias (held at zero: `moe_router_bias_update_rate: 0`).
+Both with the router's load-balancing loss on (`aux_loss`, coefficient 1e-2).
 
 What stands in on CPU (checked, not assumed):
 - the token dispatcher is the recipes' own `alltoall`: Megatron-Core's `all_to_all_single` over the
@@ -24,20 +28,30 @@ the EP group, expert gradients reduced over the expert-data-parallel group). The
 quantities (logprobs, pooled rows, r_CL, the loss) do not depend on the split and are held against
 the one-process run too.
 
-Tolerances: the fp32 bounds of `test_layouts` (module docstring there), and for the router's and
-experts' weights after the step the bound of the final norm's weight (1e-6: one Adam step moves a
-weight by lr = 1e-4 in sign; a wrong or missing gradient moves it by that much, not 1e-6). The
-router's logged aux loss (NeMo-RL's `moe_metrics`): relative 1e-5, as the loss.
+Beyond the fp32 layouts: bf16 at EP 2 against bf16 at EP 1 (DP 2), and NeMo-RL's checkpoint
+with CLIPO's head saved after step 1 at EP 2, resumed at EP 1 (and the reverse), step 2 against
+the saver's step 2.
+
+Tolerances: the fp32 bounds of `test_layouts` (module docstring there), and for the router's,
+experts' and head's weights after the step the bound of the final norm's weight (1e-6: one Adam
+step moves a weight by lr = 1e-4 in sign; a wrong or missing gradient moves it by that much, not
+1e-6). The router's logged aux loss (NeMo-RL's `moe_metrics`): relative 1e-5, as the loss. bf16:
+`test_layouts.bf16_bounds` from the bf16 reference's magnitudes; the expert weights, bf16 copies of
+fp32 main weights, u * max|w| + 1e-6; the head (fp32, one AdamW step of lr * sign(g) from pooled
+rows equal within bf16's bound) 2 * head lr: a sign flip of a near-zero gradient, no more.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 
 from tests.nemo_rl.real_worker.build import requirements
 from tests.nemo_rl.real_worker.layouts import Layout
-from tests.nemo_rl.real_worker.test_layouts import FP32, check_layout
+from tests.nemo_rl.real_worker.moe_checks import check_all, experts_of, merged, moe_metrics
+from tests.nemo_rl.real_worker.test_layouts import FP32, Runs, bf16_bounds
 
 # every case is `contract_full` (CONTRIBUTING.md): each spawns two or three worker jobs of about
 # a minute each, and CI's contract leg has no room left under its 60 minutes
@@ -54,6 +68,17 @@ CASES = {
     # Megatron's distributed optimizer with the recipes' overlaps
     "tp2-sp-ep2-distopt": (Layout(tp=2, dp=2, ep=2, sp=True, dist_opt=True), REF),
 }
+# bf16 at EP 2 against bf16 at EP 1 (DP 2): what expert parallelism changes at bf16
+BF16 = (Layout(dp=2, ep=2, bf16=True), Layout(dp=2, bf16=True))
+# the head's checkpoint and NeMo-RL's (Bridge's torch_dist resharding the experts and their Adam
+# state) moved between EP layouts at the same DP (the aux loss's micro-batches unchanged): TP 2 + SP
+# with EP 2 (2 experts a rank) and EP 4 (1 a rank; Megatron-Core carves EP out of TP x DP at expert
+# TP 1). Not EP 1 <-> EP > 1: Megatron-Core keeps expert weights in a separate optimizer only when
+# they use the expert groups (EP > 1 or expert TP != TP; tensor_parallel/layers.py `use_expert_pgs`),
+# so the two checkpoints' optimizer param groups differ and the resume stops in
+# `_filter_and_reorder_param_groups` (optimizer.py: "Could not find parameter group") either way.
+EP2, EP4 = Layout(tp=2, dp=2, ep=2, sp=True), Layout(tp=2, dp=2, ep=4, sp=True)
+MOVES = {"tp2-sp-ep2-to-ep4": (EP2, EP4)}
 
 
 def _model(tmp_path_factory, shared: bool):
@@ -67,110 +92,110 @@ def _model(tmp_path_factory, shared: bool):
 
 
 class MoeRuns:
-    """One spawned run per (model, layout) for the whole module."""
+    """`test_layouts.Runs` per model: one run per (model, layout) for the whole module; a layout
+    a selected move saves from runs `saved_then_measured` (its step 1 serves the layout cases)."""
 
-    def __init__(self, tmp_path_factory):
-        self.tmp, self.done = tmp_path_factory, {}
+    def __init__(self, tmp_path_factory, savers: set[Layout]):
+        self.tmp, self.savers, self.by_model = tmp_path_factory, savers, {}
+
+    def _runs(self, model_dir) -> Runs:
+        key = str(model_dir)
+        if key not in self.by_model:
+            self.by_model[key] = Runs(model_dir, self.tmp, self.savers)
+        return self.by_model[key]
 
     def measured(self, model_dir, layout: Layout) -> dict:
-        from tests.nemo_rl.real_worker.layouts import layout_methods
-        from tests.nemo_rl.real_worker.spawn import run_ranks
+        return self._runs(model_dir).measured(layout)
 
-        key = (str(model_dir), layout)
-        if key not in self.done:
-            root = self.tmp.mktemp(layout.name)
-            self.done[key] = run_ranks(
-                layout_methods, layout.world, str(root / "a"), str(model_dir), layout
-            )
-        return self.done[key]
+    def checkpoint(self, model_dir, layout: Layout) -> tuple[str, dict]:
+        return self._runs(model_dir).checkpoint(layout)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> MoeRuns:
-    return MoeRuns(tmp_path_factory)
+def runs(tmp_path_factory, request) -> MoeRuns:
+    moves = [
+        item.callspec.params["move"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_moe_checkpoint_moves_between_ep_layouts"
+    ]
+    return MoeRuns(tmp_path_factory, {MOVES[m][0] for m in moves})
 
 
-# the shared-expert variant (GLM-4.5-MoE) does not import on CPU yet: Bridge's GLM-4.5 bridge maps
-# the routed experts for TE's grouped GEMM only (no SequentialMLP mapping, which Qwen3-MoE's has)
-@pytest.fixture(scope="module", params=[False], ids=["routed"])
+@pytest.fixture(scope="module", params=[False, True], ids=["routed", "shared"])
 def moe_dir(request, tmp_path_factory):
     return _model(tmp_path_factory, request.param)
 
 
-def check_experts(out: dict, ref: dict, bound: float) -> float:
-    """Every router / expert weight after the step, by global expert index, against the reference
-    (each weight present on some rank of `out`; replicas bit-equal)."""
-    want = {}
-    for res in ref.values():
-        want.update(res["experts"])
-    got: dict[str, torch.Tensor] = {}
-    for rank, res in sorted(out.items()):
-        for k, v in res["experts"].items():
-            if k in got:
-                assert torch.equal(got[k], v), (rank, k)  # an EP / TP / DP replica
-            got[k] = v
-    assert sorted(got) == sorted(want), (sorted(got), sorted(want))
-    assert any(".expert" in k for k in want) and any("router" in k for k in want)
-    err = max(float((got[k] - want[k]).abs().max()) for k in want)
-    assert err <= bound, f"router / expert weights after the step: {err} > {bound}"
-    return err
+def _shared(moe_dir) -> bool:
+    from tests.nemo_rl.real_worker.moe_model import has_shared_expert
+
+    return has_shared_expert(moe_dir)
 
 
-def check_head(out: dict, ref: dict, bound: float) -> float:
-    """CLIPO's head after its step on every rank against the reference's (one replicated head:
-    a head drawn per rank differs on the ranks that hold few rows, which r_CL may not show)."""
-    err = 0.0
-    for res in out.values():
-        for k, v in ref["head"].items():
-            err = max(err, float((res["head"][k].float() - v.float()).abs().max()))
-    assert err <= bound, f"CLIPO head after its step: {err} > {bound}"
-    return err
-
-
-def moe_metrics(out: dict) -> dict[str, float]:
-    """NeMo-RL's logged MoE metrics (rank 0's: every rank logs the reduced values)."""
-    metrics = out[0]["moe_metrics"]
-    assert metrics, "no MoE metrics: the router's aux loss is not on"
-    assert any("load_balancing_loss" in k for k in metrics), metrics
-    return {k: float(v) for k, v in metrics.items()}
-
-
-def check_moe_metrics(got: dict[str, float], want: dict[str, float], rel: float) -> float:
-    assert sorted(got) == sorted(want), (sorted(got), sorted(want))
-    err = max(abs(got[k] - want[k]) / max(abs(want[k]), 1e-30) for k in want)
-    assert err <= rel, f"MoE metrics {got} against {want}: relative {err} > {rel}"
-    return err
+def _name(moe_dir) -> str:
+    return "shared" if _shared(moe_dir) else "routed"
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_moe_layout_equals_ep1(case, moe_dir, runs):
     layout, ref_layout = CASES[case]
-    ref = runs.measured(moe_dir, ref_layout)
-    out = runs.measured(moe_dir, layout)
-    errs = check_layout(out, _merged(ref), layout, FP32)  # every rank, every row
-    errs["experts"] = check_experts(out, ref, FP32["norm_weight"])
-    errs["head"] = check_head(out, ref[0], FP32["norm_weight"])
-    errs["moe_metrics"] = check_moe_metrics(moe_metrics(out), moe_metrics(ref), FP32["rel"])
-    print(f"\n[moe] {moe_dir.parent.name} {layout.name} ({layout.world} processes) vs EP 1: {errs}")
+    ref, out = runs.measured(moe_dir, ref_layout), runs.measured(moe_dir, layout)
+    fine = FP32["norm_weight"]
+    errs = check_all(out, ref, layout, FP32, shared=_shared(moe_dir), weights=fine, head=fine)
+    print(f"\n[moe] {_name(moe_dir)} {layout.name} ({layout.world} processes) vs EP 1: {errs}")
 
 
-def _merged(ref: dict) -> dict:
-    """The reference's ranks as one result (every row's numbers), for `check_layout`."""
-    first = dict(ref[0])
-    for key in ("logprobs", "logprobs_after", "lengths", "pooled", "r_cl"):
-        first[key] = _pad_cat([r[key] for _, r in sorted(ref.items())])
-    for rows in ("rows", "pooled_rows", "r_cl_rows"):
-        first[rows] = torch.cat([r[rows] for _, r in sorted(ref.items())])
-    return first
+def test_moe_bf16_ep2_equals_bf16_ep1(moe_dir, runs):
+    """bf16 at EP 2 against bf16 at EP 1, DP 2 (module docstring: bounds)."""
+    from clipo_megatron.core.config import CLIPOConfig
+    from tests.nemo_rl.real_worker import scenario
+    from tests.nemo_rl.real_worker.layouts import BF16_U
+
+    layout, ref_layout = BF16
+    ref, out = runs.measured(moe_dir, ref_layout), runs.measured(moe_dir, layout)
+    layers = json.loads((moe_dir / "config.json").read_text())["num_hidden_layers"]
+    tol = bf16_bounds(merged(ref), layers)
+    biggest = max(float(w.abs().max()) for w in experts_of(ref).values())
+    weights = BF16_U * biggest + FP32["norm_weight"]
+    head = 2 * CLIPOConfig.from_dict(scenario.CLIPO["method"]).head_lr
+    errs = check_all(out, ref, layout, tol, shared=_shared(moe_dir), weights=weights, head=head)
+    # bf16 in effect: the bf16 reference's logprobs are not the fp32 EP 1 run's
+    fp32 = merged(runs.measured(moe_dir, REF))
+    assert torch.equal(fp32["rows"], merged(ref)["rows"])
+    drift = float((merged(ref)["logprobs"] - fp32["logprobs"]).abs().max())
+    assert drift > 100 * FP32["logprobs"], f"bf16 logprobs within {drift} of fp32's: not bf16"
+    bounds = {**tol, "experts": weights, "head": head}
+    print(f"\n[moe] {_name(moe_dir)} {layout.name} vs {ref_layout.name}: {errs}")
+    print(f"[moe] bounds {bounds}; bf16 against fp32 logprobs: {drift:.3g}")
 
 
-def _pad_cat(parts: list[torch.Tensor]) -> torch.Tensor:
-    if parts[0].dim() == 1:
-        return torch.cat(parts)
-    width = max(p.shape[1] for p in parts)
-    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts])
+# the routed model only: a move is two 4-process jobs (about 20 minutes on a loaded 2-core box)
+@pytest.mark.parametrize("move", list(MOVES))
+@pytest.mark.parametrize("moe_dir", [False], ids=["routed"], indirect=True)
+def test_moe_checkpoint_moves_between_ep_layouts(move, moe_dir, tmp_path, runs):
+    """Saved after step 1 in one EP layout, resumed in the other (Bridge's torch_dist reshards
+    the experts and their optimizer state, CLIPO's head from its one file): step 2 after the
+    resume against the saver's step 2, the router / expert weights and the head included."""
+    from tests.nemo_rl.real_worker.layouts import resumed_then_measured
+    from tests.nemo_rl.real_worker.spawn import run_ranks
+
+    saved_in, resumed_in = MOVES[move]
+    ckpt, saved = runs.checkpoint(moe_dir, saved_in)
+    args = (resumed_in.world, str(tmp_path / "b"), str(moe_dir), resumed_in, ckpt)
+    resumed = run_ranks(resumed_then_measured, *args)
+    fine = FP32["norm_weight"]
+    errs = check_all(
+        resumed, saved, resumed_in, FP32, shared=_shared(moe_dir), weights=fine, head=fine
+    )
+    print(f"\n[moe] {_name(moe_dir)} {move}: step 2 after the resume vs saved: {errs}")
 
 
+# The HF comparison holds for the routed model only: Bridge's ERNIE provider routes by sigmoid
+# scores (ernie_45_bridge.py, `provider.moe_router_score_function = "sigmoid"`, with an expert
+# bias), while Hugging Face's Ernie4_5_MoeTopKRouter routes by a softmax over all experts: the
+# same experts are chosen (both monotone in the logit, the bias zero) but weighted
+# sigmoid(l_i) / sum_k sigmoid(l_k) against exp(l_i) / sum_k exp(l_k). Bridge's semantics, not ours.
+@pytest.mark.parametrize("moe_dir", [False], ids=["routed"], indirect=True)
 def test_moe_ep1_matches_hugging_face(moe_dir, runs):
     """The EP 1 reference itself: NeMo-RL's packed forward of the MoE model equals Hugging Face's
     row by row, and CLIPO's capture pools the final norm's output (HF's last hidden state), not a
@@ -181,15 +206,13 @@ def test_moe_ep1_matches_hugging_face(moe_dir, runs):
 
     tok = transformers.AutoTokenizer.from_pretrained(moe_dir)
     hf = scenario.hf_reference(moe_dir, scenario.batch(tok.pad_token_id, len(tok)))
-    ref = _merged(runs.measured(moe_dir, REF))
+    ref = merged(runs.measured(moe_dir, REF))
     lp_err = max(
         float((ref["logprobs"][j, 1:n] - hf["logprobs"][row, 1:n]).abs().max())
         for j, (row, n) in enumerate(zip(ref["rows"].tolist(), ref["lengths"].tolist()))
     )
     pooled_err = float((ref["pooled"] - hf["pooled"][ref["pooled_rows"]]).abs().max())
-    print(
-        f"\n[moe] {moe_dir.parent.name} EP 1 vs HF: logprobs {lp_err:.2e}, pooled {pooled_err:.2e}"
-    )
+    print(f"\n[moe] {_name(moe_dir)} EP 1 vs HF: logprobs {lp_err:.2e}, pooled {pooled_err:.2e}")
     assert lp_err <= FP32["logprobs"] and pooled_err <= FP32["pooled"], (lp_err, pooled_err)
 
 
@@ -209,4 +232,4 @@ def test_moe_aux_loss_same_with_clipo_on_and_off(moe_dir, runs):
         for k, v in a["experts"].items():
             assert torch.equal(v, b["experts"][k]), (rank, k)
         assert "pooled" in a and "pooled" not in b and "r_cl" not in b  # CLIPO was on / off
-    print(f"\n[moe] {moe_dir.parent.name} CLIPO on == off: {moe_metrics(on)}, {on[0]['train']}")
+    print(f"\n[moe] {_name(moe_dir)} CLIPO on == off: {moe_metrics(on)}, {on[0]['train']}")
