@@ -53,14 +53,11 @@ from tests.nemo_rl.real_worker.layouts import Layout
 from tests.nemo_rl.real_worker.moe_checks import check_all, experts_of, merged, moe_metrics
 from tests.nemo_rl.real_worker.test_layouts import FP32, Runs, bf16_bounds
 
-# every case is `contract_full` (CONTRIBUTING.md): each spawns two or three worker jobs of about
-# a minute each, and CI's contract leg has no room left under its 60 minutes
-pytestmark = [
-    pytest.mark.nemo_rl,
-    pytest.mark.contract_full,
-    pytest.mark.slow,
-    pytest.mark.multiprocess,
-]
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow, pytest.mark.multiprocess]
+# CI's set holds one case, `[routed-ep2]` (two 2-process worker jobs: the EP 1 reference and EP 2);
+# the rest is `contract_full` (CONTRIBUTING.md), one command away
+FULL = pytest.mark.contract_full
+CI_CASES = ("ep2",)
 REF = Layout(dp=2)  # EP 1 at DP 2 (module docstring)
 CASES = {
     "ep2": (Layout(dp=2, ep=2), REF),
@@ -121,7 +118,9 @@ def runs(tmp_path_factory, request) -> MoeRuns:
     return MoeRuns(tmp_path_factory, {MOVES[m][0] for m in moves})
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["routed", "shared"])
+@pytest.fixture(
+    scope="module", params=[False, pytest.param(True, marks=FULL)], ids=["routed", "shared"]
+)
 def moe_dir(request, tmp_path_factory):
     return _model(tmp_path_factory, request.param)
 
@@ -136,7 +135,9 @@ def _name(moe_dir) -> str:
     return "shared" if _shared(moe_dir) else "routed"
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize(
+    "case", [c if c in CI_CASES else pytest.param(c, marks=FULL) for c in CASES]
+)
 def test_moe_layout_equals_ep1(case, moe_dir, runs):
     layout, ref_layout = CASES[case]
     ref, out = runs.measured(moe_dir, ref_layout), runs.measured(moe_dir, layout)
@@ -145,6 +146,7 @@ def test_moe_layout_equals_ep1(case, moe_dir, runs):
     print(f"\n[moe] {_name(moe_dir)} {layout.name} ({layout.world} processes) vs EP 1: {errs}")
 
 
+@FULL
 def test_moe_bf16_ep2_equals_bf16_ep1(moe_dir, runs):
     """bf16 at EP 2 against bf16 at EP 1, DP 2 (module docstring: bounds)."""
     from clipo_megatron.core.config import CLIPOConfig
@@ -170,6 +172,7 @@ def test_moe_bf16_ep2_equals_bf16_ep1(moe_dir, runs):
 
 
 # the routed model only: a move is two 4-process jobs (about 20 minutes on a loaded 2-core box)
+@FULL
 @pytest.mark.parametrize("move", list(MOVES))
 @pytest.mark.parametrize("moe_dir", [False], ids=["routed"], indirect=True)
 def test_moe_checkpoint_moves_between_ep_layouts(move, moe_dir, tmp_path, runs):
@@ -195,6 +198,7 @@ def test_moe_checkpoint_moves_between_ep_layouts(move, moe_dir, tmp_path, runs):
 # bias), while Hugging Face's Ernie4_5_MoeTopKRouter routes by a softmax over all experts: the
 # same experts are chosen (both monotone in the logit, the bias zero) but weighted
 # sigmoid(l_i) / sum_k sigmoid(l_k) against exp(l_i) / sum_k exp(l_k). Bridge's semantics, not ours.
+@FULL
 @pytest.mark.parametrize("moe_dir", [False], ids=["routed"], indirect=True)
 def test_moe_ep1_matches_hugging_face(moe_dir, runs):
     """The EP 1 reference itself: NeMo-RL's packed forward of the MoE model equals Hugging Face's
@@ -216,6 +220,7 @@ def test_moe_ep1_matches_hugging_face(moe_dir, runs):
     assert lp_err <= FP32["logprobs"] and pooled_err <= FP32["pooled"], (lp_err, pooled_err)
 
 
+@FULL
 def test_moe_aux_loss_same_with_clipo_on_and_off(moe_dir, runs):
     """CLIPO's capture (a forward hook on the final norm in the logprob pass) and its head step
     leave the MoE path alone: with CLIPO off the same EP 2 calls give bit-equal router aux loss
