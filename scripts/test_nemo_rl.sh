@@ -3,6 +3,7 @@
 #
 #   NEMO_RL_SRC=/path/to/RL [BRIDGE_SRC=..] [MEGATRON_LM_SRC=..] bash scripts/test_nemo_rl.sh [pytest args]
 #   ... bash scripts/test_nemo_rl.sh --bench [--rows 64] [--repeats 7]   (CLIPO's capture cost)
+#   ... bash scripts/test_nemo_rl.sh --bench bench/bench_async_throughput.py   (async vs sync, CLIPO on/off)
 #
 # NEMO_RL_SRC is a checkout of https://github.com/NVIDIA-NeMo/RL (any commit: the suite states which
 # it ran against); BRIDGE_SRC and MEGATRON_LM_SRC default to its submodules
@@ -122,9 +123,11 @@ from clipo_megatron.nemo_rl.guard.compat import detect
 f = detect()
 print(f"[test_nemo_rl] recognised as NeMo-RL {f.name or '(unsupported)'}: version {f.version}, {f.note}")
 EOF
-if [ "${1:-}" = "--bench" ]; then  # bench/bench_real_worker_capture.py in this environment
+if [ "${1:-}" = "--bench" ]; then  # a bench in this environment (bench_real_worker_capture.py unless named)
   shift
-  exec "$VENV/bin/python" bench/bench_real_worker_capture.py "$@"
+  bench=bench/bench_real_worker_capture.py
+  if [[ "${1:-}" == bench/*.py ]]; then bench=$1; shift; fi
+  exec "$VENV/bin/python" "$bench" "$@"
 fi
 # unless the caller names test paths; NeMo-RL's own autograd Function under the emulated CUDA too
 paths=(tests/nemo_rl tests/testing/test_emulated_nemo_rl.py)

@@ -15,90 +15,40 @@ Run with `NEMO_RL_SRC=<NeMo-RL checkout> bash scripts/test_nemo_rl.sh`.
 from __future__ import annotations
 
 import math
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
+from tests.nemo_rl.cpu_session import (  # noqa: F401 (SHARED, REAL_WORKER_FQN: other cases')
+    REAL_WORKER_FQN,
+    SHARED,
+    contract_model_dir,
+    ray_session,
+    requirements,
+)
 from tests.nemo_rl.nemo_rl_loop import train_metrics as _train_metrics
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow]
 FULL = pytest.mark.contract_full  # outside CI's set: scripts/test_nemo_rl.sh runs it
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "clipo"
 STEPS, CHECKPOINT_STEP, WARMUP = 3, 2, 1
-
-
-def _requirements() -> str | None:
-    from tests.nemo_rl.real_worker.build import requirements
-
-    missing = requirements()
-    if missing:
-        return missing
-    if not (SHARED / "train" / "gsm8k.parquet").exists():
-        return f"the shared GSM8K parquet is missing at {SHARED}/train/gsm8k.parquet"
-    try:
-        import nemo_rl.algorithms.grpo  # noqa: F401
-        import ray  # noqa: F401
-    except ImportError as e:  # pragma: no cover - wrong environment
-        return f"NeMo-RL does not import here ({e}); use scripts/test_nemo_rl.sh"
-    return None
-
-
-# By name only: importing ray_worker here would import NeMo-RL's worker module into the driver,
-# where Ray's decoration of its actor classes rewrites get_logprobs' signature (`_ray_trace_ctx`)
-# and the preflight's seam check (compat.check_supported) then reads a moved seam.
-REAL_WORKER_FQN = "tests.nemo_rl.real_worker.ray_worker.RealCpuPolicyWorker"
 
 
 @pytest.fixture(scope="module")
 def nemo_rl_cpu(tmp_path_factory):
-    """Ray on this machine, NEMO_RL_ROOT / CLIPO_DATA_DIR for the recipes, and NeMo-RL's own
-    Megatron worker with the CLIPO extension (`real_worker/ray_worker.py`) registered."""
-    missing = _requirements()
+    """Ray on this machine with NeMo-RL's own Megatron worker and the CLIPO extension registered
+    (`cpu_session.ray_session`)."""
+    missing = requirements()
     if missing:
         pytest.skip(missing)
-    import ray
-    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
-    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
-
-    os.environ["NEMO_RL_ROOT"] = os.environ["NEMO_RL_SRC"]
-    os.environ["CLIPO_DATA_DIR"] = str(SHARED)
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")  # Policy asks for it on the Megatron path
-    # the HF import's Megatron checkpoint, shared by every run of the module (actors inherit it)
-    os.environ["NRL_MEGATRON_CHECKPOINT_DIR"] = str(tmp_path_factory.mktemp("megatron_ckpt"))
-    ACTOR_ENVIRONMENT_REGISTRY[REAL_WORKER_FQN] = PY_EXECUTABLES.SYSTEM  # the test's own venv
-    # A session directory of the suite's own (short: Ray's socket paths must fit 107 bytes): a
-    # leftover /tmp/ray session or a zombie cluster from an earlier, killed run is not ours to meet.
-    ray_tmp = tempfile.mkdtemp(prefix="clipo_ray_")
-    ray.init(
-        num_cpus=8,
-        include_dashboard=False,
-        ignore_reinit_error=True,
-        log_to_driver=False,
-        _temp_dir=ray_tmp,
-    )
-    # NeMo-RL's memory tracker asks Ray for "the" local cluster (address auto): name ours, so a
-    # second Ray instance on the machine (another suite, another version) is not ambiguous.
-    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
-    yield REAL_WORKER_FQN
-    ray.shutdown()
-    shutil.rmtree(ray_tmp, ignore_errors=True)
-    os.environ.pop("RAY_ADDRESS", None)
-    os.environ.pop("NRL_MEGATRON_CHECKPOINT_DIR", None)
+    with ray_session(tmp_path_factory.mktemp("megatron_ckpt")) as worker_fqn:
+        yield worker_fqn
 
 
 @pytest.fixture(scope="module")
 def contract_model(tmp_path_factory):
-    from tests.nemo_rl.contract_model import build_contract_model
-
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    path = cache / "clipo_megatron" / "contract_model_v2"
-    if not (path / "config.json").exists():
-        build_contract_model(path, SHARED)
-    return path
+    return contract_model_dir()
 
 
 def _same(a: float, b: float) -> bool:

@@ -18,6 +18,7 @@ import shutil
 import pytest
 
 from tests.nemo_rl import test_contract
+from tests.nemo_rl.cpu_session import ASYNC_ACTORS, make_async
 from tests.nemo_rl.nemo_rl_loop import train_metrics
 
 nemo_rl_cpu, contract_model = test_contract.nemo_rl_cpu, test_contract.contract_model
@@ -31,10 +32,6 @@ STEPS, CHECKPOINT_STEP, AGE = test_contract.STEPS, test_contract.CHECKPOINT_STEP
 # a race with the background collector, not a value the step trained with; left out of the
 # exact-resume comparison as the timings are.
 COLLECTOR_PROGRESS = ("buffer_size",)
-ASYNC_ACTORS = (
-    "nemo_rl.algorithms.async_utils.AsyncTrajectoryCollector",
-    "nemo_rl.algorithms.async_utils.ReplayBuffer",
-)
 
 
 def async_config(contract_model, out, *, age: int = AGE) -> dict:
@@ -43,9 +40,7 @@ def async_config(contract_model, out, *, age: int = AGE) -> dict:
     cfg = contract_config(
         "grpo", True, model_dir=contract_model, out_dir=out, max_steps=STEPS, warmup_steps=0
     )
-    cfg["grpo"]["async_grpo"].update(enabled=True, max_trajectory_age_steps=age)
-    cfg["loss_fn"]["use_importance_sampling_correction"] = True
-    return cfg
+    return make_async(cfg, age)
 
 
 @pytest.fixture

@@ -1,0 +1,146 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""Async GRPO against sync, CLIPO on and off: tokens per second per step from NeMo-RL's own
+performance metrics, in one CPU run (a ratio, not an absolute).
+
+Four runs of NeMo-RL's real loops through CLIPO's driver on the contract harness
+(tests/nemo_rl: NeMo-RL's Megatron worker on CPU, the contract model, the GRPO track-1 recipe
+shrunk by `contract_config`): `grpo_train` and `async_grpo_train` (max_trajectory_age_steps 1),
+each with CLIPO off and on; the same recipe otherwise (no CLIPO warm-up, the importance-sampling
+correction on in all four, as async_grpo_train asserts), the same steps. Per step it reads what
+NeMo-RL logs: `performance/tokens_per_sec` (its E2E throughput: `total_num_tokens`, prompt +
+generated tokens of the rows trained, over `total_step_time`) and `timing/train/total_step_time`.
+
+    NEMO_RL_SRC=.. bash scripts/test_nemo_rl.sh --bench bench/bench_async_throughput.py [--steps 3]
+
+On a GPU cluster async's gain is generation overlapping training on other GPUs; here generation and
+training share the same CPU cores, so the ratio is what remains of it on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# (label, loop, CLIPO on)
+CASES = (
+    ("sync, CLIPO off", "sync", False),
+    ("sync, CLIPO on", "sync", True),
+    ("async, CLIPO off", "async", False),
+    ("async, CLIPO on", "async", True),
+)
+AGE = 1  # max_trajectory_age_steps of the async runs
+
+
+def step_rows(metrics: list[tuple[int, str, dict]]) -> dict[int, dict[str, float]]:
+    """Per step: NeMo-RL's E2E tokens/s, its step time and the tokens it counted."""
+    rows: dict[int, dict[str, float]] = {}
+    keys = {
+        ("performance", "tokens_per_sec"): "tok_s",
+        ("timing/train", "total_step_time"): "step_s",
+        ("train", "total_num_tokens"): "tokens",
+    }
+    for step, prefix, m in metrics:
+        for (p, k), name in keys.items():
+            if prefix == p and k in m:
+                rows.setdefault(step, {})[name] = float(m[k])
+    return rows
+
+
+def _col(r: dict, key: str, fmt: str) -> str:
+    return " / ".join(format(r["steps"][s][key], fmt) for s in sorted(r["steps"]))
+
+
+def table(results: dict[str, dict], skip: int = 1) -> list[str]:
+    """The markdown table: per case the per-step tokens/s and step times, the mean over the steps
+    after the first `skip` (start-up: compilation, the first rollouts), then the ratios."""
+    lines = [
+        "| run | tokens/s per step | step s per step | tokens per step | "
+        f"mean tokens/s (steps > {skip}) | mean step s (steps > {skip}) | run wall s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    means = {}
+    for label, r in results.items():
+        steps = sorted(r["steps"])
+        kept = [s for s in steps if s > skip] or steps
+        tok_s = statistics.mean(r["steps"][s]["tok_s"] for s in kept)
+        step_s = statistics.mean(r["steps"][s]["step_s"] for s in kept)
+        means[label] = (tok_s, step_s)
+
+        lines.append(
+            f"| {label} | {_col(r, 'tok_s', '.1f')} | {_col(r, 'step_s', '.1f')} "
+            f"| {_col(r, 'tokens', '.0f')} "
+            f"| {tok_s:.1f} | {step_s:.1f} | {r['wall']:.0f} |"
+        )
+    lines += ["", "| ratio (mean tokens/s) | value | step time ratio |", "|---|---|---|"]
+    pairs = (
+        ("async / sync, CLIPO off", "async, CLIPO off", "sync, CLIPO off"),
+        ("async / sync, CLIPO on", "async, CLIPO on", "sync, CLIPO on"),
+        ("CLIPO on / off, sync", "sync, CLIPO on", "sync, CLIPO off"),
+        ("CLIPO on / off, async", "async, CLIPO on", "async, CLIPO off"),
+    )
+    for name, a, b in pairs:
+        if a in means and b in means:
+            lines.append(
+                f"| {name} | {means[a][0] / means[b][0]:.3f} | {means[a][1] / means[b][1]:.3f} |"
+            )
+    return lines
+
+
+def run_case(loop: str, clipo_on: bool, *, model: Path, out: Path, steps: int, worker_fqn: str):
+    from tests.nemo_rl.cpu_session import make_async
+    from tests.nemo_rl.nemo_rl_loop import contract_config, run_grpo
+
+    cfg = contract_config(
+        "grpo", clipo_on, model_dir=model, out_dir=out, max_steps=steps, warmup_steps=0
+    )
+    cfg["checkpointing"]["enabled"] = False  # no checkpoint writes in the timed steps
+    cfg["loss_fn"]["use_importance_sampling_correction"] = True  # the same recipe in all four
+    if loop == "async":
+        make_async(cfg, AGE)
+    t0 = time.perf_counter()
+    result = run_grpo(cfg, worker_fqn=worker_fqn)
+    return {"steps": step_rows(result["metrics"]), "wall": time.perf_counter() - t0}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--cases", default="all", help="comma-separated labels, or all")
+    args = ap.parse_args()
+    from tests.nemo_rl.cpu_session import contract_model_dir, ray_session, requirements
+
+    missing = requirements()
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    cases = [c for c in CASES if args.cases == "all" or c[0] in args.cases.split(",")]
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="clipo_bench_async_") as tmp:
+        with ray_session(Path(tmp) / "megatron_ckpt", async_actors=True) as worker_fqn:
+            model = contract_model_dir()
+            for i, (label, loop, clipo_on) in enumerate(cases):
+                results[label] = run_case(
+                    loop,
+                    clipo_on,
+                    model=model,
+                    out=Path(tmp) / str(i),
+                    steps=args.steps,
+                    worker_fqn=worker_fqn,
+                )
+                print(f"[bench] {label}: {results[label]}", flush=True)
+    print(
+        f"\nNeMo-RL loops on CPU (contract harness, GRPO recipe, 2 prompts x 8 generations, "
+        f"{args.steps} steps, async max_trajectory_age_steps {AGE}); tokens/s = NeMo-RL's "
+        "performance/tokens_per_sec (prompt + generated tokens of the rows trained / "
+        "total_step_time)\n"
+    )
+    print("\n".join(table(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
