@@ -42,7 +42,8 @@ SINGLE_CONTROLLER = Loop(
     "SingleControllerActor (examples/run_grpo_single_controller.py)", "async_rl"
 )
 
-# The loops CLIPO's driver runs (the other two: docs/nemo_rl.md, "Not done yet").
+# The loops CLIPO's driver runs (the other two: docs/nemo_rl.md, "TransferQueue (data_plane.enabled)"
+# and "Not done yet").
 SUPPORTED = (GRPO_TRAIN, ASYNC_GRPO_TRAIN)
 
 
@@ -87,11 +88,14 @@ def unsupported_loop_problem(cfg: dict[str, Any]) -> str | None:
             "did not ask for); run it without CLIPO with that script, or start from a grpo_train "
             "recipe"
         )
-    return (
-        f"{loop.key}=true: NeMo-RL runs this recipe with {loop.name}, and CLIPO's driver runs "
-        f"grpo_train and async_grpo_train only (it would train the recipe with a loop it did not "
-        f"ask for); set {loop.key}=false to run it synchronously with CLIPO, or run it without "
-        "CLIPO with NeMo-RL's examples/run_grpo.py"
+    return (  # loop is GRPO_TRAIN_SYNC
+        f"{loop.key}=true: NeMo-RL runs this recipe with {loop.name} (the TransferQueue data "
+        "plane), and CLIPO's driver runs grpo_train and async_grpo_train only: grpo_sync.py binds "
+        "_create_advantage_estimator at import and computes prev_logprobs with TQPolicy's "
+        "get_logprobs_from_meta, where neither CLIPO's estimator nor its capture is wired (r_CL "
+        "would be silently absent), not a limit of the machine (the data plane's simple backend "
+        f"runs on CPU); set {loop.key}=false to run it with grpo_train and CLIPO, or run it "
+        "without CLIPO with NeMo-RL's examples/run_grpo.py"
     )
 
 
@@ -122,8 +126,9 @@ def async_problems(cfg: dict[str, Any]) -> list[str]:
     if _on(dotted_get(conf, "data_plane.enabled")):
         out.append(
             "grpo.async_grpo.enabled=true with data_plane.enabled=true: NeMo-RL runs "
-            "async_grpo_train over the TransferQueue data plane, which CLIPO's driver has not "
-            'been proven on (docs/nemo_rl.md, "Async GRPO"); set data_plane.enabled=false'
+            "async_grpo_train over the TransferQueue data plane with its TQPolicy, which "
+            "CLIPO's policy class (over Policy) does not wrap (docs/nemo_rl.md, \"TransferQueue "
+            '(data_plane.enabled)"); set data_plane.enabled=false'
         )
     for key, stop, why in _ASYNC_STOPS:
         value = dotted_get(conf, key)

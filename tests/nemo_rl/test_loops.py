@@ -102,3 +102,14 @@ def test_every_async_problem_is_listed_at_once():
         "grpo.use_dynamic_sampling",
         "loss_fn.use_importance_sampling_correction",
     ]
+
+
+def test_the_transferqueue_refusal_says_why():
+    """The reason is CLIPO's missing seams in grpo_sync.py, not the machine (docs/nemo_rl.md,
+    "TransferQueue (data_plane.enabled)": the data plane's simple backend ran on CPU)."""
+    line = unsupported_loop_problem(_cfg(data_plane=True))
+    for why in ("_create_advantage_estimator", "get_logprobs_from_meta", "TransferQueue"):
+        assert why in line, why
+    assert "not a limit of the machine" in line and "data_plane.enabled=false" in line
+    async_line = async_problems(_cfg(async_on=True, data_plane=True))[0]
+    assert "TQPolicy" in async_line and "not wrap" in async_line
