@@ -35,8 +35,12 @@ CASES = (
 AGE = 1  # max_trajectory_age_steps of the async runs
 
 
-def step_rows(metrics: list[tuple[int, str, dict]]) -> dict[int, dict[str, float]]:
-    """Per step: NeMo-RL's E2E tokens/s, its step time and the tokens it counted."""
+def step_rows(
+    metrics: list[tuple[int, str, dict]], ends: dict[int, float] | None = None
+) -> dict[int, dict[str, float]]:
+    """Per step: NeMo-RL's E2E tokens/s, its step time and the tokens it counted; with `ends`
+    (the wall clock when each step's last log came), the wall time since the previous step's end
+    and tokens over it (`wall_s`, `wall_tok_s`; from step 2)."""
     rows: dict[int, dict[str, float]] = {}
     keys = {
         ("performance", "tokens_per_sec"): "tok_s",
@@ -47,35 +51,47 @@ def step_rows(metrics: list[tuple[int, str, dict]]) -> dict[int, dict[str, float
         for (p, k), name in keys.items():
             if prefix == p and k in m:
                 rows.setdefault(step, {})[name] = float(m[k])
+    for step, row in rows.items():
+        if ends and step - 1 in ends and step in ends:
+            row["wall_s"] = ends[step] - ends[step - 1]
+            row["wall_tok_s"] = row["tokens"] / row["wall_s"]
     return rows
 
 
 def _col(r: dict, key: str, fmt: str) -> str:
-    return " / ".join(format(r["steps"][s][key], fmt) for s in sorted(r["steps"]))
+    return " / ".join(
+        format(r["steps"][s][key], fmt) if key in r["steps"][s] else "-" for s in sorted(r["steps"])
+    )
+
+
+def _mean(r: dict, key: str, skip: int) -> float:
+    kept = [s for s in sorted(r["steps"]) if s > skip and key in r["steps"][s]]
+    return statistics.mean(r["steps"][s][key] for s in kept) if kept else float("nan")
 
 
 def table(results: dict[str, dict], skip: int = 1) -> list[str]:
-    """The markdown table: per case the per-step tokens/s and step times, the mean over the steps
-    after the first `skip` (start-up: compilation, the first rollouts), then the ratios."""
+    """The markdown tables: per case, per step, NeMo-RL's tokens/s and step time and the wall
+    clock between step ends; the means over the steps after the first `skip` (start-up:
+    compilation, the first rollouts); then the ratios of those means."""
     lines = [
-        "| run | tokens/s per step | step s per step | tokens per step | "
-        f"mean tokens/s (steps > {skip}) | mean step s (steps > {skip}) | run wall s |",
-        "|---|---|---|---|---|---|---|",
+        "| run | tokens per step | NeMo-RL tokens/s per step | NeMo-RL step s per step "
+        "| wall s per step | mean NeMo-RL tokens/s | mean wall tokens/s | mean wall s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     means = {}
     for label, r in results.items():
-        steps = sorted(r["steps"])
-        kept = [s for s in steps if s > skip] or steps
-        tok_s = statistics.mean(r["steps"][s]["tok_s"] for s in kept)
-        step_s = statistics.mean(r["steps"][s]["step_s"] for s in kept)
-        means[label] = (tok_s, step_s)
-
+        means[label] = {k: _mean(r, k, skip) for k in ("tok_s", "wall_tok_s", "wall_s")}
+        m = means[label]
         lines.append(
-            f"| {label} | {_col(r, 'tok_s', '.1f')} | {_col(r, 'step_s', '.1f')} "
-            f"| {_col(r, 'tokens', '.0f')} "
-            f"| {tok_s:.1f} | {step_s:.1f} | {r['wall']:.0f} |"
+            f"| {label} | {_col(r, 'tokens', '.0f')} | {_col(r, 'tok_s', '.1f')} "
+            f"| {_col(r, 'step_s', '.1f')} | {_col(r, 'wall_s', '.1f')} "
+            f"| {m['tok_s']:.1f} | {m['wall_tok_s']:.1f} | {m['wall_s']:.1f} |"
         )
-    lines += ["", "| ratio (mean tokens/s) | value | step time ratio |", "|---|---|---|"]
+    lines += [
+        "",
+        "| ratio of means | NeMo-RL tokens/s | wall tokens/s | wall s per step |",
+        "|---|---|---|---|",
+    ]
     pairs = (
         ("async / sync, CLIPO off", "async, CLIPO off", "sync, CLIPO off"),
         ("async / sync, CLIPO on", "async, CLIPO on", "sync, CLIPO on"),
@@ -84,9 +100,10 @@ def table(results: dict[str, dict], skip: int = 1) -> list[str]:
     )
     for name, a, b in pairs:
         if a in means and b in means:
-            lines.append(
-                f"| {name} | {means[a][0] / means[b][0]:.3f} | {means[a][1] / means[b][1]:.3f} |"
+            cells = " | ".join(
+                f"{means[a][k] / means[b][k]:.3f}" for k in ("tok_s", "wall_tok_s", "wall_s")
             )
+            lines.append(f"| {name} | {cells} |")
     return lines
 
 
@@ -101,9 +118,22 @@ def run_case(loop: str, clipo_on: bool, *, model: Path, out: Path, steps: int, w
     cfg["loss_fn"]["use_importance_sampling_correction"] = True  # the same recipe in all four
     if loop == "async":
         make_async(cfg, AGE)
-    t0 = time.perf_counter()
-    result = run_grpo(cfg, worker_fqn=worker_fqn)
-    return {"steps": step_rows(result["metrics"]), "wall": time.perf_counter() - t0}
+    from nemo_rl.utils.logger import Logger
+
+    ends: dict[int, float] = {}  # wall clock at each step's last log (timing/train, step_finished)
+    orig = Logger.log_metrics
+
+    def log_metrics(self, metrics, step, prefix="", *a, **kw):
+        if prefix == "timing/train":
+            ends[step] = time.perf_counter()
+        return orig(self, metrics, step, prefix, *a, **kw)
+
+    Logger.log_metrics = log_metrics
+    try:
+        result = run_grpo(cfg, worker_fqn=worker_fqn)
+    finally:
+        Logger.log_metrics = orig
+    return {"steps": step_rows(result["metrics"], ends)}
 
 
 def main() -> int:
