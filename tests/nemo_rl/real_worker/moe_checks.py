@@ -9,12 +9,14 @@ import torch
 
 
 def merged(ref: dict) -> dict:
-    """The reference's ranks as one result (every row's numbers), for `check_layout`."""
-    first = dict(ref[0])
+    """The reference's DP ranks as one result (every row's numbers once: TP rank 0 of each DP
+    rank, whose TP replicas `check_layout` holds bit-equal), for `check_layout`."""
+    ranks = [r for _, r in sorted(ref.items()) if r["tp"] == 0 and r["cp"] == 0]
+    first = dict(ranks[0])
     for key in ("logprobs", "logprobs_after", "lengths", "pooled", "r_cl"):
-        first[key] = _pad_cat([r[key] for _, r in sorted(ref.items())])
+        first[key] = _pad_cat([r[key] for r in ranks])
     for rows in ("rows", "pooled_rows", "r_cl_rows"):
-        first[rows] = torch.cat([r[rows] for _, r in sorted(ref.items())])
+        first[rows] = torch.cat([r[rows] for r in ranks])
     return first
 
 

@@ -84,6 +84,11 @@ def tiny_moe_model(path: Path, *, shared: bool = False, hidden: int = 64, seed: 
         )
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config).float()
+    if shared:  # HF's ERNIE starts its router at zeros: every score ties and top-2 picks experts
+        # 0 and 1 for every token (EP rank 1 idle); drawn as Qwen3-MoE's is, N(0, init range)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.mlp.gate.weight.normal_(0.0, config.initializer_range)
     model.eval().save_pretrained(path)
     tok.save_pretrained(path)
     return path

@@ -29,8 +29,9 @@ quantities (logprobs, pooled rows, r_CL, the loss) do not depend on the split an
 the one-process run too.
 
 Beyond the fp32 layouts: bf16 at EP 2 against bf16 at EP 1 (DP 2), and NeMo-RL's checkpoint
-with CLIPO's head saved after step 1 at EP 2, resumed at EP 1 (and the reverse), step 2 against
-the saver's step 2.
+with CLIPO's head saved after step 1 at TP 2 + SP, EP 2, resumed at EP 4 (`MOVES`: why not EP 1),
+step 2 against the saver's step 2. The Hugging Face check runs for the routed model only (above
+it: why).
 
 Tolerances: the fp32 bounds of `test_layouts` (module docstring there), and for the router's,
 experts' and head's weights after the step the bound of the final norm's weight (1e-6: one Adam
@@ -72,8 +73,8 @@ BF16 = (Layout(dp=2, ep=2, bf16=True), Layout(dp=2, bf16=True))
 # with EP 2 (2 experts a rank) and EP 4 (1 a rank; Megatron-Core carves EP out of TP x DP at expert
 # TP 1). Not EP 1 <-> EP > 1: Megatron-Core keeps expert weights in a separate optimizer only when
 # they use the expert groups (EP > 1 or expert TP != TP; tensor_parallel/layers.py `use_expert_pgs`),
-# so the two checkpoints' optimizer param groups differ and the resume stops in
-# `_filter_and_reorder_param_groups` (optimizer.py: "Could not find parameter group") either way.
+# so the two checkpoints' optimizer param groups differ and the resume stops in Megatron-Core's
+# optimizer.py ("Could not find parameter group" EP 2 -> 1, "Expected 2 entries" EP 1 -> 2).
 EP2, EP4 = Layout(tp=2, dp=2, ep=2, sp=True), Layout(tp=2, dp=2, ep=4, sp=True)
 MOVES = {"tp2-sp-ep2-to-ep4": (EP2, EP4)}
 
