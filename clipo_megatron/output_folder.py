@@ -2,13 +2,11 @@
 """An output folder is recognisably ours: a marker file says which command wrote it.
 
 `train`, `compare` and `eval` write only into a folder that does not exist yet, is empty, or
-holds their own marker (`clipo_megatron_output.json`, e.g. {"kind": "train"}). Anything else,
-an HF model's folder with its `config.json`, a symlink to one, another command's output, is
-refused in one line before a model loads: writing into it would replace its `config.json`
-or drop a foreign `metrics.jsonl` line as "a torn last line".
-
-Folders written before the marker existed are recognised by files only this project writes
-(`LEGACY`), and get the marker on their next run.
+holds their own marker (`clipo_megatron_output.json`, {"format_version": 1, "kind": "train"}).
+Anything else, an HF model's folder with its `config.json`, a symlink to one, another command's
+output, a marker of another format version, is refused in one line before a model loads:
+writing into it would replace its `config.json` or drop a foreign `metrics.jsonl` line as "a
+torn last line".
 """
 
 from __future__ import annotations
@@ -17,6 +15,10 @@ import json
 from pathlib import Path
 
 MARKER = "clipo_megatron_output.json"
+MARKER_FORMAT = 1  # {format_version, kind}; the version key as core/file_format.py names it
+# A train run locks its folder (runner/run_dir.py LOCK_NAME) before it writes the marker: the
+# lock file alone is no one else's file (the lock itself then says whether a run holds it).
+RUN_LOCK = "run.lock"
 
 # What each kind of folder is, for the message; and which kinds may share a folder.
 KINDS = {
@@ -26,29 +28,29 @@ KINDS = {
     "eval-compare": "a `clipo-megatron eval compare` output",
     "heldout": "a `clipo-megatron eval --run/--config` output",
 }
-# Files (relative paths; `*` as in glob) that only a folder of that kind holds.
-LEGACY = {
-    "train": ("config_history.jsonl", "checkpoints/latest.pt", "run.lock"),
-    "compare": ("compare.json", "*/*/seed*/config.json", "*/*/seed*/checkpoints/latest.pt"),
-    "eval": ("run.json",),
-    "eval-compare": ("compare.json",),
-    "heldout": ("eval.json",),
-}
 
 
 def folder_kind(path: Path) -> str | None:
-    """The kind its marker names, else the kind its legacy files show, else None."""
+    """The kind its marker names, else None; ValueError for a marker of another format version
+    (one layout is read: a folder an older version wrote is not guessed at)."""
     marker = path / MARKER
-    if marker.is_file():
-        try:
-            kind = json.loads(marker.read_text()).get("kind")
-        except (OSError, ValueError, AttributeError):
-            return None
-        return kind if kind in KINDS else None
-    for kind, files in LEGACY.items():
-        if any(next(path.glob(f), None) is not None for f in files):
-            return kind
-    return None
+    if not marker.is_file():
+        return None
+    try:
+        saved = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict):
+        return None
+    found = saved.get("format_version")
+    if found != MARKER_FORMAT:
+        what = "no format version" if found is None else f"format version {found!r}"
+        raise ValueError(
+            f"{marker} has {what}; this clipo_megatron reads version {MARKER_FORMAT} only: "
+            "choose a new or empty folder"
+        )
+    kind = saved.get("kind")
+    return kind if kind in KINDS else None
 
 
 def check_output_folder(path: str | Path, *, kinds: tuple[str, ...], key: str) -> None:
@@ -62,10 +64,13 @@ def check_output_folder(path: str | Path, *, kinds: tuple[str, ...], key: str) -
         return
     if not p.is_dir():
         raise ValueError(f"{key}={p} is a file, not a folder: choose a new or empty folder")
-    kind = folder_kind(p)
+    try:
+        kind = folder_kind(p)
+    except ValueError as e:
+        raise ValueError(f"{key}={p}: {e}") from None
     if kind in kinds:
         return
-    entries = sorted(x.name for x in p.iterdir())
+    entries = sorted(x.name for x in p.iterdir() if x.name != RUN_LOCK)
     if not entries:
         return
     what = KINDS[kind] if kind else "not an output of clipo-megatron"
@@ -86,5 +91,5 @@ def claim_output_folder(
     p.mkdir(parents=True, exist_ok=True)
     marker = p / MARKER
     if not marker.is_file():
-        marker.write_text(json.dumps({"kind": kind}) + "\n")
+        marker.write_text(json.dumps({"format_version": MARKER_FORMAT, "kind": kind}) + "\n")
     return p

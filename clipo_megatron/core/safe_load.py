@@ -23,6 +23,12 @@ from typing import Any
 
 import torch
 
+from clipo_megatron.core.file_format import check_version
+
+# The runner's latest.pt: {format_version, step, policy, optimizer, head, history, ...}; written
+# by runner/checkpoint.py, read there and by `eval` (a trained model).
+RUN_CHECKPOINT_FORMAT = 1
+
 # Types a checkpoint may hold beyond torch's weights-only defaults: the allow-list's one home.
 ALLOWED: list[Any] = []
 
@@ -80,4 +86,5 @@ def check_readable(path: str | Path, fix: str, elsewhere: str) -> dict:
         raise ValueError(
             f"checkpoint {path} is unreadable ({reason}): {fix}, or {elsewhere}"
         ) from None
+    check_version(state, RUN_CHECKPOINT_FORMAT, f"checkpoint {path}", f"{fix}, or {elsewhere}")
     return state

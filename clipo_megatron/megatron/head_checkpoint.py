@@ -112,30 +112,3 @@ def load_full_trainer_state(trainer, full: dict, tp_group=None) -> None:
             "steps_done": full["steps_done"],
         }
     )
-
-
-def assemble_per_rank_states(states: list[dict], embed_dim: int) -> dict:
-    """One full trainer state from the per-TP-rank files of earlier versions (`head_tp{r}.pt`, in
-    rank order). A replicated head's files are copies: the first is taken. A sharded head is the
-    linear one (the mlp head is replicated-only), whose one parameter W [d / tp, D] and its moments
-    are concatenated along dim 0."""
-    first = states[0]
-    tensors = {k: v for k, v in first["head"].items() if not k.endswith(_EXTRA)}
-    sharded = [k for k, v in tensors.items() if v.dim() == 2 and v.shape[0] != embed_dim]
-    if len(states) == 1 or not sharded:
-        return first
-    if list(tensors) != sharded:
-        raise ValueError(f"per-rank head files with tensors {list(tensors)}: not a TP shard")
-    head = {k: torch.cat([s["head"][k] for s in states], 0) for k in sharded}
-    state = {
-        idx: {
-            k: (
-                torch.cat([s["optimizer"]["state"][idx][k] for s in states], 0)
-                if isinstance(v, torch.Tensor) and v.dim() > 0
-                else v
-            )
-            for k, v in per_param.items()
-        }
-        for idx, per_param in first["optimizer"]["state"].items()
-    }
-    return {**first, "head": head, "optimizer": {**first["optimizer"], "state": state}}

@@ -43,13 +43,11 @@ def grpo_train_with_clipo(
     state: ClipoRunState,
     policy: Any,
     args: GrpoTrainArgs,
-    *,
-    estimator: type[ClipoAdvantageEstimator] = ClipoAdvantageEstimator,
 ) -> int | None:
     """NeMo-RL's `grpo_train(policy, *args)`, or `async_grpo_train` when the master config asks
     for it (`grpo.async_grpo.enabled`, as run_grpo.py picks), with every advantage estimator it
-    builds wrapped by `estimator` (a subclass observes or extends the step). Another loop's
-    config is a ValueError (the preflight's line): never the synchronous loop in its place. The run's logger also receives the
+    builds wrapped by `ClipoAdvantageEstimator`. Another loop's config is a ValueError (the
+    preflight's line): never the synchronous loop in its place. The run's logger also receives the
     CLIPO metrics under `train/clipo/*` and, in both arms, the verifier's answers per status
     under `train/verify/*`. With `CLIPO_SAVE_BY` set (the job's deadline, `deadline.py`),
     NeMo-RL's own `checkpoint_must_save_by` saves and stops before it: the step saved there
@@ -59,7 +57,9 @@ def grpo_train_with_clipo(
         args.logger.log_metrics(metrics, step, prefix="train")
 
     def wrap(base: Any) -> ClipoAdvantageEstimator:
-        return estimator(base, policy.clipo_head_step, clipo, state, metrics_sink=sink)
+        return ClipoAdvantageEstimator(
+            base, policy.clipo_head_step, clipo, state, metrics_sink=sink
+        )
 
     config = master_config_dict(args.master_config)
     wrong_loop = unsupported_loop_problem(config)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from clipo_megatron.core.file_format import check_version, stamped
 from clipo_megatron.nemo_rl.adapter import actor_python_env, policy_class
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.resume_layout import layout_of, save_layout
@@ -53,6 +54,8 @@ def step_dir_of(weights_path: str) -> str:
 
 RUN_STATE_FILE = "clipo_run_state.json"  # the baseline's step counter (the head's files hold it
 # when CLIPO is on)
+RUN_STATE_FORMAT = 1  # {format_version, step}
+_RUN_STATE_FIX = "delete it or resume from another step"
 
 
 def save_run_state(step_dir: str, state: dict[str, int]) -> None:
@@ -60,26 +63,27 @@ def save_run_state(step_dir: str, state: dict[str, int]) -> None:
     os.makedirs(step_dir, exist_ok=True)
     tmp = os.path.join(step_dir, RUN_STATE_FILE + ".tmp")
     with open(tmp, "w") as f:
-        json.dump(state, f)
+        json.dump(stamped(state, RUN_STATE_FORMAT), f)
     os.replace(tmp, os.path.join(step_dir, RUN_STATE_FILE))
 
 
 def load_run_state(step_dir: str) -> dict[str, int] | None:
-    """The saved {"step": n}, None when the checkpoint has none (one written before the file
-    existed); a malformed file is one error naming it."""
+    """The saved {"step": n}, None when the checkpoint has none (saved with CLIPO on: the head's
+    file holds it); a malformed file, or one of another format version, is one error naming it."""
     path = os.path.join(step_dir, RUN_STATE_FILE)
     if not os.path.exists(path):
         return None
     try:
         with open(path) as f:
             state = json.load(f)
-        step = state["step"]
-        if type(step) is not int or step < 0:
-            raise ValueError(f"step {step!r} is not a count")
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a CLIPO run state ({e}); {_RUN_STATE_FIX}") from None
+    check_version(state, RUN_STATE_FORMAT, path, _RUN_STATE_FIX)
+    step = state.get("step")
+    if type(step) is not int or step < 0:
         raise ValueError(
-            f"{path}: not a CLIPO run state ({e}); delete it or resume from another step"
-        ) from None
+            f"{path}: not a CLIPO run state (step {step!r} is not a count); {_RUN_STATE_FIX}"
+        )
     return {"step": step}
 
 
@@ -140,10 +144,10 @@ class ClipoPolicyMixin(_PolicyBase):
 
     clipo_cfg: ClipoNemoRLConfig
     clipo_state: ClipoRunState
-    clipo_worker_fqn: str = WORKER_FQN
 
     def __init__(self, *args: Any, **kwargs: Any):
-        kwargs.setdefault("worker_extension_cls_fqn", self.clipo_worker_fqn)
+        # NeMo-RL's own argument picks the worker class; CLIPO's extension unless one is given
+        register_worker_env(kwargs.setdefault("worker_extension_cls_fqn", WORKER_FQN))
         super().__init__(*args, **kwargs)
         cfg, state = self.clipo_cfg, self.clipo_state
         weights_path = kwargs.get("weights_path")
@@ -208,16 +212,10 @@ class ClipoPolicyMixin(_PolicyBase):
             save_run_state(step_dir, self.clipo_state.state_dict())
 
 
-def make_clipo_policy_class(
-    cfg: ClipoNemoRLConfig, state: ClipoRunState, *, worker_fqn: str = WORKER_FQN
-) -> type:
-    """NeMo-RL's `Policy` under `ClipoPolicyMixin` for this run (`setup(policy_factory=)`).
-    `worker_fqn`: the worker class (the GPU extension by default; the contract suite passes the
-    same class made CPU-ready in test code)."""
-    from clipo_megatron.nemo_rl import require_nemo_rl
-
-    require_nemo_rl()
-    if worker_fqn == WORKER_FQN:  # the stock Megatron worker's prefetched venv (worker_env.py)
+def register_worker_env(worker_fqn: str) -> None:
+    """CLIPO's worker gets the stock Megatron worker's prefetched venv (worker_env.py); another
+    worker class (a subclass of it, passed as `worker_extension_cls_fqn`) must have one already."""
+    if worker_fqn == WORKER_FQN:
         from clipo_megatron.nemo_rl.worker_env import register_clipo_worker_env
 
         print(f"[clipo] {register_clipo_worker_env(WORKER_FQN)}")
@@ -226,6 +224,11 @@ def make_clipo_policy_class(
             f"worker class {worker_fqn} has no Python environment in NeMo-RL's "
             "ACTOR_ENVIRONMENT_REGISTRY; register it before building the policy"
         )
-    return policy_class(
-        ClipoPolicyMixin, clipo_cfg=cfg, clipo_state=state, clipo_worker_fqn=worker_fqn
-    )
+
+
+def make_clipo_policy_class(cfg: ClipoNemoRLConfig, state: ClipoRunState) -> type:
+    """NeMo-RL's `Policy` under `ClipoPolicyMixin` for this run (`setup(policy_factory=)`)."""
+    from clipo_megatron.nemo_rl import require_nemo_rl
+
+    require_nemo_rl()
+    return policy_class(ClipoPolicyMixin, clipo_cfg=cfg, clipo_state=state)

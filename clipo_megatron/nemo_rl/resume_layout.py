@@ -32,9 +32,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from clipo_megatron.core.file_format import VERSION_KEY, check_version, stamped
 from clipo_megatron.nemo_rl.recipe_keys import dotted_get
 
 LAYOUT_FILE = "clipo_layout.json"
+LAYOUT_FORMAT = 1  # {format_version, the LAYOUT_KEYS fields, dp, optimizer_saved}
 NEMO_RL_CONFIG_FILE = "config.yaml"  # the master config NeMo-RL's init_tmp_checkpoint writes
 MEGATRON = "policy.megatron_cfg."
 # The recorded field -> the recipe key it comes from (one home for both directions).
@@ -87,7 +89,7 @@ def save_layout(step_dir: str, layout: dict[str, Any], *, optimizer_saved: bool)
     os.makedirs(step_dir, exist_ok=True)
     tmp = os.path.join(step_dir, LAYOUT_FILE + ".tmp")
     with open(tmp, "w") as f:
-        json.dump({**layout, "optimizer_saved": optimizer_saved}, f)
+        json.dump(stamped({**layout, "optimizer_saved": optimizer_saved}, LAYOUT_FORMAT), f)
     os.replace(tmp, os.path.join(step_dir, LAYOUT_FILE))
 
 
@@ -96,7 +98,13 @@ def recorded_layout(step_dir: Path) -> tuple[dict[str, Any], str] | None:
     ours = step_dir / LAYOUT_FILE
     if ours.is_file():
         saved = json.loads(ours.read_text())
-        if not isinstance(saved, dict) or not all(f in saved for f in REQUIRED):
+        if not isinstance(saved, dict):
+            raise ValueError(f"{ours}: not a CLIPO layout record; delete it")
+        check_version(
+            saved, LAYOUT_FORMAT, ours, "delete it (the preflight then reads config.yaml)"
+        )
+        saved.pop(VERSION_KEY)
+        if not all(f in saved for f in REQUIRED):
             raise ValueError(f"{ours}: not a CLIPO layout record; delete it")
         return saved, str(ours)
     theirs = step_dir / NEMO_RL_CONFIG_FILE

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from clipo_megatron.core.file_format import check_version, stamped
 from clipo_megatron.megatron.clipo_step import clipo_step
 from clipo_megatron.megatron.microbatch_pooler import (  # re-exported: the worker's vocabulary
     SAMPLE_IDX_KEY,
@@ -45,11 +46,6 @@ __all__ = [
 ]
 
 
-def _host_copy(t: Any) -> Any:
-    """A tensor's host copy (`.cpu()` returns a host tensor itself); any other value as it is."""
-    return t.detach().to("cpu", copy=True) if isinstance(t, torch.Tensor) else t
-
-
 class ClipoWorkerState:
     """The head, its trainer and the rows pooled in the last logprob pass (last pipeline stage)."""
 
@@ -61,7 +57,6 @@ class ClipoWorkerState:
         self.rows = torch.zeros(0, dtype=torch.long)
         self.pooled: torch.Tensor | None = None
         self.empty: torch.Tensor | None = None  # [b] bool: rows that pooled no token
-        self.last_pooled: tuple[torch.Tensor, torch.Tensor] | None = None  # for checks
 
     @property
     def head(self) -> torch.nn.Module:
@@ -101,7 +96,6 @@ class ClipoWorkerState:
             step=step,
             empty=self.empty,
         )
-        self.last_pooled = (rows, self.pooled)
         self.pooled = None  # one head step per logprob pass
         # Ray carries host tensors back to the driver, which assembles them by row id.
         return {"sample_idx": rows.cpu(), "rewards": out.rewards.cpu(), "metrics": out.metrics}
@@ -122,47 +116,36 @@ class ClipoWorkerState:
         path = self.head_path(step_dir, self.cfg)
         if writer:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            payload = {"trainer": state, "extra": extra or {}, "config": self.cfg.method.to_dict()}
+            payload = stamped(
+                {"trainer": state, "extra": extra or {}, "config": self.cfg.method.to_dict()},
+                HEAD_FORMAT,
+            )
             torch.save(payload, path + ".tmp")
             os.replace(path + ".tmp", path)  # a reader never sees half a file
         return path
 
     def load(self, step_dir: str, *, tp_group=None) -> dict:
         from clipo_megatron.core.safe_load import load_state
-        from clipo_megatron.megatron.head_checkpoint import (
-            assemble_per_rank_states,
-            load_full_trainer_state,
-        )
+        from clipo_megatron.megatron.head_checkpoint import load_full_trainer_state
 
         path = self.head_path(step_dir, self.cfg)
-        # weights only: a head file on shared storage never runs code
-        if os.path.exists(path):
-            saved = load_state(path)
-        else:  # earlier versions wrote one file per TP rank
-            per_rank = _per_rank_files(os.path.dirname(path))
-            if not per_rank:
-                raise FileNotFoundError(
-                    f"no CLIPO head checkpoint at {path}: the run was saved without CLIPO, or "
-                    "clipo.head_checkpoint_dir changed; set clipo.enabled=false to resume "
-                    "without it"
-                )
-            states = [load_state(f) for f in per_rank]
-            embed_dim = self.cfg.method.embed_dim
-            trainer = assemble_per_rank_states([s["trainer"] for s in states], embed_dim)
-            saved = {**states[0], "trainer": trainer}
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"no CLIPO head checkpoint at {path}: the run was saved without CLIPO, or "
+                "clipo.head_checkpoint_dir changed; set clipo.enabled=false to resume without it"
+            )
+        saved = load_state(path)  # weights only: a head file on shared storage never runs code
+        check_version(saved, HEAD_FORMAT, path, HEAD_FORMAT_FIX)
         load_full_trainer_state(self.trainer, saved["trainer"], tp_group)
         return saved.get("extra", {})
 
 
 HEAD_FILE = "head.pt"
-
-
-def _per_rank_files(folder: str) -> list[str]:
-    """head_tp0.pt, head_tp1.pt, ... while they are contiguous from 0 (earlier versions' layout)."""
-    files: list[str] = []
-    while os.path.exists(f := os.path.join(folder, f"head_tp{len(files)}.pt")):
-        files.append(f)
-    return files
+HEAD_FORMAT = 1  # {format_version, trainer: the full (TP 1) head trainer state, extra, config}
+HEAD_FORMAT_FIX = (
+    "resume from a checkpoint this version wrote, or set clipo.enabled=false to resume the "
+    "policy without its head"
+)
 
 
 class ClipoWorkerMixin:
@@ -242,24 +225,6 @@ class ClipoWorkerMixin:
         if self._clipo is None:
             return {}
         return self._clipo.load(step_dir, tp_group=self._clipo_groups.tp)
-
-    def clipo_head_state(self) -> dict:
-        """The head trainer's state (head, AdamW, steps) as host copies; {} off the last stage.
-        For checks: Ray hands it to a driver that may hold no GPU. Copies, also on a host head
-        (where `.cpu()` returns the live tensor): a state read before a head step stays as it was."""
-        from torch.utils._pytree import tree_map
-
-        if self._clipo is None:
-            return {}
-        state = self._clipo.trainer.state_dict()
-        return tree_map(_host_copy, state)
-
-    def clipo_last_pooled(self) -> dict:
-        """{rows [b], pooled [b, H]} the last head step used; {} off the last stage. For checks."""
-        if self._clipo is None or self._clipo.last_pooled is None:
-            return {}
-        rows, pooled = self._clipo.last_pooled
-        return {"rows": rows.cpu(), "pooled": pooled.detach().float().cpu()}
 
     def clipo_head_step(
         self, *, correct: torch.Tensor, group_ids: torch.Tensor, step: int

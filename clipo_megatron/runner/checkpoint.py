@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from clipo_megatron.core import safe_load
-from clipo_megatron.core.safe_load import load_state
+from clipo_megatron.core.file_format import check_version, stamped
+from clipo_megatron.core.safe_load import RUN_CHECKPOINT_FORMAT, load_state
 from clipo_megatron.runner.parallel import barrier, is_rank0
 
 
@@ -35,7 +36,7 @@ def checkpoint_path(output_dir: str | Path) -> Path:
 def save_checkpoint(run, path: Path) -> None:
     """Collective under TP / PP (the state is gathered to every rank, so every rank refuses a
     non-finite one alike); rank 0 writes."""
-    state = run.state_dict()
+    state = stamped(run.state_dict(), RUN_CHECKPOINT_FORMAT)
     bad = first_nonfinite(state)
     if bad is not None:
         raise CheckpointNotWritten(
@@ -92,8 +93,10 @@ def write_atomic(state: dict, path: Path) -> None:
 
 
 def load_checkpoint(path: Path) -> dict:
-    """The run state in `path`, weights only (`core.safe_load`)."""
-    return load_state(path)
+    """The run state in `path`, weights only (`core.safe_load`), of this layout's version."""
+    state = load_state(path)
+    check_version(state, RUN_CHECKPOINT_FORMAT, path, "delete it to start over")
+    return state
 
 
 def check_readable(path: Path) -> dict:

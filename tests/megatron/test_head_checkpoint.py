@@ -4,7 +4,7 @@
 Two gloo ranks. A TP-sharded head trained one CLIPO step at TP 1 is saved, loaded at TP 2
 (each rank's slice of W and of its AdamW moments), stepped again beside the TP 1 head (same
 rewards, same weights), saved at TP 2 and loaded back at TP 1 (the TP 1 head's state after two
-steps), and loaded into a replicated head; files of the earlier per-rank layout still load.
+steps), and loaded into a replicated head.
 Saved per rank, the TP 1 file would have no rank-1 half and the TP 2 save would come back as
 half a head at TP 1: both go red here.
 """
@@ -104,16 +104,6 @@ def _ranks(rank: int, world: int, root: str) -> dict:
     replicated = _state(None, 1, torch.zeros_like(w0), sharded=False)
     replicated.load(os.path.join(root, "tp2"), tp_group=both)
     res["replicated"] = _full(replicated, None)
-
-    # the earlier layout: one file per TP rank, each holding its shard
-    legacy = os.path.join(root, "legacy", tp2.cfg.head_checkpoint_dir)
-    os.makedirs(legacy, exist_ok=True)
-    payload = {"trainer": tp2.trainer.state_dict(), "extra": {"step": 2}}
-    torch.save(payload, os.path.join(legacy, f"head_tp{rank}.pt"))
-    dist.barrier()
-    old = _state(one, 1, torch.zeros_like(w0))
-    assert old.load(os.path.join(root, "legacy"), tp_group=one) == {"step": 2}
-    res["legacy_at_tp1"] = _full(old, one)
     return res
 
 
@@ -133,7 +123,6 @@ def test_head_checkpoint_moves_between_tp_sizes(tmp_path):
         _close(res["tp2_after_2"], res["tp1_after_2"], 1e-6)
         _close(res["tp2_at_tp1"], res["tp2_after_2"], 0)
         _close(res["replicated"], res["tp2_after_2"], 0)
-        _close(res["legacy_at_tp1"], res["tp2_after_2"], 0)
         assert res["tp1_after_2"]["step"][0] == 2.0, rank
     moved = np.abs(out[0]["tp1_after_2"]["w"] - out[0]["tp1_after_1"]["w"]).max()
     assert moved > 1e-4, moved  # the second step trained the head: the comparison has teeth

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 RECIPES = {
     "grpo": "examples/configs/track1_qwen3b.yaml",
@@ -137,6 +138,7 @@ def run_grpo(
     from nemo_rl.utils.logger import Logger
     from torchdata.stateful_dataloader import StatefulDataLoader
 
+    from clipo_megatron.nemo_rl import driver
     from clipo_megatron.nemo_rl.adapter import GrpoTrainArgs
     from clipo_megatron.nemo_rl.config import validate_master_config
     from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo, prepare
@@ -175,10 +177,9 @@ def run_grpo(
         name="clipo_gpu" if use_gpus else "clipo_cpu",
     )
     state, trace = ClipoRunState(), Trace()  # the per-row values of every step, for the checks
-    policy_cls = tracing_policy_class(
-        make_clipo_policy_class(clipo, state, worker_fqn=worker_fqn), trace
-    )
-    policy = policy_cls(
+    policy_cls = tracing_policy_class(make_clipo_policy_class(clipo, state), trace)
+    policy = policy_cls(  # the worker class by NeMo-RL's own argument, as a user would pick one
+        worker_extension_cls_fqn=worker_fqn,
         cluster=cluster,
         config=master.policy,
         tokenizer=tokenizer,
@@ -232,9 +233,9 @@ def run_grpo(
             save_state,
             master,
         )
-        saved_at_deadline = grpo_train_with_clipo(
-            grpo, clipo, state, policy, args, estimator=tracing_estimator(trace)
-        )
+        # the estimator the driver builds, by its module's name for it: a recording subclass
+        with mock.patch.object(driver, "ClipoAdvantageEstimator", tracing_estimator(trace)):
+            saved_at_deadline = grpo_train_with_clipo(grpo, clipo, state, policy, args)
         head = policy.run_all_workers_single_data("clipo_head_state") if clipo.head_runs else None
         packed_streams = (  # the CPU worker counts the packed streams it ran
             None if use_gpus else sum(policy.run_all_workers_single_data("packed_stream_count"))

@@ -6,7 +6,8 @@ Inside NeMo-RL's container (`nvcr.io/nvidia/nemo-rl:v0.7.0` or a main build), wi
 (`nemo_rl_loop.run_grpo`: NeMo-RL's `grpo_train`, `Policy`, `RayWorkerGroup`,
 `MegatronGeneration`, `CheckpointManager`), but on a GPU `RayVirtualCluster` and with
 the project's worker extension over NeMo-RL's own Megatron worker
-(`worker_extension.ClipoMegatronPolicyWorker`, Megatron-Bridge import of the HF
+(`worker_extension.ClipoMegatronPolicyWorker`, which `gpu_worker.py` subclasses with the
+checks' reads and hands NeMo-RL by `worker_extension_cls_fqn`; Megatron-Bridge import of the HF
 checkpoint, bf16, TransformerEngine), sequence packing on (the pooler reads THD
 microbatches), DP = the GPUs present (the largest divisor of 8 not above them: the
 contract batch is 16 rollouts in minibatches of 8). Nothing is downloaded: a tiny Llama +
@@ -158,11 +159,14 @@ def two_steps_and_resume(root: Path, model: Path, dp: int, *, worker_fqn, use_gp
 def test_real_megatron_worker_two_steps_and_resume(gpu_setup):
     import torch
 
-    from clipo_megatron.nemo_rl.policy import WORKER_FQN
+    from clipo_megatron.nemo_rl.worker_env import register_clipo_worker_env
+    from tests.nemo_rl.inspection import INSPECTED_GPU_WORKER_FQN
 
+    # the product's worker with the checks' reads, in the venv NeMo-RL gives the product's worker
+    register_clipo_worker_env(INSPECTED_GPU_WORKER_FQN)
     dp = gpu_setup["dp"]
     print(f"\n[tier 2] DP = {dp} ({torch.cuda.device_count()} GPUs present), packing on")
     two_steps_and_resume(
-        gpu_setup["root"], gpu_setup["model"], dp, worker_fqn=WORKER_FQN, use_gpus=True,
+        gpu_setup["root"], gpu_setup["model"], dp, worker_fqn=INSPECTED_GPU_WORKER_FQN, use_gpus=True,
         packing=True,
     )  # fmt: skip

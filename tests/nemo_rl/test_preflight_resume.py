@@ -28,14 +28,17 @@ def _config(tmp_path, **clipo):
     }
 
 
-def _head(tmp_path, *, embed_dim=16, hidden=HIDDEN, extra=None, mlp=False):
+def _head(tmp_path, *, embed_dim=16, hidden=HIDDEN, extra=None, mlp=False, version=1):
     head = {"proj.weight": torch.zeros(embed_dim, hidden)}
     if mlp:
         head["hidden.0.weight"] = torch.zeros(hidden, hidden)
     trainer = {"head": head, "optimizer": {"state": {}, "param_groups": []}, "steps_done": 3}
     path = tmp_path / "ckpt" / "step_3" / "clipo_head" / "head.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"trainer": trainer, "extra": {"step": 3} if extra is None else extra}, path)
+    payload = {"trainer": trainer, "extra": {"step": 3} if extra is None else extra}
+    if version is not None:
+        payload["format_version"] = version
+    torch.save(payload, path)
     return path
 
 
@@ -48,6 +51,22 @@ def test_a_good_head_and_no_resume_pass(tmp_path):
     assert _problems(cfg) == []  # no checkpoint dir: nothing to resume
     _head(tmp_path)
     assert _problems(cfg) == []
+
+
+@pytest.mark.parametrize("version", [None, 2])
+def test_a_head_of_another_format_version(tmp_path, version):
+    path = _head(tmp_path, version=version)
+    (p,) = _problems(_config(tmp_path))
+    what = "no format version" if version is None else "format version 2"
+    assert f"{path} has {what}; this clipo_megatron reads version 1 only" in p
+    assert "clipo.enabled=false" in p
+
+
+def test_per_rank_head_files_of_an_earlier_layout_are_not_a_head(tmp_path):
+    path = _head(tmp_path)
+    path.rename(path.with_name("head_tp0.pt"))
+    (p,) = _problems(_config(tmp_path))
+    assert f"no CLIPO head at {path}" in p
 
 
 def test_a_checkpoint_saved_with_clipo_off(tmp_path):

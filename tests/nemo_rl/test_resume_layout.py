@@ -152,11 +152,27 @@ def test_an_older_checkpoint_is_read_from_nemo_rls_config_or_warned_about(tmp_pa
 def test_a_malformed_record_is_one_line_naming_it(tmp_path):
     step = tmp_path / "step_1"
     step.mkdir()
-    (step / LAYOUT_FILE).write_text(json.dumps({"tp": 1}))
+    (step / LAYOUT_FILE).write_text(json.dumps({"format_version": 1, "tp": 1}))
     (line,) = _problems(_recipe(tmp_path))
     assert line == (
         f"resume layout: cannot check (ValueError: {step / LAYOUT_FILE}: not a CLIPO layout "
         "record; delete it)"
+    )
+
+
+@pytest.mark.parametrize("version", [None, 2])
+def test_a_record_of_another_format_version_is_one_line_naming_it(tmp_path, version):
+    step = _saved(tmp_path, 1)
+    saved = json.loads((step / LAYOUT_FILE).read_text())
+    assert saved.pop("format_version") == 1
+    if version is not None:
+        saved["format_version"] = version
+    (step / LAYOUT_FILE).write_text(json.dumps(saved))
+    (line,) = _problems(_recipe(tmp_path))
+    what = "no format version" if version is None else "format version 2"
+    assert line == (
+        f"resume layout: cannot check (ValueError: {step / LAYOUT_FILE} has {what}; this "
+        "clipo_megatron reads version 1 only: delete it (the preflight then reads config.yaml))"
     )
 
 
@@ -191,10 +207,11 @@ def test_the_policy_records_its_layout_with_each_checkpoint(
 
     write_tree(tmp_path / "src" / "nemo_rl")
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
-    cls = make_clipo_policy_class(
-        ClipoNemoRLConfig.from_dict(TRACK1["clipo"]), ClipoRunState(), worker_fqn=STOCK_WORKER_FQN
+    cls = make_clipo_policy_class(ClipoNemoRLConfig.from_dict(TRACK1["clipo"]), ClipoRunState())
+    # a worker class with a Python of its own in the fake tree's registry (NeMo-RL's argument)
+    policy = cls(
+        cluster=None, config=None, tokenizer=None, worker_extension_cls_fqn=STOCK_WORKER_FQN
     )
-    policy = cls(cluster=None, config=None, tokenizer=None)
     policy.cfg = _recipe(tmp_path, tensor_model_parallel_size=2)["policy"]  # as NeMo-RL's Policy
     policy.data_parallel_size = 4
     step = tmp_path / "ckpt" / "step_3"
@@ -204,6 +221,23 @@ def test_the_policy_records_its_layout_with_each_checkpoint(
     )
     layout, _ = recorded_layout(step)
     assert (layout["tp"], layout["dp"], layout["optimizer_saved"]) == (2, 4, optimizer)
+
+
+def test_a_worker_class_without_a_python_is_refused(
+    tmp_path, monkeypatch, nemo_rl_modules_restored
+):
+    """NeMo-RL's `worker_extension_cls_fqn` may name a subclass of CLIPO's worker; one NeMo-RL
+    has no Python for is refused before any worker starts, in one line."""
+    from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+    from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
+    from clipo_megatron.nemo_rl.rewards import ClipoRunState
+    from tests.nemo_rl.fake_nemo_rl import write_tree
+
+    write_tree(tmp_path / "src" / "nemo_rl")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    cls = make_clipo_policy_class(ClipoNemoRLConfig.from_dict(TRACK1["clipo"]), ClipoRunState())
+    with pytest.raises(ValueError, match=r"worker class my\.Worker has no Python environment"):
+        cls(cluster=None, config=None, tokenizer=None, worker_extension_cls_fqn="my.Worker")
 
 
 def test_gradient_buckets_of_another_size_are_refused(tmp_path):

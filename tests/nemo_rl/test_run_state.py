@@ -8,6 +8,8 @@ grpo_train over the real worker, baseline arm: step 3 had no `verify/ok`).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from clipo_megatron.nemo_rl.policy import RUN_STATE_FILE, load_run_state, save_run_state
@@ -27,10 +29,27 @@ def test_a_checkpoint_without_it_restores_nothing(tmp_path):
     assert load_run_state(str(tmp_path)) is None
 
 
-@pytest.mark.parametrize("text", ['{"step": -1}', '{"step": "2"}', '{"step": 2.5}', "[", "{}"])
+MALFORMED = [
+    '{"format_version": 1, "step": -1}',
+    '{"format_version": 1, "step": "2"}',
+    '{"format_version": 1, "step": 2.5}',
+    '{"format_version": 1}',
+    "[",
+]
+
+
+@pytest.mark.parametrize("text", MALFORMED)
 def test_a_malformed_file_is_one_error_naming_it(tmp_path, text):
     (tmp_path / RUN_STATE_FILE).write_text(text)
     with pytest.raises(ValueError, match=rf"{RUN_STATE_FILE}: not a CLIPO run state"):
+        load_run_state(str(tmp_path))
+
+
+@pytest.mark.parametrize("saved", [{"step": 2}, {"format_version": 2, "step": 2}])
+def test_a_file_of_another_format_version_is_one_error_naming_it(tmp_path, saved):
+    (tmp_path / RUN_STATE_FILE).write_text(json.dumps(saved))
+    what = "format version 2" if "format_version" in saved else "no format version"
+    with pytest.raises(ValueError, match=rf"{RUN_STATE_FILE} has {what}; .* version 1 only"):
         load_run_state(str(tmp_path))
 
 

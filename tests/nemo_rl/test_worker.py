@@ -145,22 +145,72 @@ def test_head_step_is_row_order_invariant_and_checkpoint_exact(tmp_path):
         c.head_step(correct, groups, step=2)
 
 
-def test_a_head_state_read_before_a_step_keeps_its_values():
-    """`clipo_head_state` returns copies also on a host head, where `.cpu()` is the live tensor:
-    a check reading the head before a step must not see the step's result (it did)."""
-    from clipo_megatron.nemo_rl.worker import ClipoWorkerMixin
+def test_a_head_file_of_another_format_is_refused_naming_it(tmp_path):
+    """One layout of head.pt (`format_version` 1): another version, none, or only the per-rank
+    files of an earlier layout is one error naming the file and the fix, never a guess."""
+    from clipo_megatron.nemo_rl.worker import HEAD_FILE, HEAD_FORMAT
 
-    pooled, groups, correct = _batch()
-    worker = ClipoWorkerMixin()
+    a = ClipoWorkerState(CFG, _head())
+    path = a.save(str(tmp_path / "step"), extra={"step": 1})
+    saved = torch.load(path, weights_only=True)
+    assert saved["format_version"] == HEAD_FORMAT == 1
+    assert ClipoWorkerState(CFG, _head(seed=5)).load(str(tmp_path / "step")) == {"step": 1}
+    for version in (2, None):
+        bad = {k: v for k, v in saved.items() if k != "format_version"}
+        if version is not None:
+            bad["format_version"] = version
+        torch.save(bad, path)
+        what = "no format version" if version is None else "format version 2"
+        with pytest.raises(ValueError, match=f"{path} has {what}; .*clipo.enabled=false"):
+            ClipoWorkerState(CFG, _head()).load(str(tmp_path / "step"))
+    per_rank = tmp_path / "old" / CFG.head_checkpoint_dir
+    per_rank.mkdir(parents=True)
+    torch.save(saved, per_rank / "head_tp0.pt")
+    assert not (per_rank / HEAD_FILE).exists()
+    with pytest.raises(FileNotFoundError, match="no CLIPO head checkpoint"):
+        ClipoWorkerState(CFG, _head()).load(str(tmp_path / "old"))
+
+
+def _inspected_worker():
+    """The checks' reads over the product's worker mixin, as the test workers combine them."""
+    from clipo_megatron.nemo_rl.worker import ClipoWorkerMixin
+    from tests.nemo_rl.inspection import InspectionMixin
+
+    class Worker(InspectionMixin, ClipoWorkerMixin):
+        pass
+
+    worker = Worker()
     worker._clipo = ClipoWorkerState(CFG, _head())
+    return worker
+
+
+def test_a_head_state_read_before_a_step_keeps_its_values():
+    """`clipo_head_state` (tests/nemo_rl/inspection.py) returns copies also on a host head, where
+    `.cpu()` is the live tensor: a check reading the head before a step must not see the step's
+    result (it did)."""
+    pooled, groups, correct = _batch()
+    worker = _inspected_worker()
     w0 = worker._clipo.head.proj.weight.detach().clone()
     before = worker.clipo_head_state()
     worker._clipo.record(torch.arange(12), pooled)
-    worker._clipo.head_step(correct, groups, step=0)
+    worker.clipo_head_step(correct=correct, group_ids=groups, step=0)
     after = worker.clipo_head_state()
     assert not torch.equal(after["head"]["proj.weight"], w0)  # the step moved the head
     assert torch.equal(before["head"]["proj.weight"], w0)
     assert before["optimizer"]["state"] == {} and after["optimizer"]["state"][0]["step"] == 1
+
+
+def test_the_inspected_worker_reports_what_the_head_step_pooled():
+    """`clipo_last_pooled`: the rows and states the last head step consumed ({} before one)."""
+    pooled, groups, correct = _batch()
+    worker = _inspected_worker()
+    assert worker.clipo_last_pooled() == {}
+    rows = torch.arange(11, -1, -1)
+    worker._clipo.record(rows, pooled)
+    worker.clipo_head_step(correct=correct, group_ids=groups, step=0)
+    seen = worker.clipo_last_pooled()
+    assert torch.equal(seen["rows"], rows) and torch.equal(seen["pooled"], pooled.float())
+    assert worker._clipo.pooled is None  # the product's step consumed them
 
 
 def test_head_not_in_model_state_dict():

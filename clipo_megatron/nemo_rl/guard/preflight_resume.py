@@ -8,7 +8,8 @@ AdamW, the run state `extra.step`), or with CLIPO off the baseline's `clipo_run_
 way that load fails is one line here, naming the path and the fix:
 
 * CLIPO on: no head file (the checkpoint was saved with CLIPO off, or `head_checkpoint_dir`
-  changed); a file that does not read (truncated, not a checkpoint, code in the pickle); a head of
+  changed); a file that does not read (truncated, not a checkpoint, code in the pickle, another
+  `format_version`); a head of
   another shape than the recipe builds (`head_type`, `embed_dim`, the model's hidden size); no
   AdamW state; no run state (the step counter, so warm-up and the positive draw would restart);
 * CLIPO off: a run state that does not parse; a head that would be ignored (a warning).
@@ -19,9 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from clipo_megatron.core.file_format import check_version
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.resume_layout import resume_step_dir
-from clipo_megatron.nemo_rl.worker import HEAD_FILE
+from clipo_megatron.nemo_rl.worker import HEAD_FILE, HEAD_FORMAT, HEAD_FORMAT_FIX
 
 FRESH = "or point checkpointing.checkpoint_dir at a new folder to start afresh"
 
@@ -40,8 +42,6 @@ def check_resume_clipo(config: dict[str, Any]) -> tuple[list[str], list[str]]:
         return _baseline(step_dir, head_dir)
     path = head_dir / HEAD_FILE
     if not path.is_file():
-        if (head_dir / "head_tp0.pt").is_file():  # earlier versions: one file per TP rank
-            return [], []
         return [
             f"resume from {step_dir}: no CLIPO head at {path} (saved with CLIPO off, or "
             f"clipo.head_checkpoint_dir changed); set clipo.enabled=false to resume it as the "
@@ -73,6 +73,7 @@ def _read(path: Path) -> dict:
         raise ValueError(f"the CLIPO head {path} is unreadable ({reason})") from None
     if not isinstance(saved, dict) or not isinstance(saved.get("trainer"), dict):
         raise ValueError(f"{path} holds no CLIPO head trainer state (not a head file)")
+    check_version(saved, HEAD_FORMAT, path, HEAD_FORMAT_FIX)
     return saved
 
 

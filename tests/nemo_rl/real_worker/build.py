@@ -112,7 +112,8 @@ def build_worker(
     weights_path: str | None = None,
     optimizer_path: str | None = None,
 ):
-    """The product's ClipoMegatronPolicyWorkerImpl, constructed by NeMo-RL's real __init__
+    """The product's ClipoMegatronPolicyWorkerImpl with the checks' reads (`InspectionMixin`),
+    constructed by NeMo-RL's real __init__
     (call inside `cpu_patches.cpu_worker_patches`, with torch.distributed env vars set).
     sharding: NeMo-RL's NamedSharding of the ranks (default: `dp` data-parallel ranks)."""
     import numpy as np
@@ -120,6 +121,10 @@ def build_worker(
     from nemo_rl.distributed.named_sharding import NamedSharding
 
     from clipo_megatron.nemo_rl.worker_extension import ClipoMegatronPolicyWorkerImpl
+    from tests.nemo_rl.inspection import InspectionMixin
+
+    class InspectedWorker(InspectionMixin, ClipoMegatronPolicyWorkerImpl):
+        pass
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(policy["tokenizer"]["name"])
     if sharding is None:
@@ -127,7 +132,7 @@ def build_worker(
             layout=np.arange(dp).reshape(1, dp, 1, 1),
             names=["pipeline_parallel", "data_parallel", "context_parallel", "tensor_parallel"],
         )
-    worker = ClipoMegatronPolicyWorkerImpl.__new__(ClipoMegatronPolicyWorkerImpl)
+    worker = InspectedWorker.__new__(InspectedWorker)
     worker._transformer_layer_spec = cpu_thd_layer_spec  # the worker's own hook (HF import)
     worker.__init__(
         policy,

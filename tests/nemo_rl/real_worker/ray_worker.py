@@ -2,7 +2,7 @@
 """The Ray actor NeMo-RL's `RayWorkerGroup` builds for the real-worker `grpo_train` run (test code).
 
 `RealCpuPolicyWorkerImpl` is the product's `ClipoMegatronPolicyWorkerImpl` (NeMo-RL's real worker +
-the CLIPO mixin) with, in the actor process only: the TE import stub, `cpu_patches` (entered for the
+the CLIPO mixin) with the checks' reads (`inspection.InspectionMixin`) and, in the actor process only: the TE import stub, `cpu_patches` (entered for the
 actor's life), the CPU layer spec through the worker's `_transformer_layer_spec` hook. Generation
 is what cannot run on CPU (`MegatronGenerationMixin`: Megatron-Core's dynamic engine, flashinfer,
 NCCL refit): it is the runner's seeded sampler (`megatron.policy_passes.sample`) over the worker's
@@ -24,6 +24,7 @@ import_bridge()
 
 from clipo_megatron.megatron.policy_passes import sample  # noqa: E402
 from clipo_megatron.nemo_rl.worker_extension import ClipoMegatronPolicyWorkerImpl  # noqa: E402
+from tests.nemo_rl.inspection import InspectionMixin  # noqa: E402
 from tests.nemo_rl.real_worker.cpu_patches import EMULATED, cpu_worker_patches  # noqa: E402
 from tests.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec  # noqa: E402
 from tests.nemo_rl.real_worker.tp_generation import TPGenerationFollowers  # noqa: E402
@@ -65,7 +66,7 @@ class _FullVocabModel:
         return logits.cpu()  # the sampler is host code
 
 
-class RealCpuPolicyWorkerImpl(ClipoMegatronPolicyWorkerImpl):
+class RealCpuPolicyWorkerImpl(InspectionMixin, ClipoMegatronPolicyWorkerImpl):
     _transformer_layer_spec = staticmethod(cpu_thd_layer_spec)
 
     def __init__(self, config, tokenizer, weights_path=None, optimizer_path=None, *a, **k):
