@@ -45,14 +45,17 @@ def data(tmp_path) -> Path:
 def _train_run(d: Path, *, trained_hidden: int = 64) -> Path:
     """A `train` output dir (config.json + checkpoint) whose checkpoint was trained with
     model.tiny_hidden=`trained_hidden` (64 is its own config's)."""
+    from clipo_megatron.output_folder import claim_output_folder
     from clipo_megatron.runner.config import load_config, to_dict
 
     cfg = to_dict(load_config(None, ["model.source=tiny", f"output.dir={d}"]))
+    claim_output_folder(d, kind="train", key="output.dir")
     (d / "checkpoints").mkdir(parents=True)
     (d / "config.json").write_text(json.dumps(cfg))
     trained = json.loads(json.dumps(cfg))
     trained["model"]["tiny_hidden"] = trained_hidden
-    torch.save({"step": 1, "config": trained, "policy": {}}, d / "checkpoints" / "latest.pt")
+    state = {"format_version": 1, "step": 1, "config": trained, "policy": {}}
+    torch.save(state, d / "checkpoints" / "latest.pt")
     return d
 
 

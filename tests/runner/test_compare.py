@@ -73,6 +73,7 @@ def test_a_run_made_with_another_config_is_refused(tmp_path, capsys):
     from clipo_megatron.output_folder import claim_output_folder
     from clipo_megatron.runner.config import load_config, to_dict
 
+    claim_output_folder(tmp_path, kind="compare", key="--out")  # as compare marks its --out
     d = claim_output_folder(run_dir(tmp_path, "grpo", "clipo", 0), kind="train", key="output.dir")
     old = load_config(None, ["train.steps=2", "seed=0", f"output.dir={d}"])
     (d / "config.json").write_text(json.dumps(to_dict(old)))

@@ -119,7 +119,8 @@ def test_a_broken_line_mid_file_is_refused_before_the_model_loads(tmp_path, caps
     import torch
 
     torch.save(
-        {"step": 2, "config": json.loads((out / "config.json").read_text())}, checkpoint_path(out)
+        {"format_version": 1, "step": 2, "config": json.loads((out / "config.json").read_text())},
+        checkpoint_path(out),
     )
     line = refused(capsys, lambda: train.main(_argv(out, 4)))
     assert line.endswith(

@@ -34,7 +34,8 @@ def _trained(out, *overrides) -> list[str]:
     cfg = load_config(None, argv)
     ckpt = checkpoint_path(out)
     ckpt.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"step": 3, "policy": {"w": torch.zeros(2)}, "config": to_dict(cfg)}, ckpt)
+    state = {"format_version": 1, "step": 3, "policy": {"w": torch.zeros(2)}}
+    torch.save({**state, "config": to_dict(cfg)}, ckpt)
     return argv
 
 

@@ -20,6 +20,7 @@ import torch
 pytest.importorskip("omegaconf")
 
 from clipo_megatron.core.safe_load import UnsafeCheckpoint, load_state  # noqa: E402
+from clipo_megatron.output_folder import claim_output_folder  # noqa: E402
 from clipo_megatron.runner import heldout, train  # noqa: E402
 from clipo_megatron.runner.checkpoint import (  # noqa: E402
     checkpoint_path,
@@ -44,9 +45,16 @@ class _Payload:
 def _crafted(path: Path, marker: Path, *, legacy: bool = False) -> Path:
     """A file shaped like a run checkpoint (a dict with 'step') that runs code when loaded."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    state = {"step": 3, "policy": {"w": torch.zeros(2)}, "history": [_Payload(marker)]}
+    state = {"format_version": 1, "step": 3, "policy": {"w": torch.zeros(2)}}
+    state["history"] = [_Payload(marker)]
     torch.save(state, path, _use_new_zipfile_serialization=not legacy)
     return path
+
+
+def _run_checkpoint(out: Path) -> Path:
+    """A train run's checkpoint path, its folder marked as `train` marks it."""
+    claim_output_folder(out, kind="train", key="output.dir")
+    return checkpoint_path(out)
 
 
 def _one_line(capsys) -> str:
@@ -76,7 +84,7 @@ def test_the_safe_loader_refuses_it_naming_the_file_and_the_callable(tmp_path, l
 
 def test_train_resume_refuses_it_before_the_model_loads(tmp_path, capsys, no_model):
     out, marker = tmp_path / "run", tmp_path / "marker"
-    ckpt = _crafted(checkpoint_path(out), marker)
+    ckpt = _crafted(_run_checkpoint(out), marker)
     with pytest.raises(SystemExit) as e:
         train.main([f"output.dir={out}"])
     assert e.value.code == 2
@@ -88,7 +96,7 @@ def test_train_resume_refuses_it_before_the_model_loads(tmp_path, capsys, no_mod
 
 def test_eval_run_refuses_it_before_the_model_loads(tmp_path, capsys, no_model):
     out, marker = tmp_path / "run", tmp_path / "marker"
-    ckpt = _crafted(checkpoint_path(out), marker)
+    ckpt = _crafted(_run_checkpoint(out), marker)
     (out / "config.json").write_text(json.dumps(to_dict(load_config(None, []))))
     with pytest.raises(SystemExit) as e:
         heldout.main(["--run", str(out)])
@@ -105,7 +113,7 @@ def test_the_eval_package_refuses_it(tmp_path, monkeypatch):
         "clipo_megatron.models.hf_policy.load_hf_policy", lambda *a, **k: (None, None)
     )
     out, marker = tmp_path / "run", tmp_path / "marker"
-    _crafted(checkpoint_path(out), marker)
+    _crafted(_run_checkpoint(out), marker)
     (out / "config.json").write_text(json.dumps(to_dict(load_config(None, []))))
     with pytest.raises(UnsafeCheckpoint):
         generator._load_train_run(out)
@@ -174,5 +182,5 @@ def test_a_runner_checkpoint_round_trips_weights_only(tmp_path, monkeypatch):
     monkeypatch.setattr("clipo_megatron.runner.checkpoint.barrier", lambda: None)
     state, path = _genuine_state(), checkpoint_path(tmp_path)
     save_checkpoint(_FakeRun(state), path)
-    assert _same(load_checkpoint(path), state)
+    assert _same(load_checkpoint(path), {"format_version": 1, **state})
     assert not path.with_suffix(".tmp").exists()

@@ -159,6 +159,7 @@ def test_train_and_eval_find_the_default_folder(tmp_path, monkeypatch, capsys):
     load) and config.json records that folder for `eval --run` (not re-derived from its name)."""
     import torch
 
+    from clipo_megatron.output_folder import claim_output_folder
     from clipo_megatron.runner import heldout
     from clipo_megatron.runner.checkpoint import checkpoint_path
     from clipo_megatron.runner.config import load_config, to_dict
@@ -169,11 +170,14 @@ def test_train_and_eval_find_the_default_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("clipo_megatron.runner.run.Run", built)
     monkeypatch.chdir(tmp_path)
     ckpt = checkpoint_path("runs/train/cpu_demo")
+    claim_output_folder("runs/train/cpu_demo", kind="train", key="output.dir")
     ckpt.parent.mkdir(parents=True)
     ckpt.write_bytes(b"not a checkpoint")
     assert f"checkpoint {ckpt} is unreadable" in _error(capsys, ["--config", CPU_DEMO])
 
-    torch.save({"step": 1}, ckpt)  # readable: eval --run gets as far as the config
+    torch.save(
+        {"format_version": 1, "step": 1}, ckpt
+    )  # readable: eval --run gets as far as the config
     run = tmp_path / "runs/train/cpu_demo"
     (run / "config.json").write_text(json.dumps(to_dict(load_config(CPU_DEMO, []))))
     args = SimpleNamespace(run=str(run), config=None, out=None, overrides=[])
