@@ -27,7 +27,7 @@ environment is forwarded to every actor by NeMo-RL). See docs/slurm.md for the e
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +49,9 @@ def venv_dir_of(environ: Mapping[str, str], default_venv_dir: str) -> str:
     return os.path.normpath(environ.get("NEMO_RL_VENV_DIR", default_venv_dir))
 
 
-def stock_venv_python(venv_dir: str, stock_fqn: str = STOCK_MEGATRON_WORKER_FQN) -> str:
+def stock_venv_python(venv_dir: str) -> str:
     """Where NeMo-RL puts (and prefetch_venvs.py prefetched) the stock worker's interpreter."""
-    return os.path.join(venv_dir, stock_fqn, "bin", "python")
+    return os.path.join(venv_dir, STOCK_MEGATRON_WORKER_FQN, "bin", "python")
 
 
 def decide_worker_env(
@@ -59,8 +59,6 @@ def decide_worker_env(
     venv_dir: str,
     *,
     override: str | None = None,
-    stock_fqn: str = STOCK_MEGATRON_WORKER_FQN,
-    exists: Callable[[str], bool] = os.path.exists,
 ) -> WorkerEnvDecision:
     """The interpreter for our worker, given the stock worker's registry value and the venv root.
 
@@ -79,8 +77,8 @@ def decide_worker_env(
             "stock-verbatim",
             f"CLIPO worker python: {stock_py_executable} (the stock Megatron worker's, used as is)",
         )
-    python = stock_venv_python(venv_dir, stock_fqn)
-    if exists(python):
+    python = stock_venv_python(venv_dir)
+    if os.path.exists(python):
         return WorkerEnvDecision(
             python,
             "stock-venv",

@@ -93,9 +93,9 @@ def available_bytes() -> int | None:
     return None
 
 
-def check_memory(cfg, available: int | None = None) -> None:
+def check_memory(cfg) -> None:
     """ValueError (one line) when the estimate is over the memory available."""
-    available = available_bytes() if available is None else available
+    available = available_bytes()
     if available is None:
         return
     terms = estimate(cfg)

@@ -14,33 +14,41 @@ from clipo_megatron.nemo_rl import worker_env as we
 
 MCORE = "uv run --locked --extra mcore --directory /opt/nemo-rl"
 STOCK = "nemo_rl.models.policy.workers.megatron_policy_worker.MegatronPolicyWorker"
-STOCK_PY = f"/opt/ray_venvs/{STOCK}/bin/python"
 
 
-def test_prefetched_stock_venv_is_reused_verbatim():
-    seen = []
-    d = we.decide_worker_env(MCORE, "/opt/ray_venvs", exists=lambda p: seen.append(p) or True)
-    assert d.py_executable == STOCK_PY and d.source == "stock-venv"
-    assert seen == [STOCK_PY]
+def _prefetched(venvs) -> str:
+    """The stock worker's prefetched venv under `venvs` (its python as a file)."""
+    python = venvs / STOCK / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.touch()
+    return str(python)
+
+
+def test_prefetched_stock_venv_is_reused_verbatim(tmp_path):
+    stock_py = _prefetched(tmp_path)
+    d = we.decide_worker_env(MCORE, str(tmp_path))
+    assert d.py_executable == stock_py and d.source == "stock-venv"
     assert not d.py_executable.startswith("uv")  # NeMo-RL builds only for "uv..." values
-    assert STOCK_PY in d.description and "no build" in d.description
+    assert stock_py in d.description and "no build" in d.description
 
 
-def test_missing_stock_venv_falls_back_to_the_stock_uv_command():
-    d = we.decide_worker_env(MCORE, "/x/venvs", exists=lambda p: False)
+def test_missing_stock_venv_falls_back_to_the_stock_uv_command(tmp_path):
+    d = we.decide_worker_env(MCORE, str(tmp_path))
     assert d.py_executable == MCORE and d.source == "build-at-start"
-    assert f"/x/venvs/{STOCK}/bin/python not found" in d.description
+    assert f"{tmp_path}/{STOCK}/bin/python not found" in d.description
     assert "prefetch_venvs MegatronPolicyWorker" in d.description
 
 
-def test_system_executable_is_mirrored_not_redirected():
+def test_system_executable_is_mirrored_not_redirected(tmp_path):
     # NEMO_RL_PY_EXECUTABLES_SYSTEM=1 makes the stock value sys.executable: use it as is.
-    d = we.decide_worker_env("/usr/bin/python3", "/opt/ray_venvs", exists=lambda p: True)
+    _prefetched(tmp_path)
+    d = we.decide_worker_env("/usr/bin/python3", str(tmp_path))
     assert (d.py_executable, d.source) == ("/usr/bin/python3", "stock-verbatim")
 
 
-def test_override_wins():
-    d = we.decide_worker_env(MCORE, "/opt/ray_venvs", override="/my/py", exists=lambda p: True)
+def test_override_wins(tmp_path):
+    _prefetched(tmp_path)
+    d = we.decide_worker_env(MCORE, str(tmp_path), override="/my/py")
     assert (d.py_executable, d.source) == ("/my/py", "override")
     assert we.OVERRIDE_ENV in d.description
 

@@ -52,9 +52,13 @@ def test_a_size_over_the_machine_is_refused_before_anything(
     assert not out.exists()
 
 
-def test_the_default_recipe_fits_a_small_machine():
+def test_the_default_recipe_fits_a_small_machine(monkeypatch):
     cfg = load_config(str(ROOT / "examples/configs/cpu_demo.yaml"), [])
-    memory.check_memory(cfg, available=8 * memory.GiB)  # no error: 4.1 GiB estimated
+    monkeypatch.setattr(memory, "available_bytes", lambda: 8 * memory.GiB)
+    memory.check_memory(cfg)  # no error: 4.1 GiB estimated
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2 * memory.GiB)
+    with pytest.raises(ValueError, match="more than the 2.0 GiB this machine has"):
+        memory.check_memory(cfg)
 
 
 class _Recorder:
