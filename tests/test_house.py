@@ -41,7 +41,6 @@ ALLOWED: dict[str, set[str]] = {
         "source_match",
         "verify",
     },
-    "testing": {"core", "megatron", "models", "nemo_rl", "runner"},
     "cli": {"recipe_kind", "runner", "eval", "nemo_rl", "cli_args"},
 }
 
@@ -177,8 +176,43 @@ def test_every_package_is_on_the_map(package):
 def test_every_module_ships_in_the_package():
     """setuptools' `packages.find` (pyproject.toml) takes only folders with an `__init__.py`: a
     module in any other folder imports from a checkout but is missing from a wheel."""
+    import tomllib
+
     from setuptools import find_packages
 
-    shipped = set(find_packages(str(PACKAGE.parent), include=["clipo_megatron*"]))
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    shipped = set(find_packages(str(PACKAGE.parent), include=include))
     folders = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("*.py")}
     assert sorted(folders - shipped) == []
+
+
+TEST_ONLY = ("clipo_testkit", "tests")  # in the checkout, not in the wheel (tests/test_wheel.py)
+
+
+def kit_imports(root: Path = PACKAGE) -> list[str]:
+    """Each import of the kit or the tests in the package's code (function-local ones included)."""
+    found = []
+    for p in sorted(root.rglob("*.py")):
+        for n in ast.walk(ast.parse(p.read_text())):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else []
+            if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
+                names = [n.module]
+            where = p.relative_to(root.parent)
+            found += [f"{where}: {m}" for m in names if m.split(".")[0] in TEST_ONLY]
+    return found
+
+
+def test_no_product_module_imports_the_test_kit(tmp_path):
+    """A product import of the kit or the tests works from a checkout and fails once installed;
+    the check sees one in a tiny package."""
+    assert kit_imports() == []
+    (tmp_path / "clipo_megatron").mkdir()
+    (tmp_path / "clipo_megatron" / "a.py").write_text(
+        "def f():\n    from clipo_testkit.emulated_cuda import emulated_cuda\n"
+    )
+    (tmp_path / "clipo_megatron" / "b.py").write_text("import tests.tiny_models\n")
+    assert kit_imports(tmp_path / "clipo_megatron") == [
+        "clipo_megatron/a.py: clipo_testkit.emulated_cuda",
+        "clipo_megatron/b.py: tests.tiny_models",
+    ]

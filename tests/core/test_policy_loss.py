@@ -162,7 +162,7 @@ def _verl_geo_mean(old_log_prob, log_prob, advantages, response_mask, clip_low, 
 def test_gmpo_is_verls_geo_mean():
     """Issue 17 (3): the runner's GMPO (PolicyLoss over two micro-batches, fp64) = verl's geo_mean
     to 1e-12, loss and gradient, on a batch with a row without response tokens (it counts)."""
-    from clipo_megatron.testing.loss_parity import parity_batch, runner_loss
+    from clipo_testkit.loss_parity import parity_batch, runner_loss
 
     lp, data = parity_batch()
     mask = data["token_mask"][:, 1:]

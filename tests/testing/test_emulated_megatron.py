@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("megatron.core")
 
-from clipo_megatron.testing.emulated_cuda import (  # noqa: E402
+from clipo_testkit.emulated_cuda import (  # noqa: E402
     EmulatedDeviceError,
     emulated_cuda,
     is_on_device,

@@ -188,7 +188,7 @@ def _in_device_mode(fn):
     @functools.wraps(fn)
     def wrapped(self, *a, **k):
         from clipo_megatron.megatron.cpu_shims import _CudaToCpu
-        from clipo_megatron.testing.emulated_cuda import emulated_cuda_on_this_thread
+        from clipo_testkit.emulated_cuda import emulated_cuda_on_this_thread
 
         with emulated_cuda_on_this_thread() if self.emulated else _CudaToCpu():
             return fn(self, *a, **k)

@@ -2,7 +2,7 @@
 """CLIPO's parallel pieces on the device, against one host process: one set of checks, two places.
 
 On a GPU node `scripts/check_gpu.sh` runs them under torchrun over NCCL on real
-GPUs (`testing.gpu_tier1`); on a CPU machine tests/megatron/test_device_rules.py
+GPUs (`clipo_testkit.gpu_tier1`); on a CPU machine tests/megatron/test_device_rules.py
 runs them over gloo inside `emulated_cuda()`, where a host tensor in a device
 op or in an NCCL collective raises as it would on a GPU. Each check, on every rank
 of a world of any size:

@@ -105,7 +105,7 @@ def logprob_and_pool(model, ids, mask, lengths, *, micro_batch: int, device):
     # Under emulated_cuda grad stays on: there Megatron's output layer sees its input untagged
     # inside its autograd Function under no_grad, a gap of the emulator, not a CUDA rule. The
     # numbers do not depend on it. (A real CUDA tensor is no EmulatedCudaTensor.)
-    from clipo_megatron.testing.emulated_cuda import is_on_device
+    from clipo_testkit.emulated_cuda import is_on_device
 
     emulated = is_on_device(torch.empty(0, device=device))
     grad_mode = torch.enable_grad() if emulated else torch.no_grad()
