@@ -20,7 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "clipo_megatron"
 KIT = ROOT / "clipo_testkit"
-LEFT_BEHIND = (".git", "build", "dist", ".venv*", "*.egg-info", "runs", "outputs", "__pycache__")
+# not copied: what .gitignore keeps out (venvs, caches, build output, runs); the build needs none
+LEFT_BEHIND = (".*", "build", "dist", "*.egg-info", "runs", "outputs", "slurm-logs", "__pycache__")
 
 
 def _setuptools_ok() -> bool:
