@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from clipo_megatron.core.config import CLIPOConfig, ClipoBlock
+from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -113,5 +113,8 @@ def test_every_relative_link_reaches_its_file_and_heading(doc):
 
 
 def test_the_slug_is_githubs():
-    assert _slug("What CLIPO's diagnostics read (2026-11-24)") == "what-clipos-diagnostics-read-2026-11-24"
+    assert (
+        _slug("What CLIPO's diagnostics read (2026-11-24)")
+        == "what-clipos-diagnostics-read-2026-11-24"
+    )
     assert _slug("TransferQueue: what was checked") == "transferqueue-what-was-checked"
