@@ -83,7 +83,7 @@ def _batch(arch: GPTArch, groups: int, per_group: int, seq: int, seed: int):
 def logprob_and_pool(model, ids, mask, lengths, *, micro_batch: int, device):
     """The workers' logprob pass: microbatches teed through the pooler, the final norm hooked.
     Returns logprobs [B, S-1] and pooled states [B, H], both fp32 on `device`, in row order."""
-    from clipo_megatron.megatron.microbatch_pooler import (
+    from clipo_megatron.megatron.pooling.microbatch_pooler import (
         SAMPLE_IDX_KEY,
         MicrobatchPooler,
         find_final_norm,
@@ -129,7 +129,7 @@ def bf16_vs_fp32(
 
     from clipo_megatron.core import CLIPOConfig
     from clipo_megatron.megatron.head_trainer import HeadTrainer
-    from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config
+    from clipo_megatron.runner.model.model_builder import build_gpt_model, transformer_config
 
     torch.manual_seed(seed)
     fp32 = build_gpt_model(arch, transformer_config(arch))

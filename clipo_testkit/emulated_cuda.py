@@ -157,7 +157,7 @@ def _tensor_rules(func, args: tuple, kwargs: dict):
         raise EmulatedNondeterminismError(
             f"{name} on a CUDA tensor accumulates with atomics: its sums differ between "
             "runs and between replicas that compute the same rows. Run it under "
-            "torch.use_deterministic_algorithms(True) (core.pooling.deterministic_algorithms). "
+            "torch.use_deterministic_algorithms(True) (megatron.pooling.masked_mean.deterministic_algorithms). "
             "(emulated CUDA)"
         )
     with torch._C.DisableTorchFunctionSubclass():

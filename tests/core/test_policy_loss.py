@@ -190,7 +190,7 @@ def test_gmpo_is_verls_geo_mean():
 def test_k3_gradient_is_verls_low_var_kl(d, value, grad):
     """`kl_gradient: k3` (the reproduction recipes') is verl's `low_var_kl` term, value and
     gradient, its clamps included; the default `kl` has gradient logp - ref instead."""
-    from clipo_megatron.core.policy_loss import kl_terms
+    from clipo_megatron.core.objective_kernels import kl_terms
 
     logp = torch.tensor([[-2.0]], dtype=torch.float64, requires_grad=True)
     ref = logp.detach() + d

@@ -79,7 +79,7 @@ def test_clipo_step_on_the_device_with_host_labels():
 )
 def test_every_method_variant_runs_on_the_device(method):
     """The core's group layout, sampling, losses, rewards and metrics under CUDA's rules."""
-    from clipo_megatron.core.losses import l2_normalize
+    from clipo_megatron.core.contrastive_loss import l2_normalize
     from clipo_testkit.emulated_cuda import emulated_cuda
 
     cfg = CLIPOConfig(embed_dim=8, temperature=0.1, **method)

@@ -70,8 +70,8 @@ def _ddp_worker(rank, world):
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-    from clipo_megatron.megatron.model_builder import build_gpt_model
     from clipo_megatron.megatron.parallel import ensure_model_parallel
+    from clipo_megatron.runner.model.model_builder import build_gpt_model
     from clipo_testkit.emulated_cuda import emulated_cuda, is_on_device
     from tests.tiny_models import TINY_ARCH
 
@@ -99,7 +99,7 @@ def test_ddp_step_over_dp2_equals_one_host_process(mcore_single_process):
     the two ranks' mean losses is the whole batch's mean, so grads, norm and step agree."""
     import torch
 
-    from clipo_megatron.megatron.model_builder import build_gpt_model
+    from clipo_megatron.runner.model.model_builder import build_gpt_model
     from tests.tiny_models import TINY_ARCH
 
     res = run_distributed(_ddp_worker, WORLD, timeout=240)

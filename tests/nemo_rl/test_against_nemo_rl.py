@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from clipo_megatron.core.objectives import OBJECTIVES, policy_objective_loss
-from clipo_megatron.nemo_rl.losses import ObjectiveLossFn, policy_loss_config
+from clipo_megatron.nemo_rl.loss_functions import ObjectiveLossFn, policy_loss_config
 from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
 
 pytestmark = pytest.mark.nemo_rl

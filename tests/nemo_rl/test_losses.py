@@ -12,7 +12,7 @@ import torch
 
 from clipo_megatron.core.objectives import OBJECTIVES, get_objective, policy_objective_loss
 from clipo_megatron.nemo_rl import nemo_rl_available
-from clipo_megatron.nemo_rl.losses import (
+from clipo_megatron.nemo_rl.loss_functions import (
     LossType,
     MetricNormalizer,
     ObjectiveLossFn,

@@ -152,7 +152,7 @@ def test_deepcopy_keeps_the_device():
 
 
 def test_atomic_accumulation_needs_deterministic_algorithms():
-    from clipo_megatron.core.pooling import deterministic_algorithms
+    from clipo_megatron.megatron.pooling.masked_mean import deterministic_algorithms
 
     idx = torch.tensor([0, 1, 0])
     with emulated_cuda():

@@ -166,7 +166,7 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
     from megatron.bridge import AutoBridge
     from nemo_rl.models.megatron import setup as nrl_setup
 
-    from clipo_megatron.megatron.cpu_shims import _CudaToCpu
+    from clipo_megatron.runner.model.cpu_shims import _CudaToCpu
 
     saved: list[tuple[object, str, object]] = []
 
