@@ -216,3 +216,45 @@ def test_no_product_module_imports_the_test_kit(tmp_path):
         "clipo_megatron/a.py: clipo_testkit.emulated_cuda",
         "clipo_megatron/b.py: tests.tiny_models",
     ]
+
+
+CONTRIBUTING = PACKAGE.parent / "CONTRIBUTING.md"
+
+
+def _names(cell: str) -> list[str]:
+    return [n.removesuffix(".py").rstrip("/").replace("/", ".") for n in cell.split("`")[1::2]]
+
+
+def house_map(text: str) -> dict[str, set[str]]:
+    """CONTRIBUTING.md's house table: package -> the packages its line says it may import
+    ("everything above but X": the lines above it, less X)."""
+    section = text.split("## The house", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        above = set(rows)
+        named = set(_names(cells[2]))
+        allowed = above - named if cells[2].startswith("everything above but") else named
+        for n in _names(cells[0]):
+            rows[n] = allowed
+    return {p: {a for a in allowed if a in rows or a in ALLOWED} for p, allowed in rows.items()}
+
+
+def test_the_house_map_in_contributing_is_allowed():
+    """The map users read and the map this file enforces are one map: the same packages, the
+    same arrows."""
+    drawn = house_map(CONTRIBUTING.read_text())
+    assert sorted(drawn) == sorted(ALLOWED)
+    assert {p: sorted(a) for p, a in drawn.items()} == {p: sorted(a) for p, a in ALLOWED.items()}
+
+
+def test_the_map_check_sees_a_missing_package_and_a_new_arrow():
+    text = CONTRIBUTING.read_text()
+    assert "verify" not in house_map(text.replace("| `verify/` |", "| `verify_gone/` |"))
+    core = text.split("| `core/` |", 1)[1].split("\n", 1)[0]
+    drawn = house_map(
+        text.replace(core, core.replace("`grader_names`", "`grader_names`, `runner`"))
+    )
+    assert drawn["core"] == {"grader_names", "runner"}
