@@ -622,5 +622,13 @@ def test_a_missing_nemo_rl_parent_is_one_line_naming_it(tmp_path, monkeypatch):
         "NEMO_RL_ROOT=<your NeMo-RL checkout> (the folder holding examples/configs)"
     )
     assert pf.preflight(recipe, [], cluster_env=False).problems == [line]
+    monkeypatch.setattr(recipes, "nemo_rl_root", lambda: tmp_path / "nemo-rl")  # a wrong root
+    missing = tmp_path / "nemo-rl" / parent.split(":", 1)[1]
+    assert pf.preflight(recipe, [], cluster_env=False).problems == [
+        f"{recipe}: its `defaults:` parent {parent} is not in NeMo-RL's checkout at "
+        f"{tmp_path / 'nemo-rl'} ({missing} does not exist); point NEMO_RL_ROOT at the NeMo-RL "
+        "checkout (the folder holding examples/configs) or fix the parent's path"
+    ]
     # a recipe that sets every section runs without the parent, as in CI (clipo_base.yaml)
+    monkeypatch.setattr(recipes, "nemo_rl_root", lambda: None)
     assert pf.preflight(CONFIGS / "track1_qwen3b.yaml", [], cluster_env=False).config is not None

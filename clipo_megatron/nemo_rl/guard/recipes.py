@@ -81,6 +81,12 @@ def _load_with_defaults(path: Path, seen: tuple[Path, ...] = (), skipped: list |
                     skipped.append((path, parent))
                 continue
             parent_path = root / parent[len(NEMO_RL_PREFIX) :]
+            if not parent_path.is_file():
+                raise ParentNotFound(
+                    f"{path}: its `defaults:` parent {parent} is not in NeMo-RL's checkout at "
+                    f"{root} ({parent_path} does not exist); point NEMO_RL_ROOT at the NeMo-RL "
+                    "checkout (the folder holding examples/configs) or fix the parent's path"
+                )
         elif parent.startswith(CLIPO_PREFIX):  # a mixin shipped in the package
             parent_path = CLIPO_CONFIGS / parent[len(CLIPO_PREFIX) :]
         else:
