@@ -1,8 +1,10 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Verifier throughput on the authors' ground truths: in-process vs the process pool.
 
-    python bench/bench_eval.py [--data-dir ../shared/data/clipo] [--workers 2] [--size 2000]
-    python bench/bench_eval.py --smollm2 [--data-dir ../shared/data/clipo]
+    python bench/bench_eval.py --data-dir <the authors' parquet root> [--workers 2] [--size 2000]
+    python bench/bench_eval.py --smollm2 --data-dir <the authors' parquet root>
+
+--data-dir defaults to $CLIPO_DATA_DIR (the folder with the authors' train/ and test/).
 
 Responses are built from the ground truths (half right, half wrong, a quarter
 without a box) so math-verify does its real parsing work. Generation
@@ -20,6 +22,7 @@ import argparse
 import os
 import tempfile
 import time
+from pathlib import Path
 
 SMOLLM2_BUDGET_S = 180.0
 
@@ -43,11 +46,20 @@ def smollm2_eval_seconds(data_dir: str) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data-dir", default="../shared/data/clipo")
+    ap.add_argument(
+        "--data-dir",
+        default=os.environ.get("CLIPO_DATA_DIR"),
+        help="the authors' parquet root (train/, test/); default $CLIPO_DATA_DIR",
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--size", type=int, default=2000)
     ap.add_argument("--smollm2", action="store_true", help="time the SmolLM2 eval test's run")
     args = ap.parse_args()
+    if not args.data_dir or not Path(args.data_dir).is_dir():
+        ap.error(
+            f"--data-dir {args.data_dir!r} is not a folder: pass the authors' parquet root "
+            "(train/, test/) or set CLIPO_DATA_DIR"
+        )
     if args.smollm2:
         dt = smollm2_eval_seconds(args.data_dir)
         verdict = "within" if dt <= SMOLLM2_BUDGET_S else "OVER"

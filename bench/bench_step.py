@@ -9,7 +9,7 @@ checkpoint (policy, head, optimizers, RNG), so all do the same steps on the same
 - packed: shared-prefix passes, per-rollout prefill: the *same rollouts* as before, so every
   number must agree with before's to float tolerance (the passes' exactness, end to end);
 - after: shared-prefix passes and shared prefill (the defaults). vLLM's sampled tokens differ
-  from before's where the old prefill needed two engine steps (docs/cpu_demo.md, "Seeds").
+  from before's where the old prefill needed two engine steps (docs/validation.md, "Step-time breakdown: before and after prompt sharing, in one run").
 
 Per stage: median seconds per step before and after, the FLOPs each pass does (counted from
 the model's shapes, `models/flops.py`: executed work, padding included) and the achieved

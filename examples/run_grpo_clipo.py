@@ -24,11 +24,36 @@ from pathlib import Path
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "track1_qwen3b.yaml"
 
+OVERRIDES_HELP = """\
+overrides (any number, before or after the options, as NeMo-RL's examples/run_grpo.py
+takes them; a recipe's keys are NeMo-RL's MasterConfig plus its `clipo:` block):
+  key.path=value    set a key the recipe already has (OmegaConf dotted path; a key the recipe
+                    lacks is refused, naming it, so a typo never passes silently)
+  +key.path=value   add a key the recipe does not have
+
+examples:
+  python examples/run_grpo_clipo.py --config examples/configs/track1_qwen3b.yaml \\
+      clipo.enabled=true policy.megatron_cfg.tensor_model_parallel_size=2
+  python examples/run_grpo_clipo.py --config examples/configs/track2_qwen7b.yaml \\
+      grpo.max_num_steps=500 clipo.method.temperature=0.02 --validate-only --no-cluster-env
+"""
+
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        usage="%(prog)s [--config YAML] [options] [key.path=value ...]",
+        description=__doc__.splitlines()[0],
+        epilog=OVERRIDES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument(
-        "--config", type=Path, default=DEFAULT_CONFIG, help="recipe YAML (with `defaults:` chain)"
+        "--config",
+        type=Path,
+        default=DEFAULT_CONFIG,
+        metavar="YAML",
+        help="the recipe: NeMo-RL's YAML format, whose `defaults:` names parent recipes (a path "
+        "beside it, nemo_rl:examples/configs/... from $NEMO_RL_ROOT, clipo_megatron:clipo.yaml); "
+        "default: examples/configs/track1_qwen3b.yaml (Qwen2.5-3B-Instruct on GSM8K)",
     )
     p.add_argument(
         "--validate-only",

@@ -5,7 +5,7 @@
 #   PYTHON=/path/to/python bash scripts/check_gpu.sh          # default: python3
 #
 # Tier 1 (torch + megatron-core): torchrun over every GPU here running
-#   clipo_megatron/testing/gpu_tier1.py: (a) the parallel checks over NCCL against one host
+#   clipo_testkit/gpu_tier1.py: (a) the parallel checks over NCCL against one host
 #   process, (b) the bf16 logprob pass's capture against fp32, (c) the CLIPO step's cost beside
 #   the logprob pass at Qwen2.5-7B shapes (a table, no assertion).
 # Tier 2 (inside NeMo-RL's container): tests/nemo_rl/test_gpu_contract.py, NeMo-RL's grpo_train
@@ -59,7 +59,7 @@ if [ "$TIER" != 1 ] && ! "$PY" -c 'import nemo_rl.algorithms.grpo, ray, megatron
   exit 2
 fi
 
-export PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}"  # this checkout, in every process and Ray actor
+export PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}"  # this checkout (the package and clipo_testkit, which pip does not install), in every process and Ray actor
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
 OUT=${CHECK_GPU_OUT:-runs/check_gpu/$(date -u +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
@@ -68,9 +68,9 @@ declare -A RESULT
 status=0
 
 if [ "$TIER" = 1 ] || [ "$TIER" = all ]; then
-  echo "== tier 1: torchrun --nproc_per_node=$NGPU -m clipo_megatron.testing.gpu_tier1"
+  echo "== tier 1: torchrun --nproc_per_node=$NGPU -m clipo_testkit.gpu_tier1"
   "$PY" -m torch.distributed.run --standalone --nproc_per_node="$NGPU" \
-    -m clipo_megatron.testing.gpu_tier1 --summary "$OUT/tier1.json" "${EXTRA[@]}" 2>&1 | tee "$OUT/tier1.log"
+    -m clipo_testkit.gpu_tier1 --summary "$OUT/tier1.json" "${EXTRA[@]}" 2>&1 | tee "$OUT/tier1.log"
   rc=${PIPESTATUS[0]}
   if [ "$rc" = 0 ]; then RESULT[1]="PASS"; else RESULT[1]="FAIL (exit $rc)"; status=1; fi
 fi

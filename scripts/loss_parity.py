@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Both drivers' policy losses on one batch (clipo_megatron/testing/loss_parity.py), per objective:
+"""Both drivers' policy losses on one batch (clipo_testkit/loss_parity.py), per objective:
 a markdown table of the runner's loss, the NeMo-RL driver's loss and the largest gradient gap.
 
     PYTHONPATH=/work/nemo/rl-7ea279a <nemo-rl venv>/bin/python scripts/loss_parity.py \\
@@ -33,7 +33,7 @@ def measure(src: str) -> list[dict]:
     """The rows for one checkout (run in a child process with `src` first on sys.path)."""
     sys.path.insert(0, src)
     spec = importlib.util.spec_from_file_location(
-        "loss_parity", HERE / "clipo_megatron" / "testing" / "loss_parity.py"
+        "loss_parity", HERE / "clipo_testkit" / "loss_parity.py"
     )
     lp_mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lp_mod)

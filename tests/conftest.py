@@ -10,8 +10,8 @@ def mcore_single_process():
     pytest.importorskip("megatron.core")
     import torch.distributed as dist
 
-    from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
     from clipo_megatron.megatron.parallel import ensure_model_parallel
+    from clipo_megatron.runner.model.cpu_shims import enable_cpu_shims
 
     if not dist.is_initialized():  # an in-memory store: no /tmp file (tempfile.mktemp races)
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)

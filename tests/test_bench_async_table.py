@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """bench/bench_async_throughput.py's table on hand-made metrics: the values it reads from
 NeMo-RL's logs, the means past step 1 and the four ratios (the bench itself runs NeMo-RL's loops
-for minutes; its numbers are in docs/nemo_rl.md)."""
+for minutes; its numbers are in docs/validation.md)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,6 @@ ALLOWED: dict[str, set[str]] = {
         "source_match",
         "verify",
     },
-    "testing": {"core", "megatron", "models", "nemo_rl", "runner"},
     "cli": {"recipe_kind", "runner", "eval", "nemo_rl", "cli_args"},
 }
 
@@ -177,8 +176,85 @@ def test_every_package_is_on_the_map(package):
 def test_every_module_ships_in_the_package():
     """setuptools' `packages.find` (pyproject.toml) takes only folders with an `__init__.py`: a
     module in any other folder imports from a checkout but is missing from a wheel."""
+    import tomllib
+
     from setuptools import find_packages
 
-    shipped = set(find_packages(str(PACKAGE.parent), include=["clipo_megatron*"]))
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    shipped = set(find_packages(str(PACKAGE.parent), include=include))
     folders = {".".join(p.parent.relative_to(PACKAGE.parent).parts) for p in PACKAGE.rglob("*.py")}
     assert sorted(folders - shipped) == []
+
+
+TEST_ONLY = ("clipo_testkit", "tests")  # in the checkout, not in the wheel (tests/test_wheel.py)
+
+
+def kit_imports(root: Path = PACKAGE) -> list[str]:
+    """Each import of the kit or the tests in the package's code (function-local ones included)."""
+    found = []
+    for p in sorted(root.rglob("*.py")):
+        for n in ast.walk(ast.parse(p.read_text())):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else []
+            if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
+                names = [n.module]
+            where = p.relative_to(root.parent)
+            found += [f"{where}: {m}" for m in names if m.split(".")[0] in TEST_ONLY]
+    return found
+
+
+def test_no_product_module_imports_the_test_kit(tmp_path):
+    """A product import of the kit or the tests works from a checkout and fails once installed;
+    the check sees one in a tiny package."""
+    assert kit_imports() == []
+    (tmp_path / "clipo_megatron").mkdir()
+    (tmp_path / "clipo_megatron" / "a.py").write_text(
+        "def f():\n    from clipo_testkit.emulated_cuda import emulated_cuda\n"
+    )
+    (tmp_path / "clipo_megatron" / "b.py").write_text("import tests.tiny_models\n")
+    assert kit_imports(tmp_path / "clipo_megatron") == [
+        "clipo_megatron/a.py: clipo_testkit.emulated_cuda",
+        "clipo_megatron/b.py: tests.tiny_models",
+    ]
+
+
+CONTRIBUTING = PACKAGE.parent / "CONTRIBUTING.md"
+
+
+def _names(cell: str) -> list[str]:
+    return [n.removesuffix(".py").rstrip("/").replace("/", ".") for n in cell.split("`")[1::2]]
+
+
+def house_map(text: str) -> dict[str, set[str]]:
+    """CONTRIBUTING.md's house table: package -> the packages its line says it may import
+    ("everything above but X": the lines above it, less X)."""
+    section = text.split("## The house", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        above = set(rows)
+        named = set(_names(cells[2]))
+        allowed = above - named if cells[2].startswith("everything above but") else named
+        for n in _names(cells[0]):
+            rows[n] = allowed
+    return {p: {a for a in allowed if a in rows or a in ALLOWED} for p, allowed in rows.items()}
+
+
+def test_the_house_map_in_contributing_is_allowed():
+    """The map users read and the map this file enforces are one map: the same packages, the
+    same arrows."""
+    drawn = house_map(CONTRIBUTING.read_text())
+    assert sorted(drawn) == sorted(ALLOWED)
+    assert {p: sorted(a) for p, a in drawn.items()} == {p: sorted(a) for p, a in ALLOWED.items()}
+
+
+def test_the_map_check_sees_a_missing_package_and_a_new_arrow():
+    text = CONTRIBUTING.read_text()
+    assert "verify" not in house_map(text.replace("| `verify/` |", "| `verify_gone/` |"))
+    core = text.split("| `core/` |", 1)[1].split("\n", 1)[0]
+    drawn = house_map(
+        text.replace(core, core.replace("`grader_names`", "`grader_names`, `runner`"))
+    )
+    assert drawn["core"] == {"grader_names", "runner"}

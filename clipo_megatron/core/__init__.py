@@ -7,19 +7,19 @@ from clipo_megatron.core.advantages import (
     group_advantages,
 )
 from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
-from clipo_megatron.core.contrastive import (
+from clipo_megatron.core.contrastive_kernels import (
     CONTRASTIVE_LOSSES,
     ContrastiveLoss,
     get_contrastive_loss,
     register_contrastive_loss,
 )
-from clipo_megatron.core.groups import GroupLayout, as_group_ids
-from clipo_megatron.core.losses import (
+from clipo_megatron.core.contrastive_loss import (
     ContrastiveResult,
     check_binary,
     group_contrastive_loss,
     l2_normalize,
 )
+from clipo_megatron.core.groups import GroupLayout, as_group_ids
 from clipo_megatron.core.metrics import contrastive_metrics
 from clipo_megatron.core.objectives import (
     OBJECTIVES,
@@ -27,14 +27,6 @@ from clipo_megatron.core.objectives import (
     get_objective,
     policy_objective_loss,
     register_objective,
-)
-from clipo_megatron.core.pooling import (
-    masked_mean,
-    masked_sum_and_count,
-    mean_from_sums,
-    packed_segment_ids,
-    packed_sum_and_count,
-    segment_sum_and_count,
 )
 from clipo_megatron.core.rewards import contrastive_rewards, shaped_rewards
 from clipo_megatron.core.sampling import counter_uniform, sample_positive_slots
@@ -63,12 +55,6 @@ __all__ = [
     "counter_uniform",
     "group_contrastive_loss",
     "l2_normalize",
-    "masked_mean",
-    "masked_sum_and_count",
-    "mean_from_sums",
-    "packed_segment_ids",
-    "packed_sum_and_count",
     "sample_positive_slots",
-    "segment_sum_and_count",
     "shaped_rewards",
 ]

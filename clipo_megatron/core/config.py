@@ -26,10 +26,10 @@ from clipo_megatron.grader_names import GRADERS
 if TYPE_CHECKING:
     import torch
 
-    from clipo_megatron.core.contrastive import ContrastiveLoss
+    from clipo_megatron.core.contrastive_kernels import ContrastiveLoss
     from clipo_megatron.core.objectives import Objective
 
-# A name in the contrastive-loss registry (core/contrastive.py): infonce | supcon | softnn.
+# A name in the contrastive-loss registry (core/contrastive_kernels.py): infonce | supcon | softnn.
 LossType = str
 Similarity = Literal["cosine", "dot"]
 Anchors = Literal["correct", "all", "incorrect"]
@@ -44,7 +44,7 @@ class CLIPOConfig:
     Defaults are the paper's Track I/II settings and the authors' public code.
     """
 
-    # Group contrastive loss, a name in core/contrastive.py's registry:
+    # Group contrastive loss, a name in core/contrastive_kernels.py's registry:
     # InfoNCE (paper default), SupCon ("out"), SoftNN.
     loss_type: LossType = "infonce"
     # s_ij = e_i . e_j / temperature. Paper default 0.05 (ablation liked 0.02).
@@ -280,7 +280,7 @@ class ClipoBlock:
 
 def _contrastive_loss(name: str) -> ContrastiveLoss:
     """The registry entry of `name` (imported here: the registry imports torch, this module not)."""
-    from clipo_megatron.core.contrastive import get_contrastive_loss
+    from clipo_megatron.core.contrastive_kernels import get_contrastive_loss
 
     return get_contrastive_loss(name)
 

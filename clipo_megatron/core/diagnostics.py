@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from clipo_megatron.core.contrastive_loss import check_binary, valid_groups
 from clipo_megatron.core.groups import GroupIds, GroupLayout, as_group_ids
-from clipo_megatron.core.losses import check_binary, valid_groups
 
 # Two advantages tie when they differ by at most TIE_ULPS units in the last place of the
 # advantages' dtype, at the group's largest |A| (at least 1): float32 rounding of equal r'

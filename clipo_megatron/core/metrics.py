@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from clipo_megatron.core.losses import ContrastiveResult
+from clipo_megatron.core.contrastive_loss import ContrastiveResult
 
 
 def contrastive_metrics(

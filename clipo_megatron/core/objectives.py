@@ -3,14 +3,14 @@
 
 Both drivers select an objective by one key, `clipo.objective`, and read
 everything about it here: the single-machine runner calls `Objective.loss`;
-the NeMo-RL driver (`nemo_rl/losses.py`) translates the fields into NeMo-RL's
+the NeMo-RL driver (`nemo_rl/loss_functions.py`) translates the fields into NeMo-RL's
 `ClippedPGLossFn` settings where NeMo-RL computes the objective (`in_nemo_rl`),
 and wraps `Objective.loss` in the LossFunction protocol where it does not (GMPO,
 or the k3 KL gradient). CLIPO on or off is a separate switch (`clipo.enabled`):
 "GRPO" is `objective=grpo` with CLIPO off.
 
 Adding a fifth objective is one `register_objective(...)` call with a
-per-token kernel in the form of `core/policy_loss.py`'s.
+per-token kernel in the form of `core/objective_kernels.py`'s.
 
 Paper defaults (App. "baseline objectives"; dual clip and GMPO's sequence mean as in the
 authors' verl, Qwen-Applications/CLIPO core_algos.py):
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from clipo_megatron.core.advantages import DynamicSamplingResult, dynamic_sampling_filter
-from clipo_megatron.core.policy_loss import (
+from clipo_megatron.core.objective_kernels import (
     check_settings,
     gmpo_terms,
     gspo_terms,

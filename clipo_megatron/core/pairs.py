@@ -3,7 +3,7 @@
 
 Per group (padded [N, G, G] blocks): each anchor's positives, negatives and denominator sets,
 which rollouts count as anchors, the sampled InfoNCE positive and the authors' eps term (the
-rules are in core/losses.py's docstring). Its own module so that `group_contrastive_loss`
+rules are in core/contrastive_loss.py's docstring). Its own module so that `group_contrastive_loss`
 reads as the outline it is: lay the batch out, compare, build the pairs, run the kernel,
 reduce.
 """
@@ -15,7 +15,7 @@ import math
 import torch
 
 from clipo_megatron.core.config import CLIPOConfig
-from clipo_megatron.core.contrastive import GroupPairs
+from clipo_megatron.core.contrastive_kernels import GroupPairs
 from clipo_megatron.core.groups import GroupLayout
 from clipo_megatron.core.sampling import counter_uniform, sample_positive_slots
 

@@ -25,7 +25,7 @@ from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_para
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.spec_utils import ModuleSpec, build_module
 
-from clipo_megatron.core.losses import l2_normalize
+from clipo_megatron.core.contrastive_loss import l2_normalize
 from clipo_megatron.megatron.parallel import group_rank, group_size
 
 

@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 
 from clipo_megatron.core.config import CLIPOConfig
+from clipo_megatron.core.contrastive_loss import group_contrastive_loss
 from clipo_megatron.core.groups import GroupIds, as_group_ids
-from clipo_megatron.core.losses import group_contrastive_loss
 from clipo_megatron.core.metrics import contrastive_metrics
 from clipo_megatron.core.rewards import contrastive_rewards
 from clipo_megatron.megatron.gather import all_reduce_grads, gather_rows

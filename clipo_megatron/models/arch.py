@@ -2,7 +2,7 @@
 """`GPTArch`: the shape of a decoder-only Llama-family model, as plain data.
 
 It lives below Megatron so that HF conversion and generation can name a
-model's architecture without importing megatron.core; `megatron.model_builder`
+model's architecture without importing megatron.core; `runner.model.model_builder`
 turns it into a TransformerConfig and a GPTModel.
 """
 

@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from clipo_megatron.core.config import ClipoBlock
-from clipo_megatron.nemo_rl.losses import (
+from clipo_megatron.nemo_rl.loss_functions import (
     check_objective_loss_switches,
     objective_settings,
     uses_clipped_pg,
@@ -43,7 +43,7 @@ class ClipoNemoRLConfig(ClipoBlock):
     # filter_overlong_prompts (nemo_rl/prompt_filter.py); false: NeMo-RL's truncate-and-mask.
     drop_overlong_prompts: bool = False
     # Pool every response position y1..yT (true) or y1..y(T-1), the states the authors'
-    # SGLang patch sums (false; megatron/pooled_positions.py).
+    # SGLang patch sums (false; megatron/pooling/positions.py).
     pool_last_token: bool = True
 
     def __post_init__(self) -> None:

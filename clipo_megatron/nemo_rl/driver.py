@@ -28,13 +28,13 @@ from clipo_megatron.nemo_rl.adapter import (
     call_grpo_train,
     train_args_from_setup,
 )
+from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator, ClipoRunState
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
 from clipo_megatron.nemo_rl.loops import (
     ASYNC_GRPO_TRAIN,
     loop_of,
     unsupported_loop_problem,
 )
-from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunState
 
 
 def grpo_train_with_clipo(
@@ -152,7 +152,7 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     from nemo_rl.distributed.virtual_cluster import init_ray
     from nemo_rl.utils.logger import get_next_experiment_dir
 
-    from clipo_megatron.nemo_rl.losses import build_policy_loss
+    from clipo_megatron.nemo_rl.loss_functions import build_policy_loss
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
 
     init_ray()  # before prepare(): the environments are Ray actors

@@ -30,9 +30,9 @@ import torch
 
 from clipo_megatron.core.file_format import check_version, stamped
 from clipo_megatron.nemo_rl.adapter import actor_python_env, policy_class
+from clipo_megatron.nemo_rl.advantage_estimator import ClipoRunState, HeadStepResult, assemble_rows
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.resume_layout import layout_of, save_layout
-from clipo_megatron.nemo_rl.rewards import ClipoRunState, HeadStepResult, assemble_rows
 from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
 
 WORKER_FQN = "clipo_megatron.nemo_rl.worker_extension.ClipoMegatronPolicyWorker"

@@ -6,7 +6,7 @@ No NeMo-RL import here (the Ray worker class that mixes this in lives in
 
 Logprob pass: the worker's own `get_logprobs` runs unchanged; the mixin tees
 its microbatch iterator and hooks the final norm with
-`megatron.microbatch_pooler.MicrobatchPooler` (the runner's logprob pass uses
+`megatron.pooling.microbatch_pooler.MicrobatchPooler` (the runner's logprob pass uses
 the same pooler), so the response hidden states are pooled in that forward.
 
 Head step (advantage time): `ClipoWorkerState.head_step(correct[B], group_ids[B], step)`
@@ -27,7 +27,7 @@ import torch
 
 from clipo_megatron.core.file_format import check_version, stamped
 from clipo_megatron.megatron.clipo_step import clipo_step
-from clipo_megatron.megatron.microbatch_pooler import (  # re-exported: the worker's vocabulary
+from clipo_megatron.megatron.pooling.microbatch_pooler import (  # re-exported: the worker's vocabulary
     SAMPLE_IDX_KEY,
     MicrobatchPooler,
     find_final_norm,

@@ -47,8 +47,8 @@ def build_models(cfg: RunConfig, layout: Layout, *, reference: bool) -> RunModel
     from clipo_megatron.generation.factory import build_rollout_generator
     from clipo_megatron.megatron.head import attach_head, build_contrastive_head
     from clipo_megatron.megatron.head_trainer import HeadTrainer
-    from clipo_megatron.megatron.model_builder import transformer_config
     from clipo_megatron.models.hf_policy import load_hf_policy
+    from clipo_megatron.runner.model.model_builder import transformer_config
     from clipo_megatron.runner.policy import build_policy
 
     hf, tok = load_hf_policy(

@@ -30,8 +30,8 @@ from clipo_megatron.core.bounds import (
     Range,
 )
 from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
+from clipo_megatron.core.objective_kernels import KL_GRADIENTS
 from clipo_megatron.core.objectives import Objective
-from clipo_megatron.core.policy_loss import KL_GRADIENTS
 from clipo_megatron.data.files import SizeCaps
 from clipo_megatron.generation import BACKENDS
 

@@ -24,9 +24,9 @@ import torch
 from clipo_megatron.megatron import parallel as mp
 from clipo_megatron.megatron.gather import broadcast_from_last_stage
 from clipo_megatron.megatron.parallel import ParallelGroups
-from clipo_megatron.megatron.policy_passes import target_logprobs
 from clipo_megatron.runner import parallel, pipeline
 from clipo_megatron.runner.micro_batches import micro_batches, seq_length
+from clipo_megatron.runner.model.policy_passes import target_logprobs
 
 # forward_step(data_iterator, model) -> (model output, loss_func); loss_func(output) ->
 # (this micro-batch's share of the batch loss [], info dict), the Megatron-Core contract.

@@ -3,12 +3,12 @@
 
 - per-rollout: rows of the right-padded batch, ids [b, S] (every rollout repeats its prompt);
 - shared-prefix (`train.shared_prefix`, the default): whole prompt groups packed one group per
-  row, the prompt once (`megatron/shared_prefix.py`); same numbers, ~G-fold fewer prompt tokens.
+  row, the prompt once (`runner/model/shared_prefix.py`); same numbers, ~G-fold fewer prompt tokens.
 
 Both give logprobs in the per-rollout layout [b, S] (`logprobs[:, t]` = log p(ids[:, t] |
 ids[:, <t]) at response tokens), so the objective's loss and the pooled states do not
 know which layout ran. Each micro-batch is a dict the shared pooler reads
-(`megatron/microbatch_pooler.py`): its rows (`SAMPLE_IDX_KEY`) and where their response
+(`megatron/pooling/microbatch_pooler.py`): its rows (`SAMPLE_IDX_KEY`) and where their response
 tokens are (`token_mask` [b, S], or `SEGMENTS_KEY` [R, T] for packed rows).
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY, SEGMENTS_KEY
-from clipo_megatron.megatron.policy_passes import forward_logits, forward_packed_logits
-from clipo_megatron.megatron.shared_prefix import plan_shared_prefix, prompt_groups
+from clipo_megatron.megatron.pooling.microbatch_pooler import SAMPLE_IDX_KEY, SEGMENTS_KEY
+from clipo_megatron.runner.model.policy_passes import forward_logits, forward_packed_logits
+from clipo_megatron.runner.model.shared_prefix import plan_shared_prefix, prompt_groups
 
 
 def _per_rollout(ids, mask, rows: torch.Tensor) -> dict:

@@ -21,7 +21,7 @@ def _param_names(model) -> list[str]:
 def full_optimizer_state(optimizer, model, arch, layout) -> dict:
     """AdamW state in the TP = PP = 1 layout, keyed by full parameter name; collective when
     model-parallel (`layout`: the run's `runner.layout.Layout`)."""
-    from clipo_megatron.megatron.tp_state import gather_tensor
+    from clipo_megatron.runner.model.tp_state import gather_tensor
 
     sd = optimizer.state_dict()
     names = _param_names(model)
@@ -36,7 +36,7 @@ def local_optimizer_state(optimizer, model, arch, layout, full: dict) -> dict:
         raise ValueError(
             "checkpoint optimizer state predates name-keyed checkpoints; start a new output.dir"
         )
-    from clipo_megatron.megatron.tp_state import shard
+    from clipo_megatron.runner.model.tp_state import shard
 
     names = _param_names(model)
     by_name = layout.local_state(names, full["state_by_name"], arch, shard_value=_per_tensor(shard))

@@ -22,8 +22,8 @@ from clipo_megatron.megatron import parallel as mp
 
 def init_distributed(tp: int = 1, pp: int = 1) -> None:
     """gloo process group (torchrun's env:// when launched by it, else a world of 1) + Megatron's groups."""
-    from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
     from clipo_megatron.megatron.parallel import ensure_model_parallel
+    from clipo_megatron.runner.model.cpu_shims import enable_cpu_shims
 
     if not dist.is_initialized():
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:

@@ -2,7 +2,7 @@
 """The runner's two passes over a batch of rollouts, one of each for every parallel layout.
 
 - the fused logprob pass: token logprobs [B, S] and mean response hidden states [B, D]
-  in one forward (the pooler the NeMo-RL workers use, `megatron/microbatch_pooler.py`),
+  in one forward (the pooler the NeMo-RL workers use, `megatron/pooling/microbatch_pooler.py`),
   plus the frozen reference policy's logprobs when the run has a KL term;
 - the policy update: one optimizer step on the registry objective's loss, micro-batches
   scaled by the batch's global normalisers so they sum to the batch loss.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from clipo_megatron.core.objectives import Objective
-from clipo_megatron.megatron.microbatch_pooler import (
+from clipo_megatron.megatron.pooling.microbatch_pooler import (
     SAMPLE_IDX_KEY,
     MicrobatchPooler,
     find_final_norm,

@@ -84,7 +84,7 @@ def local_from_full(names, full: dict, arch, shard_value=None) -> dict:
     left out, for the caller's strict loader to name. `shard_value(name, value, rank, size)` cuts one
     value (default: a tensor, `tp_state.shard`).
     """
-    from clipo_megatron.megatron.tp_state import shard
+    from clipo_megatron.runner.model.tp_state import shard
 
     shard_value = shard_value or shard
     offset, rank, size = (
@@ -106,7 +106,7 @@ def full_from_local(named: dict, arch, tp_group, gather_value=None) -> dict:
     `gather_value(name, value, tp_group)` reassembles one value (default: a tensor,
     `tp_state.gather_tensor`); every rank calls it for every name, in the same order.
     """
-    from clipo_megatron.megatron.tp_state import gather_tensor
+    from clipo_megatron.runner.model.tp_state import gather_tensor
 
     gather_value = gather_value or gather_tensor
     offset = layer_offset(arch.num_layers)

@@ -7,15 +7,15 @@ generator is an HF model of the same weights, re-synced after each update.
 
 from __future__ import annotations
 
-from clipo_megatron.megatron.model_builder import (
-    build_gpt_model,
-    policy_from_hf,
-    transformer_config,
-)
 from clipo_megatron.models.hf_convert import (
     arch_from_hf_config,
     hf_to_megatron,
     load_megatron_state,
+)
+from clipo_megatron.runner.model.model_builder import (
+    build_gpt_model,
+    policy_from_hf,
+    transformer_config,
 )
 
 
@@ -25,7 +25,7 @@ def build_policy(hf_model, tp: int = 1, pp: int = 1):
         return policy_from_hf(hf_model)
     arch = arch_from_hf_config(hf_model.config)
     from clipo_megatron.megatron import parallel as mp
-    from clipo_megatron.megatron.tp_state import check_divisible
+    from clipo_megatron.runner.model.tp_state import check_divisible
     from clipo_megatron.runner.pipeline import layer_offset, local_from_full
 
     check_divisible(arch, tp)

@@ -42,6 +42,18 @@ if TYPE_CHECKING:
 
 PROG = "clipo-megatron train"
 
+# The built-in defaults in words (tests/runner/test_train_cli.py checks them against RunConfig).
+DEFAULTS_HELP = """\
+defaults: every key --config and the overrides leave unset keeps its built-in default (RunConfig
+in clipo_megatron/runner/config.py); with neither, a run trains SmolLM2-135M-Instruct
+(model.source=smollm2) on reasoning-gym's basic_arithmetic (data.train_size=1024 problems) for
+12 steps (train.steps) of 8 prompts x 8 rollouts (rollout.prompts_per_step, rollout.n), CLIPO
+on with the grpo objective, into runs/train/default. examples/configs/cpu_demo.yaml is the main
+job's recipe. --print-config prints every value a command would run with, then exits; a run
+prints what it will do (model, data, steps, output, where its settings come from) before it
+loads anything.
+"""
+
 
 class StopSignals:
     """SIGINT / SIGTERM: the first lets the current step finish (the loop then saves there), a
@@ -85,7 +97,13 @@ def _parse(argv):
         help="resume a checkpoint with a changed method / model / objective / data / seed / "
         "optimiser config (refused otherwise; train.steps and output.* may always change)",
     )
+    ap.add_argument(
+        "--print-config",
+        action="store_true",
+        help="check the config, print every value (YAML) and exit: nothing loads or trains",
+    )
     ap.add_argument("overrides", nargs="*", help="OmegaConf dotted overrides, key=value")
+    ap.epilog = DEFAULTS_HELP
     args = ap.parse_intermixed_args(argv)
     return args
 
@@ -107,7 +125,35 @@ def main(argv: list[str] | None = None) -> int:
         preflight.check_checkpoint(cfg.output.dir)  # a resume must not fail after the model load
     except (ValueError, FileNotFoundError) as e:
         user_error(PROG, str(e))
+    if args.print_config:
+        from omegaconf import OmegaConf
+
+        from clipo_megatron.runner.config import to_dict
+
+        print(OmegaConf.to_yaml(OmegaConf.create(to_dict(cfg))), end="")
+        return 0
+    if _rank0_by_env():
+        print(start_summary(cfg, args.config, len(args.overrides)), flush=True)
     return train_one(cfg, allow_config_change=args.allow_config_change)
+
+
+MODELS = {"smollm2": "SmolLM2-135M-Instruct", "tiny": "a tiny random model"}
+
+
+def start_summary(cfg: RunConfig, config_path: str | None, overrides: int) -> str:
+    """What the run will do and where its settings come from: two lines printed before anything
+    loads, so a bare `clipo-megatron train` on the built-in defaults is never a surprise."""
+    arm = f"CLIPO on, {cfg.clipo.objective}" if cfg.clipo.enabled else cfg.clipo.objective
+    data = cfg.data.path or f"reasoning-gym {cfg.data.dataset} ({cfg.data.train_size} problems)"
+    r = cfg.rollout
+    source = f"--config {config_path} over" if config_path else "no --config:"
+    return (
+        f"{PROG}: {arm}; model {MODELS.get(cfg.model.source, cfg.model.source)}; data {data}; "
+        f"{cfg.train.steps} steps x {r.prompts_per_step} prompts x {r.n} rollouts; "
+        f"output {cfg.output.dir}\n"
+        f"{PROG}: settings: {source} the built-in defaults (clipo_megatron/runner/config.py), "
+        f"{overrides} override(s); every value: {PROG} --print-config [same arguments]"
+    )
 
 
 def train_one(

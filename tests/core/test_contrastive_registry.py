@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from clipo_megatron.core import CLIPOConfig, contrastive_rewards, group_contrastive_loss
-from clipo_megatron.core import contrastive as registry
-from clipo_megatron.core.contrastive import (
+from clipo_megatron.core import contrastive_kernels as registry
+from clipo_megatron.core.contrastive_kernels import (
     CONTRASTIVE_LOSSES,
     ContrastiveLoss,
     GroupPairs,

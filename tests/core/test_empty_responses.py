@@ -17,10 +17,8 @@ from clipo_megatron.core import (
     contrastive_metrics,
     contrastive_rewards,
     group_contrastive_loss,
-    masked_mean,
-    mean_from_sums,
 )
-from clipo_megatron.core.pooling import empty_rows
+from clipo_megatron.megatron.pooling.masked_mean import empty_rows, masked_mean, mean_from_sums
 
 TOL = dict(rtol=0, atol=1e-12)
 

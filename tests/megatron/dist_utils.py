@@ -29,7 +29,7 @@ def _entry(rank, world, init_file, fn, args, queue):
         dist.init_process_group(
             "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
         )
-        from clipo_megatron.megatron.cpu_shims import enable_cpu_shims
+        from clipo_megatron.runner.model.cpu_shims import enable_cpu_shims
 
         enable_cpu_shims()
         out = fn(rank, world, *args)

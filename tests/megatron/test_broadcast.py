@@ -32,7 +32,7 @@ def _worker(rank, world, emulate):
     import torch.distributed as dist
 
     from clipo_megatron.megatron.gather import broadcast_from_last_stage
-    from clipo_megatron.testing.emulated_cuda import emulated_cuda, is_on_device
+    from clipo_testkit.emulated_cuda import emulated_cuda, is_on_device
 
     pp = dist.new_group(list(range(world)))
     last = rank == world - 1

@@ -54,7 +54,7 @@ def test_clipo_step_equals_the_trainer_step():
 def test_clipo_step_on_the_device_with_host_labels():
     """Emulated CUDA: rows and head on the device, labels and ids from the driver's host.
     Before the step moved them, the first CLIPO step of every GPU run raised here."""
-    from clipo_megatron.testing.emulated_cuda import emulated_cuda, is_on_device
+    from clipo_testkit.emulated_cuda import emulated_cuda, is_on_device
 
     pooled, correct, gids, sids = _inputs()
     ref = clipo_step(HeadTrainer(_head(), CFG), pooled, correct, gids, sids, step=0)
@@ -79,8 +79,8 @@ def test_clipo_step_on_the_device_with_host_labels():
 )
 def test_every_method_variant_runs_on_the_device(method):
     """The core's group layout, sampling, losses, rewards and metrics under CUDA's rules."""
-    from clipo_megatron.core.losses import l2_normalize
-    from clipo_megatron.testing.emulated_cuda import emulated_cuda
+    from clipo_megatron.core.contrastive_loss import l2_normalize
+    from clipo_testkit.emulated_cuda import emulated_cuda
 
     cfg = CLIPOConfig(embed_dim=8, temperature=0.1, **method)
 
@@ -126,7 +126,7 @@ def _pp_worker(rank, world, emulate):
 
     import torch.distributed as dist
 
-    from clipo_megatron.testing.emulated_cuda import emulated_cuda, is_on_device
+    from clipo_testkit.emulated_cuda import emulated_cuda, is_on_device
 
     pooled, correct, gids, sids = _inputs()
     pp = dist.new_group([0, 1])

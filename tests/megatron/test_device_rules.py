@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """CLIPO's parallel pieces under CUDA's device rules, on CPU: a world of 2 gloo processes, every
-group declared NCCL, tensors on the emulated device (`testing.emulated_cuda`), each check
-against one host process (`testing.parallel_checks`, the same checks the GPU kit runs).
+group declared NCCL, tensors on the emulated device (`clipo_testkit.emulated_cuda`), each check
+against one host process (`clipo_testkit.parallel_checks`, the same checks the GPU kit runs).
 
 What each check caught before its fix (issue 16):
   gather   the DP gather's sizes and padding were host tensors sent through NCCL (item 3)
@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from clipo_megatron.testing import parallel_checks  # noqa: E402
+from clipo_testkit import parallel_checks  # noqa: E402
 
 from .dist_utils import run_distributed  # noqa: E402
 
@@ -28,7 +28,7 @@ WORLD = 2
 
 def _worker(rank, world):
     from clipo_megatron.megatron.parallel import ensure_model_parallel
-    from clipo_megatron.testing.emulated_cuda import emulated_cuda
+    from clipo_testkit.emulated_cuda import emulated_cuda
 
     ensure_model_parallel(world, 1)  # the TP head's ColumnParallelLinear reads parallel_state
     with emulated_cuda():
@@ -70,9 +70,9 @@ def _ddp_worker(rank, world):
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-    from clipo_megatron.megatron.model_builder import build_gpt_model
     from clipo_megatron.megatron.parallel import ensure_model_parallel
-    from clipo_megatron.testing.emulated_cuda import emulated_cuda, is_on_device
+    from clipo_megatron.runner.model.model_builder import build_gpt_model
+    from clipo_testkit.emulated_cuda import emulated_cuda, is_on_device
     from tests.tiny_models import TINY_ARCH
 
     ensure_model_parallel(1, 1)  # DP = world
@@ -99,7 +99,7 @@ def test_ddp_step_over_dp2_equals_one_host_process(mcore_single_process):
     the two ranks' mean losses is the whole batch's mean, so grads, norm and step agree."""
     import torch
 
-    from clipo_megatron.megatron.model_builder import build_gpt_model
+    from clipo_megatron.runner.model.model_builder import build_gpt_model
     from tests.tiny_models import TINY_ARCH
 
     res = run_distributed(_ddp_worker, WORLD, timeout=240)

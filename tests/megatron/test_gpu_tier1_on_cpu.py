@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The GPU kit's tier 1 (`testing.gpu_tier1`) on CPU: its own functions over gloo, under
+"""The GPU kit's tier 1 (`clipo_testkit.gpu_tier1`) on CPU: its own functions over gloo, under
 `emulated_cuda()` (every group declared NCCL, tensors on the emulated device), so CI runs the
 code paths the GPU node will run. What only a GPU can show (NCCL itself, CUDA kernels in
 bf16, real times) is left to the `gpu` test at the bottom, which skips here.
@@ -15,12 +15,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("megatron.core")
 
-from clipo_megatron.testing import gpu_tier1, parallel_checks  # noqa: E402
+from clipo_testkit import gpu_tier1, parallel_checks  # noqa: E402
 
 from .dist_utils import run_distributed  # noqa: E402
 
@@ -28,8 +29,8 @@ pytestmark = [pytest.mark.mcore]
 
 
 def _whole_run(rank, world):
-    from clipo_megatron.testing import step_cost
-    from clipo_megatron.testing.emulated_cuda import emulated_cuda
+    from clipo_testkit import step_cost
+    from clipo_testkit.emulated_cuda import emulated_cuda
 
     with emulated_cuda():
         return gpu_tier1.run_tier1(
@@ -39,7 +40,7 @@ def _whole_run(rank, world):
 
 
 def _part_a(rank, world):
-    from clipo_megatron.testing.emulated_cuda import emulated_cuda
+    from clipo_testkit.emulated_cuda import emulated_cuda
 
     with emulated_cuda():
         return gpu_tier1.equivalence(rank, world, "cuda")
@@ -62,7 +63,7 @@ def test_tier1_passes_on_two_emulated_gpus(whole_run, capsys):
 
 @pytest.mark.multiprocess
 def test_tier1_bf16_capture_within_tolerance(whole_run):
-    from clipo_megatron.testing.bf16_capture import POOLED_RTOL
+    from clipo_testkit.bf16_capture import POOLED_RTOL
 
     rep = whole_run[0]["bf16"]
     assert rep["failures"] == []
@@ -114,7 +115,12 @@ def test_tier1_on_the_gpus_present(tmp_path):
         pytest.skip("no CUDA GPU here: tier 1 on GPUs runs via `bash scripts/check_gpu.sh`")
     torchrun = f"{sys.executable} -m torch.distributed.run"
     cmd = f"{torchrun} --standalone --nproc_per_node={torch.cuda.device_count()} -m " + (
-        f"clipo_megatron.testing.gpu_tier1 --summary {tmp_path / 'tier1.json'} --repeats 3"
+        f"clipo_testkit.gpu_tier1 --summary {tmp_path / 'tier1.json'} --repeats 3"
     )
-    out = subprocess.run(cmd.split(), capture_output=True, text=True, env=os.environ.copy())
+    root = str(Path(__file__).resolve().parents[2])  # clipo_testkit is not installed: the checkout
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+    }
+    out = subprocess.run(cmd.split(), capture_output=True, text=True, env=env, cwd=root)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]

@@ -41,7 +41,7 @@ def _state(group, tp: int, w_full: torch.Tensor, *, sharded: bool = True):
     from clipo_megatron.megatron.head import build_contrastive_head
     from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
     from clipo_megatron.nemo_rl.worker import ClipoWorkerState
-    from clipo_megatron.testing.parallel_checks import _model_config
+    from clipo_testkit.parallel_checks import _model_config
 
     cfg = ClipoNemoRLConfig.from_dict({"method": {"embed_dim": EMBED, "seed": 7}})
     head = build_contrastive_head(

@@ -18,10 +18,13 @@ import torch
 
 pytest.importorskip("megatron.core")
 
-from clipo_megatron.core import masked_sum_and_count, mean_from_sums  # noqa: E402
 from clipo_megatron.megatron.head import build_contrastive_head  # noqa: E402
 from clipo_megatron.megatron.head_trainer import HeadTrainer  # noqa: E402
-from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config  # noqa: E402
+from clipo_megatron.megatron.pooling.masked_mean import (  # noqa: E402
+    masked_sum_and_count,
+    mean_from_sums,
+)
+from clipo_megatron.runner.model.model_builder import build_gpt_model, transformer_config  # noqa: E402
 
 from .common import ARCH, CFG, SEQ, batch, causal_mask, forward_and_pool  # noqa: E402
 from .dist_utils import run_distributed  # noqa: E402
@@ -64,7 +67,7 @@ def _phase_pooling(rank, world):
     """SP, CP (load-balanced) and packed THD + CP on synthetic shards; record collective sizes."""
     import torch.distributed as dist
 
-    from clipo_megatron.megatron import parallel_pooling as pp_mod
+    from clipo_megatron.megatron.pooling import sharded as pp_mod
 
     sizes = []
     real = dist.all_reduce

@@ -13,8 +13,15 @@ import types
 import pytest
 import torch
 
-from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY, SEGMENTS_KEY, MicrobatchPooler
-from clipo_megatron.megatron.pooled_positions import segments_without_last_token, without_last_token
+from clipo_megatron.megatron.pooling.microbatch_pooler import (
+    SAMPLE_IDX_KEY,
+    SEGMENTS_KEY,
+    MicrobatchPooler,
+)
+from clipo_megatron.megatron.pooling.positions import (
+    segments_without_last_token,
+    without_last_token,
+)
 
 
 def test_the_last_response_position_is_cleared():

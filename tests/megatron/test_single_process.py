@@ -14,7 +14,7 @@ pytest.importorskip("megatron.core")
 from clipo_megatron.core import contrastive_rewards, group_contrastive_loss  # noqa: E402
 from clipo_megatron.megatron.head import attach_head, build_contrastive_head  # noqa: E402
 from clipo_megatron.megatron.head_trainer import HeadTrainer  # noqa: E402
-from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config  # noqa: E402
+from clipo_megatron.runner.model.model_builder import build_gpt_model, transformer_config  # noqa: E402
 
 from .common import ARCH, CFG, SEQ, batch, causal_mask, forward_and_pool, reference_mean  # noqa: E402
 
@@ -163,7 +163,7 @@ def test_the_head_tp_mode_follows_the_linear_class_subclasses_included():
 def test_capture_keeps_only_pooled_rows(model):
     # The capture must not keep the [S, B, D] hidden states alive: after the
     # forward, the pooler holds the [B] row ids and the [B, D] means only.
-    from clipo_megatron.megatron.microbatch_pooler import (
+    from clipo_megatron.megatron.pooling.microbatch_pooler import (
         SAMPLE_IDX_KEY,
         MicrobatchPooler,
         find_final_norm,

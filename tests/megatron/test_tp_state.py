@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clipo_megatron.megatron.tp_state import check_divisible, layout, shard, unshard
+from clipo_megatron.runner.model.tp_state import check_divisible, layout, shard, unshard
 from tests.tiny_models import SMOLLM2_135M_ARCH
 
 

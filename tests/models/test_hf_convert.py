@@ -9,12 +9,12 @@ import torch
 pytest.importorskip("megatron.core")
 pytest.importorskip("transformers")
 
-from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config  # noqa: E402
 from clipo_megatron.models.hf_convert import (  # noqa: E402
     arch_from_hf_config,
     load_megatron_from_hf,
     megatron_to_hf,
 )
+from clipo_megatron.runner.model.model_builder import build_gpt_model, transformer_config  # noqa: E402
 from tests.tiny_models import tiny_hf_config, tiny_hf_model  # noqa: E402
 
 pytestmark = [pytest.mark.mcore, pytest.mark.runner]

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from clipo_megatron.core.advantages import group_advantages
-from clipo_megatron.nemo_rl.rewards import group_ids_from_prompts
+from clipo_megatron.nemo_rl.advantage_estimator import group_ids_from_prompts
 
 
 class GroupNormalizedEstimator:

@@ -140,12 +140,12 @@ def run_grpo(
 
     from clipo_megatron.nemo_rl import driver
     from clipo_megatron.nemo_rl.adapter import GrpoTrainArgs
+    from clipo_megatron.nemo_rl.advantage_estimator import ClipoRunState
     from clipo_megatron.nemo_rl.config import validate_master_config
     from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo, prepare
     from clipo_megatron.nemo_rl.guard.compat import check_supported
-    from clipo_megatron.nemo_rl.losses import build_policy_loss
+    from clipo_megatron.nemo_rl.loss_functions import build_policy_loss
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
-    from clipo_megatron.nemo_rl.rewards import ClipoRunState
     from tests.nemo_rl.tracing import Trace, tracing_estimator, tracing_policy_class
 
     if not use_gpus:

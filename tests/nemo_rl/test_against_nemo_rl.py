@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from clipo_megatron.core.objectives import OBJECTIVES, policy_objective_loss
-from clipo_megatron.nemo_rl.losses import ObjectiveLossFn, policy_loss_config
+from clipo_megatron.nemo_rl.loss_functions import ObjectiveLossFn, policy_loss_config
 from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
 
 pytestmark = pytest.mark.nemo_rl
@@ -75,7 +75,7 @@ def test_both_drivers_compute_the_same_policy_update(objective, keys):
     """Issue 17 (2, 3, 4, 6): the runner's PolicyLoss and what the NeMo-RL driver builds
     (NeMo-RL's own ClippedPGLossFn for grpo / dapo / gspo) agree in loss and gradient to 1e-6 on a
     batch with a KL term, clipped and dual-clipped ratios, both KL clamps and an empty row."""
-    from clipo_megatron.testing.loss_parity import driver_loss, parity_batch, runner_loss
+    from clipo_testkit.loss_parity import driver_loss, parity_batch, runner_loss
 
     lp, data = parity_batch()
     theirs, g_theirs, cls = driver_loss(objective, lp, data, **keys)

@@ -97,7 +97,7 @@ def test_track_settings_match_the_paper():
     ],
 )
 def test_objective_variants(objective, expect):
-    from clipo_megatron.nemo_rl.losses import policy_loss_config
+    from clipo_megatron.nemo_rl.loss_functions import policy_loss_config
 
     cfg = load_recipe(CONFIGS / f"track1_qwen3b_{objective}.yaml")
     assert validate_master_config(cfg).objective == objective

@@ -39,7 +39,7 @@ TRACK2 = {
     "tp2-sp-distopt-bf16": pytest.param(
         Layout(tp=2, sp=True, dist_opt=True, bf16=True), marks=pytest.mark.contract_full
     ),
-    # the actors under `testing.emulated_cuda` (CUDA's device rules; gloo groups declared NCCL):
+    # the actors under `clipo_testkit.emulated_cuda` (CUDA's device rules; gloo groups declared NCCL):
     # DP 2, the checkpoint saved, and the resume
     "dp2-emulated": pytest.param(Layout(dp=2, emulated=True), marks=pytest.mark.contract_full),
 }

@@ -11,8 +11,8 @@ import types
 import pytest
 
 from clipo_megatron.nemo_rl.adapter import GrpoTrainArgs
+from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator
 from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo, master_config_dict
-from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator
 
 
 class Base:

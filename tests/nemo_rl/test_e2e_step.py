@@ -18,11 +18,11 @@ import types
 import pytest
 import torch
 
+from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator, ClipoRunState
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.data import score_batch
-from clipo_megatron.nemo_rl.losses import ObjectiveLossFn
+from clipo_megatron.nemo_rl.loss_functions import ObjectiveLossFn
 from clipo_megatron.nemo_rl.policy import collect_head_step
-from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator, ClipoRunState
 from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, ClipoWorkerMixin, ClipoWorkerState
 from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
 from tests.tiny_models import tiny_arch
@@ -83,7 +83,7 @@ class Worker(ClipoWorkerMixin, FakeMegatronWorker):
 
 def _head(hidden, d):
     from clipo_megatron.megatron.head import build_contrastive_head
-    from clipo_megatron.megatron.model_builder import transformer_config
+    from clipo_megatron.runner.model.model_builder import transformer_config
 
     torch.manual_seed(3)
     cfg = transformer_config(tiny_arch(hidden_size=hidden, num_layers=1, ffn_hidden_size=64))
@@ -91,8 +91,8 @@ def _head(hidden, d):
 
 
 def test_one_clipo_grpo_step(mcore_single_process, tmp_path):
-    from clipo_megatron.megatron.model_builder import build_gpt_model
     from clipo_megatron.megatron.parallel import ParallelGroups
+    from clipo_megatron.runner.model.model_builder import build_gpt_model
 
     torch.manual_seed(0)
     arch = tiny_arch(vocab_size=64, hidden_size=32, ffn_hidden_size=64, tie_embeddings=True)

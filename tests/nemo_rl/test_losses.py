@@ -12,7 +12,7 @@ import torch
 
 from clipo_megatron.core.objectives import OBJECTIVES, get_objective, policy_objective_loss
 from clipo_megatron.nemo_rl import nemo_rl_available
-from clipo_megatron.nemo_rl.losses import (
+from clipo_megatron.nemo_rl.loss_functions import (
     LossType,
     MetricNormalizer,
     ObjectiveLossFn,
@@ -230,7 +230,7 @@ def test_runner_loss_matches_clipped_pg_formula(objective, kl_gradient):
     loss and gradient, on a batch that fires the clips, the dual clip, both KL clamps and has a
     row without response tokens; with k3's gradient, the same against the formula with w = 1.
     The NeMo-RL driver's own loss (ClippedPGLossFn) is checked in test_against_nemo_rl.py."""
-    from clipo_megatron.testing.loss_parity import KL_COEF, parity_batch, runner_loss
+    from clipo_testkit.loss_parity import KL_COEF, parity_batch, runner_loss
 
     lp, data = parity_batch()
     cfg = {**policy_loss_config(objective), "reference_policy_kl_penalty": KL_COEF}
@@ -240,7 +240,7 @@ def test_runner_loss_matches_clipped_pg_formula(objective, kl_gradient):
     assert abs(loss - float(naive)) < 1e-6, (loss, float(naive))
     torch.testing.assert_close(grad, g_naive, rtol=0, atol=1e-6)
     if kl_gradient == "k3":  # the NeMo-RL driver's ObjectiveLossFn (no NeMo-RL needed)
-        from clipo_megatron.testing.loss_parity import driver_loss
+        from clipo_testkit.loss_parity import driver_loss
 
         d_loss, d_grad, cls = driver_loss(objective, lp, data, kl_gradient="k3")
         assert cls == "ObjectiveLossFn" and abs(d_loss - loss) < 1e-6
@@ -251,7 +251,7 @@ def test_the_parity_batch_tells_the_settings_apart():
     """The batch above fires what the parity tests compare: dropping the dual clip, switching the
     KL gradient form or dropping the empty row from the sequence count moves loss or gradient
     by far more than their 1e-6 tolerance."""
-    from clipo_megatron.testing.loss_parity import KL_COEF, parity_batch, runner_loss
+    from clipo_testkit.loss_parity import KL_COEF, parity_batch, runner_loss
 
     lp, data = parity_batch()
     loss, grad = runner_loss("grpo", lp, data)

@@ -602,3 +602,33 @@ def test_cli_exit_code_2_one_line_per_problem_no_traceback(tmp_path):
         "  - policy.make_sequence_length_divisible_by",
     ]
     assert "warning: data.train.split_validation_size=0.05: NeMo-RL validates" in out.stderr
+
+
+def test_a_missing_nemo_rl_parent_is_one_line_naming_it(tmp_path, monkeypatch):
+    """NEMO_RL_ROOT unset: a recipe that needs its `nemo_rl:` parent says so, naming the variable,
+    the parent and the fix, before any key resolves (it said "Interpolation key
+    'grpo.num_generations_per_prompt' not found", a key the parent would have set)."""
+    from clipo_megatron.nemo_rl.guard import recipes
+
+    if recipes.nemo_rl_root() is not None:  # an installed NeMo-RL with its configs: hide it
+        monkeypatch.setattr(recipes, "nemo_rl_root", lambda: None)
+    parent = "nemo_rl:examples/configs/recipes/llm/grpo-qwen3-30ba3b-8n8g-megatron.yaml"
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text(f"defaults:\n  - {parent}\n  - clipo_megatron:clipo.yaml\n")
+    line = (
+        f"{recipe}: its `defaults:` parent {parent} was not found (NEMO_RL_ROOT is unset and no "
+        "installed NeMo-RL has examples/configs), and the recipe does not set loss_fn, "
+        "policy, data, env, logger, cluster, checkpointing itself; export "
+        "NEMO_RL_ROOT=<your NeMo-RL checkout> (the folder holding examples/configs)"
+    )
+    assert pf.preflight(recipe, [], cluster_env=False).problems == [line]
+    monkeypatch.setattr(recipes, "nemo_rl_root", lambda: tmp_path / "nemo-rl")  # a wrong root
+    missing = tmp_path / "nemo-rl" / parent.split(":", 1)[1]
+    assert pf.preflight(recipe, [], cluster_env=False).problems == [
+        f"{recipe}: its `defaults:` parent {parent} is not in NeMo-RL's checkout at "
+        f"{tmp_path / 'nemo-rl'} ({missing} does not exist); point NEMO_RL_ROOT at the NeMo-RL "
+        "checkout (the folder holding examples/configs) or fix the parent's path"
+    ]
+    # a recipe that sets every section runs without the parent, as in CI (clipo_base.yaml)
+    monkeypatch.setattr(recipes, "nemo_rl_root", lambda: None)
+    assert pf.preflight(CONFIGS / "track1_qwen3b.yaml", [], cluster_env=False).config is not None

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
+from clipo_megatron.nemo_rl.advantage_estimator import ClipoRunState
 from clipo_megatron.nemo_rl.policy import RUN_STATE_FILE, load_run_state, save_run_state
-from clipo_megatron.nemo_rl.rewards import ClipoRunState
 
 
 def test_the_step_counter_round_trips(tmp_path):

@@ -65,3 +65,36 @@ def test_print_config_unwritable_is_one_line_exit_2(cli, capsys, tmp_path):
     assert cli.main(["--validate-only", "--print-config", str(f)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.splitlines()[-1] == f"--print-config {f}: No such file or directory"
+
+
+def test_help_shows_the_overrides_and_each_example_loads(cli, capsys, monkeypatch):
+    """`--help` says how `key=value` overrides work, and every example in it names keys the
+    recipe has (a help example a user copies must load)."""
+    import shlex
+
+    from clipo_megatron.nemo_rl.guard.recipes import load_recipe
+
+    monkeypatch.delenv("NEMO_RL_ROOT", raising=False)
+    with pytest.raises(SystemExit) as e:
+        cli.parse_args(["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    assert "[key.path=value ...]" in text.splitlines()[0]
+    assert "+key.path=value   add a key the recipe does not have" in text
+    assert "--config YAML" in text and "`defaults:`" in text
+    joined = text[text.index("examples:") :].replace("\\\n", " ")
+    examples = [shlex.split(ln)[2:] for ln in joined.splitlines() if "run_grpo_clipo.py" in ln]
+    assert len(examples) == 2
+    for argv in examples:
+        args, overrides = cli.parse_args(argv)
+        assert overrides and all("=" in o for o in overrides)
+        config = load_recipe(ROOT / args.config, overrides, resolve=False)
+        for ov in overrides:  # each override took: the loaded value is the one written
+            key, value = ov.split("=", 1)
+            node = config
+            for part in key.split("."):
+                node = node[part]
+            assert str(node).lower() == value.lower(), ov
+    assert ["clipo.enabled=true", "policy.megatron_cfg.tensor_model_parallel_size=2"] in [
+        cli.parse_args(a)[1] for a in examples
+    ]

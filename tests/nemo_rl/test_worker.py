@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from clipo_megatron.nemo_rl.advantage_estimator import assemble_rows
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
-from clipo_megatron.nemo_rl.rewards import assemble_rows
 from clipo_megatron.nemo_rl.worker import (
     SAMPLE_IDX_KEY,
     ClipoWorkerState,
@@ -90,7 +90,7 @@ def test_pooler_errors():
 
 
 def _head(d_in=4, d=6, seed=0):
-    from clipo_megatron.core.losses import l2_normalize
+    from clipo_megatron.core.contrastive_loss import l2_normalize
 
     class Head(torch.nn.Module):
         def __init__(self):

@@ -20,7 +20,7 @@ import torch
 from clipo_megatron.megatron.parallel import ParallelGroups
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, ClipoWorkerMixin, ClipoWorkerState
-from clipo_megatron.testing.emulated_cuda import emulated_cuda, is_on_device
+from clipo_testkit.emulated_cuda import emulated_cuda, is_on_device
 
 pytestmark = pytest.mark.mcore
 

@@ -69,7 +69,7 @@ def tracing_policy_class(base: type, trace: Trace) -> type:
 
 def tracing_estimator(trace: Trace) -> type:
     """The CLIPO advantage estimator recording NeMo-RL's prompt rows and rewards into `trace`."""
-    from clipo_megatron.nemo_rl.rewards import ClipoAdvantageEstimator
+    from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator
 
     class TracingEstimator(ClipoAdvantageEstimator):
         def compute_advantage(self, prompt_ids, rewards, mask, **kwargs):

@@ -16,7 +16,7 @@ def no_model(monkeypatch):
         raise ModelBuilt
 
     monkeypatch.setattr("clipo_megatron.runner.run.Run", boom)
-    monkeypatch.setattr("clipo_megatron.megatron.model_builder.build_gpt_model", boom)
+    monkeypatch.setattr("clipo_megatron.runner.model.model_builder.build_gpt_model", boom)
 
 
 @pytest.fixture

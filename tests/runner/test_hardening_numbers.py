@@ -34,7 +34,7 @@ def built(monkeypatch) -> list:
         raise AssertionError("the model was built")
 
     monkeypatch.setattr("clipo_megatron.runner.run.Run", record)
-    monkeypatch.setattr("clipo_megatron.megatron.model_builder.build_gpt_model", record)
+    monkeypatch.setattr("clipo_megatron.runner.model.model_builder.build_gpt_model", record)
     monkeypatch.setattr("clipo_megatron.models.hf_policy.load_hf_policy", record)
     return calls
 

@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.mcore, pytest.mark.runner]
 
 
 def test_one_process_layout_is_plain(mcore_single_process):
-    from clipo_megatron.megatron.policy_passes import target_logprobs
     from clipo_megatron.runner.layout import Layout
+    from clipo_megatron.runner.model.policy_passes import target_logprobs
 
     lay = Layout.init(1, 1)
     assert (lay.groups.tp, lay.groups.pp, lay.groups.dp) == (None, None, None)
@@ -37,7 +37,7 @@ def test_one_process_layout_is_plain(mcore_single_process):
 
 def _update_grads(model, ids, mask, adv, schedule):
     """Grads of sum_i adv_i * sum_t lp_it (as micro-batch losses that sum to it), and the infos."""
-    from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY
+    from clipo_megatron.megatron.pooling.microbatch_pooler import SAMPLE_IDX_KEY
     from clipo_megatron.runner.layout import Layout
     from clipo_megatron.runner.micro_batches import forward, rollout_logprobs
 

@@ -80,8 +80,8 @@ def _naive_loss(objective, lp, old, adv, mask, ref):
 def _train(objective: str, enabled: bool, out_dir, monkeypatch) -> dict:
     import clipo_megatron.runner.run as run_mod
     import clipo_megatron.verify.boxed as boxed
-    from clipo_megatron.megatron.policy_passes import forward_logits, token_logprobs
     from clipo_megatron.runner.config import load_config
+    from clipo_megatron.runner.model.policy_passes import forward_logits, token_logprobs
 
     calls = iter(PSEUDO_REWARDS)
     monkeypatch.setattr(

@@ -54,8 +54,8 @@ def _batch(seed=0):
 
 def _naive(model, ids, mask, adv):
     """Per rollout, unpadded: logprobs [B, S], pooled [B, D], grads of sum_i adv_i * sum_t lp_it."""
-    from clipo_megatron.megatron.microbatch_pooler import find_final_norm
-    from clipo_megatron.megatron.policy_passes import forward_logits, token_logprobs
+    from clipo_megatron.megatron.pooling.microbatch_pooler import find_final_norm
+    from clipo_megatron.runner.model.policy_passes import forward_logits, token_logprobs
 
     captured = []
     h = find_final_norm(model).register_forward_hook(lambda _m, _i, o: captured.append(o))
@@ -77,9 +77,9 @@ def _naive(model, ids, mask, adv):
 
 def _layout_grads(model, ids, mask, adv, shared_prefix, target_fn=None):
     """Grads of the same loss through the runner's micro-batches (2 groups per micro-batch)."""
-    from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY
-    from clipo_megatron.megatron.policy_passes import target_logprobs
+    from clipo_megatron.megatron.pooling.microbatch_pooler import SAMPLE_IDX_KEY
     from clipo_megatron.runner.micro_batches import forward, micro_batches, rollout_logprobs
+    from clipo_megatron.runner.model.policy_passes import target_logprobs
 
     model.zero_grad(set_to_none=True)
     for mb in micro_batches(ids, mask, 8, shared_prefix=shared_prefix):
@@ -90,7 +90,7 @@ def _layout_grads(model, ids, mask, adv, shared_prefix, target_fn=None):
 
 
 def test_packed_layout_is_block_causal_with_continued_positions():
-    from clipo_megatron.megatron.shared_prefix import plan_shared_prefix
+    from clipo_megatron.runner.model.shared_prefix import plan_shared_prefix
     from clipo_megatron.runner.passes import pack
 
     ids, mask = pack([[5, 6, 7], [5, 6, 7], [8, 9]], [[1, 2], [3], [4, 4, 4]], pad_id=0)
@@ -259,7 +259,7 @@ def test_an_empty_response_leaves_the_contrastive_set(single):
     import copy
 
     from clipo_megatron.core import CLIPOConfig
-    from clipo_megatron.core.losses import l2_normalize
+    from clipo_megatron.core.contrastive_loss import l2_normalize
     from clipo_megatron.megatron.clipo_step import clipo_step
     from clipo_megatron.megatron.head_trainer import HeadTrainer
     from clipo_megatron.runner.passes import logprob_and_pool

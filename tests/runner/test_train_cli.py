@@ -14,6 +14,8 @@ import pytest
 
 from clipo_megatron.runner.train import StopSignals, main
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def _error(capsys, argv) -> str:
     """The one stderr line of a refused command (exit status 2)."""
@@ -183,3 +185,69 @@ def test_train_and_eval_find_the_default_folder(tmp_path, monkeypatch, capsys):
     args = SimpleNamespace(run=str(run), config=None, out=None, overrides=[])
     cfg, found, _ = heldout._resolve(args, load_config)
     assert cfg.output.dir == "runs/train/cpu_demo" and found == run / "checkpoints/latest.pt"
+
+
+def test_a_bare_train_says_what_it_will_do_before_it_starts(tmp_path, capsys, monkeypatch):
+    """`clipo-megatron train` on the built-in defaults: the first thing it prints is the model,
+    data, steps, output and where the settings come from (then it trains)."""
+    from clipo_megatron.runner import train
+    from clipo_megatron.runner.config import load_config
+
+    started = []
+    monkeypatch.setattr(train, "train_one", lambda cfg, **k: started.append(cfg) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert train.main([]) == 0
+    assert len(started) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "clipo-megatron train: CLIPO on, grpo; model SmolLM2-135M-Instruct; data reasoning-gym "
+        "basic_arithmetic (1024 problems); 12 steps x 8 prompts x 8 rollouts; output "
+        "runs/train/default",
+        "clipo-megatron train: settings: no --config: the built-in defaults "
+        "(clipo_megatron/runner/config.py), 0 override(s); every value: clipo-megatron train "
+        "--print-config [same arguments]",
+    ]
+    cfg = load_config(str(ROOT / "examples/configs/cpu_demo.yaml"), ["clipo.enabled=false"])
+    first, second = train.start_summary(cfg, "cpu_demo.yaml", 1).splitlines()
+    assert first.startswith(
+        "clipo-megatron train: grpo; model SmolLM2-135M-Instruct; data reasoning-gym "
+        f"basic_arithmetic ({cfg.data.train_size} problems); {cfg.train.steps} steps"
+    )
+    assert second.startswith(
+        "clipo-megatron train: settings: --config cpu_demo.yaml over the built-in defaults"
+    )
+
+
+def test_print_config_prints_every_value_and_trains_nothing(tmp_path, capsys, monkeypatch):
+    import yaml
+
+    from clipo_megatron.runner import train
+    from clipo_megatron.runner.config import load_config, to_dict
+
+    monkeypatch.setattr(train, "train_one", lambda *a, **k: pytest.fail("it trained"))
+    out = tmp_path / "o"
+    assert train.main(["--print-config", "train.steps=3", f"output.dir={out}"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed == to_dict(load_config(None, ["train.steps=3", f"output.dir={out}"]))
+    assert printed["train"]["steps"] == 3 and printed["clipo"]["method"]["embed_dim"] == 128
+    assert not out.exists()
+
+
+def test_help_lists_the_built_in_defaults(capsys):
+    """The defaults `--help` states are RunConfig's (a changed default must change the help)."""
+    from clipo_megatron.runner.config import load_config
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    d = load_config(None, [])
+    said = [
+        "SmolLM2-135M-Instruct (model.source=smollm2)",
+        f"reasoning-gym's {d.data.dataset} (data.train_size={d.data.train_size} problems)",
+        f"{d.train.steps} steps (train.steps) of {d.rollout.prompts_per_step} prompts x "
+        f"{d.rollout.n} rollouts",
+        f"CLIPO on with the {d.clipo.objective} objective, into {d.output.dir}.",
+        "RunConfig in clipo_megatron/runner/config.py",
+        "--print-config prints every value",
+    ]
+    assert [s for s in said if s not in text] == []
+    assert d.model.source == "smollm2" and d.clipo.enabled

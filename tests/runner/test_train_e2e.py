@@ -134,7 +134,7 @@ def test_smollm2_step_has_real_rewards_and_contrastive_loss(tmp_path, mcore_sing
     _need_smollm2()
     d = tmp_path / "s"
     # The demo's own first step (3 prompts x 16 rollouts, seed 0, vLLM): measured 9/48 correct, 2 of 3
-    # groups valid, CLIPO's share of the advantage 0.068 (docs/cpu_demo.md).
+    # groups valid, CLIPO's share of the advantage 0.068 (docs/validation.md, the CPU main job).
     args = ["train.steps=1", "eval.size=0", "output.plots=false", f"output.dir={d}"]
     assert main(["--config", "examples/configs/cpu_demo.yaml", *args]) == 0
     m = _history(d)[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clipo_megatron.testing.emulated_cuda import EmulatedDeviceError, emulated_cuda, is_on_device
+from clipo_testkit.emulated_cuda import EmulatedDeviceError, emulated_cuda, is_on_device
 
 pytestmark = pytest.mark.device_rules
 

@@ -8,7 +8,7 @@ import torch
 
 pytestmark = pytest.mark.device_rules
 
-from clipo_megatron.testing.emulated_cuda import (  # noqa: E402
+from clipo_testkit.emulated_cuda import (  # noqa: E402
     EmulatedDeviceError,
     EmulatedNondeterminismError,
     emulated_cuda,
@@ -114,7 +114,7 @@ def test_the_rules_on_another_thread():
     elsewhere, once (nested, it adds no second mode)."""
     import threading
 
-    from clipo_megatron.testing.emulated_cuda import emulated_cuda_on_this_thread
+    from clipo_testkit.emulated_cuda import emulated_cuda_on_this_thread
 
     out: dict = {}
 
@@ -152,7 +152,7 @@ def test_deepcopy_keeps_the_device():
 
 
 def test_atomic_accumulation_needs_deterministic_algorithms():
-    from clipo_megatron.core.pooling import deterministic_algorithms
+    from clipo_megatron.megatron.pooling.masked_mean import deterministic_algorithms
 
     idx = torch.tensor([0, 1, 0])
     with emulated_cuda():
@@ -288,7 +288,7 @@ def test_autograd_graph_is_the_real_one_and_moves_copy():
 
 _PIN = """
 import torch
-from clipo_megatron.testing.emulated_cuda import emulated_cuda
+from clipo_testkit.emulated_cuda import emulated_cuda
 with emulated_cuda():
     x = torch.arange(4.0).to("cuda")
     try:
@@ -305,18 +305,21 @@ def test_a_device_tensor_cannot_be_pinned():
     that did it was not found (docs/megatron.md)."""
     import subprocess
     import sys
+    from pathlib import Path
 
-    out = subprocess.run([sys.executable, "-c", _PIN], capture_output=True, text=True, timeout=120)
+    root = Path(__file__).resolve().parents[2]  # `-c` imports from cwd: clipo_testkit's checkout
+    run = [sys.executable, "-c", _PIN]
+    out = subprocess.run(run, capture_output=True, text=True, timeout=120, cwd=root)
     assert "only dense CPU tensors can be pinned" in out.stdout, out.stdout + out.stderr
 
 
 def test_a_device_tensor_without_the_rules_names_the_fix(monkeypatch):
     """A tagged tensor in a process that never installed the rules (unpickled there) raises one
     line saying what to import, not a KeyError."""
-    from clipo_megatron.testing import emulated_tags
+    from clipo_testkit import emulated_tags
 
     with emulated_cuda():
         t = torch.ones(2, device="cuda")
     monkeypatch.setattr(emulated_tags, "_RULES", {})
-    with pytest.raises(RuntimeError, match="import clipo_megatron.testing.emulated_cuda"):
+    with pytest.raises(RuntimeError, match="import clipo_testkit.emulated_cuda"):
         t + 1

@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("megatron.core")
 
-from clipo_megatron.testing.emulated_cuda import (  # noqa: E402
+from clipo_testkit.emulated_cuda import (  # noqa: E402
     EmulatedDeviceError,
     emulated_cuda,
     is_on_device,
@@ -24,7 +24,7 @@ SEQ, B = 12, 3
 
 
 def _model():
-    from clipo_megatron.megatron.model_builder import build_gpt_model
+    from clipo_megatron.runner.model.model_builder import build_gpt_model
 
     torch.manual_seed(0)
     return build_gpt_model(ARCH)
@@ -48,7 +48,7 @@ def _forward_backward(model, ids, pos):
 def test_column_parallel_linear_carries_tags(mcore_single_process):
     from megatron.core.tensor_parallel import ColumnParallelLinear
 
-    from clipo_megatron.megatron.model_builder import transformer_config
+    from clipo_megatron.runner.model.model_builder import transformer_config
 
     def layer():
         torch.manual_seed(0)

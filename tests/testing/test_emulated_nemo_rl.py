@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from clipo_megatron.testing.emulated_cuda import (
+from clipo_testkit.emulated_cuda import (
     EmulatedDeviceError,
     EmulatedNondeterminismError,
     emulated_cuda,

@@ -41,7 +41,12 @@ from clipo_megatron.nemo_rl.guard.preflight_data import (
 )
 from clipo_megatron.nemo_rl.guard.preflight_parallel import check_parallel
 from clipo_megatron.nemo_rl.guard.preflight_resume import check_resume_clipo
-from clipo_megatron.nemo_rl.guard.recipes import NEMO_RL_PREFIX, load_recipe, nemo_rl_root
+from clipo_megatron.nemo_rl.guard.recipes import (
+    NEMO_RL_PREFIX,
+    ParentNotFound,
+    load_recipe,
+    nemo_rl_root,
+)
 from clipo_megatron.nemo_rl.loops import ASYNC_GRPO_TRAIN, loop_of, loop_problems
 from clipo_megatron.nemo_rl.recipe_keys import interpolated_keys, knob_problems
 from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
@@ -174,6 +179,8 @@ def _load_problem(recipe: str | Path, e: Exception) -> str:
     (NeMo Gym recipes read $HF_HOME) names the key and the variable."""
     import re
 
+    if isinstance(e, ParentNotFound):  # already one line naming NEMO_RL_ROOT and the parent
+        return str(e)
     unset = re.search(r"Environment variable '([^']+)' not found", str(e))
     if unset:
         key = getattr(e, "full_key", None) or "a key"

@@ -52,7 +52,9 @@ RESOLVERS = {
 }
 
 
-def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()):
+def _load_with_defaults(path: Path, seen: tuple[Path, ...] = (), skipped: list | None = None):
+    """The recipe merged over its parents; each `nemo_rl:` parent skipped for want of NeMo-RL
+    goes into `skipped` as (recipe, parent)."""
     from omegaconf import DictConfig, OmegaConf
 
     path = path.resolve()
@@ -75,13 +77,21 @@ def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()):
         if parent.startswith(NEMO_RL_PREFIX):
             root = nemo_rl_root()
             if root is None:  # CI / no NeMo-RL: our recipes set every key they interpolate
+                if skipped is not None:
+                    skipped.append((path, parent))
                 continue
             parent_path = root / parent[len(NEMO_RL_PREFIX) :]
+            if not parent_path.is_file():
+                raise ParentNotFound(
+                    f"{path}: its `defaults:` parent {parent} is not in NeMo-RL's checkout at "
+                    f"{root} ({parent_path} does not exist); point NEMO_RL_ROOT at the NeMo-RL "
+                    "checkout (the folder holding examples/configs) or fix the parent's path"
+                )
         elif parent.startswith(CLIPO_PREFIX):  # a mixin shipped in the package
             parent_path = CLIPO_CONFIGS / parent[len(CLIPO_PREFIX) :]
         else:
             parent_path = path.parent / parent
-        merged = _merge(merged, _load_with_defaults(parent_path, (*seen, path)))
+        merged = _merge(merged, _load_with_defaults(parent_path, (*seen, path), skipped))
     return _merge(merged, node)
 
 
@@ -117,6 +127,30 @@ CLIPO_PREFIX = "clipo_megatron:"
 CLIPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
+# The sections of NeMo-RL's GRPO MasterConfig: a recipe that sets them all runs without its
+# `nemo_rl:` parent (examples/configs/clipo_base.yaml); one that lacks any needs the parent.
+MASTER_SECTIONS = ("grpo", "loss_fn", "policy", "data", "env", "logger", "cluster", "checkpointing")
+
+
+class ParentNotFound(ValueError):
+    """A recipe's `nemo_rl:` parent could not be found and the recipe needs it (one line)."""
+
+
+def _check_skipped(cfg: Any, skipped: list) -> None:
+    """ParentNotFound when a `nemo_rl:` parent was skipped and the merged recipe lacks a
+    MasterConfig section: said before any key resolves (else the first error names a key that
+    the parent would have set, not the parent)."""
+    lacking = [s for s in MASTER_SECTIONS if s not in cfg]
+    if not skipped or not lacking:
+        return
+    recipe, parent = skipped[0]
+    raise ParentNotFound(
+        f"{recipe}: its `defaults:` parent {parent} was not found (NEMO_RL_ROOT is unset and no "
+        f"installed NeMo-RL has examples/configs), and the recipe does not set {', '.join(lacking)} "
+        "itself; export NEMO_RL_ROOT=<your NeMo-RL checkout> (the folder holding examples/configs)"
+    )
+
+
 def nemo_rl_root() -> Path | None:
     """NeMo-RL's checkout (for `defaults: nemo_rl:examples/configs/...`): $NEMO_RL_ROOT, else the installed package's."""
     import importlib.util
@@ -143,7 +177,9 @@ def load_recipe(
     from omegaconf import OmegaConf
 
     _register_resolvers()
-    cfg = _load_with_defaults(Path(path))
+    skipped: list = []
+    cfg = _load_with_defaults(Path(path), skipped=skipped)
+    _check_skipped(cfg, skipped)
     for ov in overrides or []:
         if "=" not in ov:
             raise ValueError(f"override {ov!r} must look like key.path=value")

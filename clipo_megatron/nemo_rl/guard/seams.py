@@ -144,7 +144,7 @@ SEAMS: tuple[Seam, ...] = (
         "algorithms/advantage_estimator.py",
         "GRPOAdvantageEstimator",
         "compute_advantage",
-        "ClipoAdvantageEstimator.compute_advantage (rewards.py) calls it",
+        "ClipoAdvantageEstimator.compute_advantage (advantage_estimator.py) calls it",
         keywords=("prompt_ids", "rewards", "mask"),
         var_kw=True,
         complete=False,
@@ -154,7 +154,7 @@ SEAMS: tuple[Seam, ...] = (
         adapter.GRPO,
         "grpo_train",
         "compute_advantage(prompt_ids, rewards, mask, ...)",
-        "ClipoAdvantageEstimator.compute_advantage (rewards.py) takes those",
+        "ClipoAdvantageEstimator.compute_advantage (advantage_estimator.py) takes those",
         check_estimator_call,
     ),
     Seam(
@@ -162,7 +162,7 @@ SEAMS: tuple[Seam, ...] = (
         LOSS,
         "LossType, LossInputType",
         "LossType.TOKEN_LEVEL, LossType.SEQUENCE_LEVEL, LossInputType.LOGPROB",
-        "ObjectiveLossFn (losses.py) uses them",
+        "ObjectiveLossFn (loss_functions.py) uses them",
         check_loss_enums,
     ),  # fmt: skip
     method_seam(
@@ -170,7 +170,7 @@ SEAMS: tuple[Seam, ...] = (
         LOSS,
         "LossFunction",
         "__call__",
-        "ObjectiveLossFn.__call__ (losses.py) takes these",
+        "ObjectiveLossFn.__call__ (loss_functions.py) takes these",
         keywords=("data", "global_valid_seqs", "global_valid_toks"),
         var_kw=True,
         complete=False,
@@ -180,7 +180,7 @@ SEAMS: tuple[Seam, ...] = (
         "algorithms/loss/utils.py",
         "prepare_loss_input",
         "the LOGPROB loss input passed as next_token_logprobs=",
-        "ObjectiveLossFn.__call__ (losses.py) takes next_token_logprobs",
+        "ObjectiveLossFn.__call__ (loss_functions.py) takes next_token_logprobs",
         check_loss_input,
     ),
 )

@@ -150,12 +150,12 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
     """Apply every patch in PATCHES (after checking each still matches its source line).
 
     emulated: instead of mapping "cuda" onto the host (`device_literals`), run under
-    `testing.emulated_cuda` (CUDA's device rules on CPU; every collective on a group declared
+    `clipo_testkit.emulated_cuda` (CUDA's device rules on CPU; every collective on a group declared
     NCCL refuses host tensors): the worker's "cuda" tensors are tagged device tensors."""
     check_sources()
     stack = contextlib.ExitStack()
     if emulated:
-        from clipo_megatron.testing.emulated_cuda import emulated_cuda
+        from clipo_testkit.emulated_cuda import emulated_cuda
 
         # strict_order off: NeMo-RL's logprob backward (distributed/model_utils.py:197) scatter_adds
         # one chosen-token gradient per position -- unique indices, no atomic race on a GPU
@@ -166,7 +166,7 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
     from megatron.bridge import AutoBridge
     from nemo_rl.models.megatron import setup as nrl_setup
 
-    from clipo_megatron.megatron.cpu_shims import _CudaToCpu
+    from clipo_megatron.runner.model.cpu_shims import _CudaToCpu
 
     saved: list[tuple[object, str, object]] = []
 

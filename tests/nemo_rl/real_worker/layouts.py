@@ -29,7 +29,7 @@ class Layout:
     bf16: bool = False
     head_tp: bool = False  # CLIPO's TP-sharded head (clipo.head_tensor_parallel)
     overlap: bool | None = None  # grad-reduce / param-gather overlap (None: = dist_opt)
-    emulated: bool = False  # under `testing.emulated_cuda` instead of host mode
+    emulated: bool = False  # under `clipo_testkit.emulated_cuda` instead of host mode
     ep: int = 1  # expert parallel (an MoE model; carved out of DP, as Megatron-Core lays it out)
     clipo: bool = True  # False: the same calls with CLIPO off (no pooler, no head step)
 

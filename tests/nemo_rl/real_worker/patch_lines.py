@@ -51,7 +51,7 @@ PATCHES = (
         SETUP,
         '[state.start_time], dtype=torch.double, device="cuda"',
         'device="cuda" / .cuda() / .to("cuda") literals (worker, setup, data.py, train.py): '
-        "onto the host (clipo_megatron.megatron.cpu_shims' mode)",
+        "onto the host (clipo_megatron.runner.model.cpu_shims' mode)",
     ),
     Patch(
         "nccl_to_gloo",

@@ -2,10 +2,10 @@
 """The Ray actor NeMo-RL's `RayWorkerGroup` builds for the real-worker `grpo_train` run (test code).
 
 `RealCpuPolicyWorkerImpl` is the product's `ClipoMegatronPolicyWorkerImpl` (NeMo-RL's real worker +
-the CLIPO mixin) with the checks' reads (`inspection.InspectionMixin`) and, in the actor process only: the TE import stub, `cpu_patches` (entered for the
-actor's life), the CPU layer spec through the worker's `_transformer_layer_spec` hook. Generation
+the CLIPO mixin) with the checks' reads (`inspection.InspectionMixin`) and, in the actor process
+only: the TE import stub, `cpu_patches` (entered for the actor's life), the CPU layer spec through the worker's `_transformer_layer_spec` hook. Generation
 is what cannot run on CPU (`MegatronGenerationMixin`: Megatron-Core's dynamic engine, flashinfer,
-NCCL refit): it is the runner's seeded sampler (`megatron.policy_passes.sample`) over the worker's
+NCCL refit): it is the runner's seeded sampler (`runner.model.policy_passes.sample`) over the worker's
 own model (colocated: nothing to refit), and the engine's phase calls are no-ops.
 """
 
@@ -22,9 +22,12 @@ from tests.nemo_rl.real_worker.te_stub import import_bridge
 
 import_bridge()
 
-from clipo_megatron.megatron.policy_passes import sample  # noqa: E402
 from clipo_megatron.nemo_rl.worker_extension import ClipoMegatronPolicyWorkerImpl  # noqa: E402
+<<<<<<< HEAD
 from tests.nemo_rl.inspection import InspectionMixin  # noqa: E402
+=======
+from clipo_megatron.runner.model.policy_passes import sample  # noqa: E402
+>>>>>>> main
 from tests.nemo_rl.real_worker.cpu_patches import EMULATED, cpu_worker_patches  # noqa: E402
 from tests.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec  # noqa: E402
 from tests.nemo_rl.real_worker.tp_generation import TPGenerationFollowers  # noqa: E402
@@ -188,8 +191,8 @@ def _in_device_mode(fn):
 
     @functools.wraps(fn)
     def wrapped(self, *a, **k):
-        from clipo_megatron.megatron.cpu_shims import _CudaToCpu
-        from clipo_megatron.testing.emulated_cuda import emulated_cuda_on_this_thread
+        from clipo_megatron.runner.model.cpu_shims import _CudaToCpu
+        from clipo_testkit.emulated_cuda import emulated_cuda_on_this_thread
 
         with emulated_cuda_on_this_thread() if self.emulated else _CudaToCpu():
             return fn(self, *a, **k)

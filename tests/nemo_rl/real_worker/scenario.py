@@ -105,7 +105,7 @@ def hf_train_reference(model_dir: Path, data, lr: float, max_norm: float) -> dic
 
 
 def final_norm_weight(worker) -> torch.Tensor:
-    from clipo_megatron.megatron.microbatch_pooler import find_final_norm
+    from clipo_megatron.megatron.pooling.microbatch_pooler import find_final_norm
 
     return find_final_norm(worker.model).weight.detach().cpu().clone()  # .cpu(): untagged
 

@@ -51,7 +51,7 @@ def _entry(rank, world, port, fn, args, queue, emulated=False):
 
 def run_ranks(fn, world: int, *args, timeout: float = 1500.0, emulated: bool = False) -> dict:
     """fn(rank, world, *args) in `world` spawned processes (inside cpu_worker_patches) -> {rank: out}.
-    emulated: under `testing.emulated_cuda` (cpu_worker_patches). The rendezvous port is free when
+    emulated: under `clipo_testkit.emulated_cuda` (cpu_worker_patches). The rendezvous port is free when
     picked, but another job on the machine may bind it before rank 0 does: that start (nothing
     has run yet) is retried on a new port, twice at most."""
     for attempt in range(3):

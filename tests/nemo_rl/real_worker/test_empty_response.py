@@ -48,7 +48,7 @@ class _Head(torch.nn.Module):
             self.proj.weight.copy_(weight)
 
     def forward(self, x):
-        from clipo_megatron.core.losses import l2_normalize
+        from clipo_megatron.core.contrastive_loss import l2_normalize
 
         return l2_normalize(self.proj(x))
 

@@ -144,7 +144,7 @@ def test_real_worker_methods_match_a_hand_reference(sources, tmp_path, world):
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_real_worker_under_emulated_cuda(sources, tmp_path):
-    """The same get_logprobs and train, the worker built and run under `testing.emulated_cuda`:
+    """The same get_logprobs and train, the worker built and run under `clipo_testkit.emulated_cuda`:
     NeMo-RL's "cuda" tensors (model, microbatches, DDP buffers) are tagged device tensors and a
     host/device mix-up or a host tensor in a collective raises as on a GPU. Same numbers."""
     from tests.nemo_rl.real_worker import build, scenario

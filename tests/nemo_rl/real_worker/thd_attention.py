@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from clipo_megatron.megatron.cpu_spec import SDPACoreAttention, get_cpu_gpt_layer_spec
+from clipo_megatron.runner.model.cpu_spec import SDPACoreAttention, get_cpu_gpt_layer_spec
 
 
 def slot_mask(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
@@ -45,7 +45,7 @@ def cp_positions(cu_seqlens: torch.Tensor, cp: int, cp_rank: int) -> torch.Tenso
     """[T / cp] the global packed position of each token on CP rank `cp_rank`: NeMo-RL splits
     every slot of `cu_seqlens_q_padded` into 2 * cp chunks and gives rank r chunks r and
     2 * cp - 1 - r, in that order (`_get_tokens_on_this_cp_rank`)."""
-    from clipo_megatron.megatron.parallel_pooling import cp_chunk_positions
+    from clipo_megatron.megatron.pooling.sharded import cp_chunk_positions
 
     cu = cu_seqlens.long().to(torch.device("cpu")).tolist()
     return torch.cat(

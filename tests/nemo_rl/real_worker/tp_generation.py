@@ -85,8 +85,8 @@ class TPGenerationFollowers:
         return _Announced(model, self.group)
 
     def _follow(self, model_fn) -> None:
-        from clipo_megatron.megatron.cpu_shims import _CudaToCpu
-        from clipo_megatron.megatron.policy_passes import forward_logits
+        from clipo_megatron.runner.model.cpu_shims import _CudaToCpu
+        from clipo_megatron.runner.model.policy_passes import forward_logits
 
         with torch.no_grad(), _CudaToCpu():  # function modes and grad mode are per thread
             while True:

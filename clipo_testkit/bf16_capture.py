@@ -83,7 +83,7 @@ def _batch(arch: GPTArch, groups: int, per_group: int, seq: int, seed: int):
 def logprob_and_pool(model, ids, mask, lengths, *, micro_batch: int, device):
     """The workers' logprob pass: microbatches teed through the pooler, the final norm hooked.
     Returns logprobs [B, S-1] and pooled states [B, H], both fp32 on `device`, in row order."""
-    from clipo_megatron.megatron.microbatch_pooler import (
+    from clipo_megatron.megatron.pooling.microbatch_pooler import (
         SAMPLE_IDX_KEY,
         MicrobatchPooler,
         find_final_norm,
@@ -105,7 +105,7 @@ def logprob_and_pool(model, ids, mask, lengths, *, micro_batch: int, device):
     # Under emulated_cuda grad stays on: there Megatron's output layer sees its input untagged
     # inside its autograd Function under no_grad, a gap of the emulator, not a CUDA rule. The
     # numbers do not depend on it. (A real CUDA tensor is no EmulatedCudaTensor.)
-    from clipo_megatron.testing.emulated_cuda import is_on_device
+    from clipo_testkit.emulated_cuda import is_on_device
 
     emulated = is_on_device(torch.empty(0, device=device))
     grad_mode = torch.enable_grad() if emulated else torch.no_grad()
@@ -129,7 +129,7 @@ def bf16_vs_fp32(
 
     from clipo_megatron.core import CLIPOConfig
     from clipo_megatron.megatron.head_trainer import HeadTrainer
-    from clipo_megatron.megatron.model_builder import build_gpt_model, transformer_config
+    from clipo_megatron.runner.model.model_builder import build_gpt_model, transformer_config
 
     torch.manual_seed(seed)
     fp32 = build_gpt_model(arch, transformer_config(arch))

@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch.utils._pytree import tree_map
 
-from clipo_megatron.testing.emulated_tags import (
+from clipo_testkit.emulated_tags import (
     EmulatedDeviceError,
     is_on_device,
     tensors_in,

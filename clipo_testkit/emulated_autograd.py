@@ -34,7 +34,7 @@ and `saved_tensors` restores them; each custom backward runs with torch function
 emulated mode pushed, gets its grads on the devices of the forward's outputs, and must return
 each input's grad on that input's device (CUDA's engine check: "returned an invalid
 gradient"; 0-dim grads are moved, as the engine does); hooks registered on a device tensor
-get device grads. testing/emulated_calls.py runs `backward` itself under the rules.
+get device grads. clipo_testkit/emulated_calls.py runs `backward` itself under the rules.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import torch
 from torch.autograd.function import BackwardCFunction, Function, FunctionCtx
 from torch.utils._pytree import tree_map
 
-from clipo_megatron.testing.emulated_tags import (
+from clipo_testkit.emulated_tags import (
     EmulatedDeviceError,
     is_on_device,
     mode_on_this_thread,

@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """GPU acceptance kit, tier 1: torch + megatron-core only, one process per GPU (torchrun).
 
-    torchrun --nproc_per_node=<GPUs> -m clipo_megatron.testing.gpu_tier1 [--summary FILE]
+    torchrun --nproc_per_node=<GPUs> -m clipo_testkit.gpu_tier1 [--summary FILE]
 
 (`scripts/check_gpu.sh --tier 1` runs exactly this.) Three parts, all on the GPUs:
 
@@ -42,7 +42,7 @@ NO_GPU = (
 def equivalence(rank: int, world: int, device) -> tuple[dict[str, float], list[str]] | None:
     """Part a: every parallel check on this rank, gathered; rank 0 gets (diffs, failures)."""
     from clipo_megatron.megatron.parallel import ensure_model_parallel
-    from clipo_megatron.testing import parallel_checks
+    from clipo_testkit import parallel_checks
 
     ensure_model_parallel(world, 1)  # the TP head reads Megatron's TP group
     mine = parallel_checks.run_checks(rank, world, device)  # host numpy arrays
@@ -72,7 +72,7 @@ def equivalence_table(diffs: dict[str, float], failures: list[str], world: int) 
 
 def bf16_part(device, *, larger: bool) -> tuple[dict, list[str], str]:
     """Part b: (report as a dict, failures, printable lines)."""
-    from clipo_megatron.testing import bf16_capture as b
+    from clipo_testkit import bf16_capture as b
 
     arch = b.LARGER if larger else b.SMALL
     rep = b.bf16_vs_fp32(device, arch=arch, seq=128 if larger else 64)
@@ -91,13 +91,13 @@ def bf16_part(device, *, larger: bool) -> tuple[dict, list[str], str]:
 
 def cost_part(device, shapes, *, repeats: int, events: bool) -> tuple[list, str]:
     """Part c: (rows, table)."""
-    from clipo_megatron.testing import step_cost
+    from clipo_testkit import step_cost
 
     rows = step_cost.step_cost(device, shapes, repeats=repeats, events=events)
     head = (
         f"CLIPO's cost beside the logprob pass, one device holding all {shapes.rows} rows "
         f"(groups of {shapes.group}, prompt {shapes.prompt_len} + response {shapes.response_len} "
-        f"tokens); see clipo_megatron/testing/step_cost.py for what is measured and what estimated:"
+        f"tokens); see clipo_testkit/step_cost.py for what is measured and what estimated:"
     )
     return rows, head + "\n" + step_cost.share_table(rows)
 
@@ -109,7 +109,7 @@ def run_tier1(
     """Every part on this rank (torch.distributed already initialised); rank 0's summary holds
     everything, other ranks' only part a's participation. Prints on rank 0."""
     from clipo_megatron.megatron.parallel import reset_model_parallel
-    from clipo_megatron.testing import step_cost
+    from clipo_testkit import step_cost
 
     summary: dict[str, Any] = {"world": world, "device": str(device), "failures": []}
     say = print if rank == 0 else (lambda *_a, **_k: None)
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from dataclasses import replace
 
-    from clipo_megatron.testing import step_cost
+    from clipo_testkit import step_cost
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local = int(os.environ.get("LOCAL_RANK", 0))

@@ -71,7 +71,7 @@ def build_gpt_model(
     if config is None:
         config = transformer_config(arch)
     if layer_spec is None:
-        from clipo_megatron.megatron.cpu_spec import get_cpu_gpt_layer_spec
+        from clipo_megatron.runner.model.cpu_spec import get_cpu_gpt_layer_spec
 
         layer_spec = get_cpu_gpt_layer_spec()
     return GPTModel(

@@ -11,7 +11,7 @@ For one prompt with rollouts y_1..y_G, embeddings e_i and binary rewards r_i
            positive(s) being scored and the negatives)
 
     L_i    = the kernel of CLIPOConfig.loss_type (InfoNCE, SupCon "out", SoftNN:
-             the registry in core/contrastive.py, where their formulas are)
+             the registry in core/contrastive_kernels.py, where their formulas are)
 
 Anchors are the correct rollouts by default. An anchor counts only if it
 has >= 1 positive and >= 1 negative in its group; for correct anchors this is
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from clipo_megatron.core.config import CLIPOConfig
-from clipo_megatron.core.contrastive import GroupPairs, get_contrastive_loss
+from clipo_megatron.core.contrastive_kernels import GroupPairs, get_contrastive_loss
 from clipo_megatron.core.groups import GroupIds, GroupLayout, as_group_ids
 from clipo_megatron.core.pairs import build_group_pairs
 
@@ -45,7 +45,9 @@ class ContrastiveResult:
     loss: torch.Tensor  # [] mean over anchors (counted by `local_mask`); carries grad
     per_sample_loss: torch.Tensor  # [B] L_i for anchors, 0 elsewhere; carries grad
     anchor_mask: torch.Tensor  # [B] bool, rollout is a counted anchor
-    reward_mask: torch.Tensor  # [B] bool, anchor whose loss becomes its reward (see rewards.py)
+    reward_mask: (
+        torch.Tensor
+    )  # [B] bool, anchor whose loss becomes its reward (see core/rewards.py)
     valid_group: torch.Tensor  # [B] bool, its group has >= 2 correct and >= 1 incorrect
     positive_index: torch.Tensor  # [B] long, batch row of the sampled InfoNCE positive, -1 if none
     num_anchors: int  # anchors in the whole batch
@@ -231,7 +233,7 @@ def group_contrastive_loss(
         sharded embedding dim (a TP all-reduce with identity backward); norms for
         the cosine come from its diagonal, so it is the one collective.
     member: [B] bool, the rows in the contrastive set (default all); the drivers pass the rows
-        that pooled at least one token (`core.pooling.empty_rows`).
+        that pooled at least one token (`megatron/pooling/masked_mean.py`, `empty_rows`).
     """
     layout, labels, sample_ids, member = _layout(
         embeddings, correct, group_ids, cfg, sample_ids, member

@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
+from clipo_megatron.core.objective_kernels import KL_INPUT_CLAMP, KL_OUTPUT_CLAMP
 from clipo_megatron.core.objectives import Objective, get_objective
-from clipo_megatron.core.policy_loss import KL_INPUT_CLAMP, KL_OUTPUT_CLAMP
 
 # Our key in NeMo-RL's `loss_fn:` block (ClippedPGLossConfig allows extra keys): "kl" | "k3".
 KL_GRADIENT_KEY = "kl_gradient"

@@ -11,7 +11,7 @@ microbatch being run:
 
     padded: hidden [S(/TP with SP), b, H]   packed: hidden [T(/CP)(/TP with SP), 1, H]
 
-into per-row fp32 means [b, H] with `megatron.parallel_pooling` (partial sums
+into per-row fp32 means [b, H] with `megatron.pooling.sharded` (partial sums
 all-reduced over TP-with-SP and CP; D floats per row). Devices: the index
 arithmetic (masks, packing offsets, segment ids) runs on the host from one
 small copy of the microbatch's metadata, whichever device it arrives on
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 SAMPLE_IDX_KEY = "clipo_sample_idx"
-# Shared-prefix rows (`megatron/shared_prefix.py`): [R, T] local sample index at each response
+# Shared-prefix rows (`runner/model/shared_prefix.py`): [R, T] local sample index at each response
 # token, -1 elsewhere; one padded row holds several samples, so a per-row mask cannot say it.
 SEGMENTS_KEY = "clipo_segments"
 
@@ -92,7 +92,7 @@ class MicrobatchPooler:
         self.cp_group = cp_group
         self.sequence_parallel = sequence_parallel
         self.response_key = response_key
-        # False: the authors' positions y1..y(T-1) (megatron/pooled_positions.py)
+        # False: the authors' positions y1..y(T-1) (megatron/pooling/positions.py)
         self.pool_last_token = pool_last_token
         self.pending: deque = deque()
         self.rows: list[torch.Tensor] = []
@@ -111,7 +111,7 @@ class MicrobatchPooler:
             segments = data.get(SEGMENTS_KEY) if isinstance(data, dict) else None
             mask = None if segments is not None else torch.as_tensor(data[self.response_key])
             if not self.pool_last_token:
-                from clipo_megatron.megatron.pooled_positions import (
+                from clipo_megatron.megatron.pooling.positions import (
                     segments_without_last_token,
                     without_last_token,
                 )
@@ -135,7 +135,7 @@ class MicrobatchPooler:
 
     def pool(self, hidden: torch.Tensor) -> None:
         """Pool one microbatch's final hidden states (called from the final-norm hook)."""
-        from clipo_megatron.megatron.parallel_pooling import (
+        from clipo_megatron.megatron.pooling.sharded import (
             local_rank_info,
             local_segment_ids,
             packed_local_segment_ids,
@@ -184,8 +184,8 @@ class MicrobatchPooler:
         """A row with no token to pool (a failed generation's empty response, a one-token answer
         without its last token) pools to zeros and is marked empty: the head step leaves it out
         of the contrastive set, so one rollout never stops the run."""
-        from clipo_megatron.core.pooling import empty_rows
-        from clipo_megatron.megatron.parallel_pooling import sharded_response_mean
+        from clipo_megatron.megatron.pooling.masked_mean import empty_rows
+        from clipo_megatron.megatron.pooling.sharded import sharded_response_mean
 
         pooled = sharded_response_mean(
             hidden.detach().float(),

@@ -84,7 +84,7 @@ def _clipo_step_fn(sh: Shapes, device):
     from clipo_megatron.megatron.clipo_step import clipo_step
     from clipo_megatron.megatron.head import build_contrastive_head
     from clipo_megatron.megatron.head_trainer import HeadTrainer
-    from clipo_megatron.megatron.model_builder import transformer_config
+    from clipo_megatron.runner.model.model_builder import transformer_config
 
     arch = replace(sh.arch, num_layers=1)  # the config only shapes the head
     head = build_contrastive_head(
@@ -101,7 +101,7 @@ def _clipo_step_fn(sh: Shapes, device):
 
 
 def _pool_fn(sh: Shapes, device):
-    from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY, MicrobatchPooler
+    from clipo_megatron.megatron.pooling.microbatch_pooler import SAMPLE_IDX_KEY, MicrobatchPooler
 
     b, s = sh.micro_batch, sh.seq
     hidden = torch.randn(s, b, sh.arch.hidden_size).to(device, torch.bfloat16)  # [S, b, H]

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.autograd.variable import Variable
 
-from clipo_megatron.testing import emulated_tags as tags
+from clipo_testkit import emulated_tags as tags
 
 
 def _type_name(spec: Any) -> str | None:

@@ -4,7 +4,7 @@
 The single-machine runner runs its model through these functions (token logprobs of a
 right-padded batch, and sampling); the NeMo-RL contract suite samples with the same `sample`
 over NeMo-RL's own worker's model on CPU (Megatron-Core's inference engine is CUDA-only). The CLIPO capture rides
-these forwards from outside (a final-norm hook, `megatron/microbatch_pooler.py`),
+these forwards from outside (a final-norm hook, `megatron/pooling/microbatch_pooler.py`),
 so the passes themselves know nothing of CLIPO.
 
 Layout: ids [B, S] right-padded; the model returns logits [B, S, V].
@@ -29,7 +29,7 @@ def forward_logits(model, ids: torch.Tensor) -> torch.Tensor:
 
 def forward_packed_logits(model, packed) -> torch.Tensor:
     """A shared-prefix micro-batch (`shared_prefix.PackedGroups`) -> [R, T, V] logits."""
-    from clipo_megatron.megatron.shared_prefix import packed_rope
+    from clipo_megatron.runner.model.shared_prefix import packed_rope
 
     with packed_rope(model, packed.position_ids):
         return model(packed.ids, packed.position_ids, packed.attention_mask)

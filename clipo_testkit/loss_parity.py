@@ -70,7 +70,7 @@ def runner_loss(objective: str, lp: torch.Tensor, data: dict, kl_coef: float = K
 def driver_loss(objective: str, lp: torch.Tensor, data: dict, kl_coef: float = KL_COEF, **keys):
     """What the NeMo-RL driver builds for the objective's recipe keys (+ `keys`), called with
     NeMo-RL's global counts; its loss and d loss / d lp [B, S-1]. Returns the loss class too."""
-    from clipo_megatron.nemo_rl.losses import build_policy_loss, policy_loss_config
+    from clipo_megatron.nemo_rl.loss_functions import build_policy_loss, policy_loss_config
 
     cfg = {**policy_loss_config(objective), "reference_policy_kl_penalty": kl_coef, **keys}
     fn = build_policy_loss(objective, cfg)

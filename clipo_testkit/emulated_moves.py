@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from clipo_megatron.testing import emulated_tags as tags
+from clipo_testkit import emulated_tags as tags
 
 
 def is_cuda_device(d: Any) -> bool | None:

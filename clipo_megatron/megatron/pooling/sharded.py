@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from clipo_megatron.core.pooling import mean_from_sums, segment_sum_and_count
 from clipo_megatron.megatron.parallel import group_rank, group_size
+from clipo_megatron.megatron.pooling.masked_mean import mean_from_sums, segment_sum_and_count
 
 
 def cp_chunk_positions(seq_len: int, cp_size: int, cp_rank: int) -> torch.Tensor:
@@ -146,7 +146,7 @@ def sharded_response_mean(
     allow_empty: bool = False,
 ) -> torch.Tensor:
     """[B, D] mean response hidden state; counts [B] from the full response mask. `allow_empty`:
-    a row with count 0 pools to zeros (`core.pooling.mean_from_sums`) instead of raising."""
+    a row with count 0 pools to zeros (`megatron.pooling.masked_mean.mean_from_sums`) instead of raising."""
     sums = sharded_response_sums(
         hidden_local,
         segment_ids,

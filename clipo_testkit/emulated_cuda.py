@@ -8,7 +8,7 @@ through NCCL never shows. Inside `emulated_cuda()`:
 - tensors placed on "cuda" (`.cuda()`, `.to("cuda"/0/device)`, factories with `device="cuda"`,
   `nn.Module.to("cuda")`) are CPU tensors of the subclass `EmulatedCudaTensor`, which reports
   `device == cuda:0` and `is_cuda`; everything computed from them stays tagged; `.cpu()` /
-  `.to("cpu")` untag (a copy, as on a GPU; every spelling NeMo-RL uses: testing/emulated_moves.py);
+  `.to("cpu")` untag (a copy, as on a GPU; every spelling NeMo-RL uses: clipo_testkit/emulated_moves.py);
 - an op that mixes tagged and untagged tensors raises as CUDA does (0-dim host tensors are
   allowed as CUDA allows scalars; a host index into a device tensor is allowed, a device index
   into a host tensor is not; `copy_` crosses devices); `.numpy()` of a device tensor raises;
@@ -16,9 +16,9 @@ through NCCL never shows. Inside `emulated_cuda()`:
   tensors, as NCCL does;
 - custom `autograd.Function`s (Megatron-Core's linears) carry the tags through their
   outputs, saved tensors, backward grads and hooks: autograd re-wraps tensors in C++, where
-  the tag is lost (testing/emulated_autograd.py says where and what restores it);
+  the tag is lost (clipo_testkit/emulated_autograd.py says where and what restores it);
 - `.type()` says `torch.cuda.FloatTensor` (Megatron-Core's optimizer checks it),
-  `pin_memory` pins nothing, and backward runs under these rules (testing/emulated_calls.py);
+  `pin_memory` pins nothing, and backward runs under these rules (clipo_testkit/emulated_calls.py);
 - `torch.cuda.is_available()` is True, `current_device()` is 0, and the device's one stream
   runs in order with the host (`current_stream()` waits and `synchronize()` are no-ops);
 - a device tensor is the op's own result retyped in place, not an alias, so autograd's
@@ -40,10 +40,10 @@ from typing import Any
 
 import torch
 
-from clipo_megatron.testing import emulated_calls, emulated_moves
-from clipo_megatron.testing.emulated_autograd import tags_through_functions
-from clipo_megatron.testing.emulated_nccl import nccl_guards
-from clipo_megatron.testing.emulated_tags import (
+from clipo_testkit import emulated_calls, emulated_moves
+from clipo_testkit.emulated_autograd import tags_through_functions
+from clipo_testkit.emulated_nccl import nccl_guards
+from clipo_testkit.emulated_tags import (
     CUDA,
     MIXED,
     EmulatedCudaMode,
@@ -157,7 +157,7 @@ def _tensor_rules(func, args: tuple, kwargs: dict):
         raise EmulatedNondeterminismError(
             f"{name} on a CUDA tensor accumulates with atomics: its sums differ between "
             "runs and between replicas that compute the same rows. Run it under "
-            "torch.use_deterministic_algorithms(True) (core.pooling.deterministic_algorithms). "
+            "torch.use_deterministic_algorithms(True) (megatron.pooling.masked_mean.deterministic_algorithms). "
             "(emulated CUDA)"
         )
     with torch._C.DisableTorchFunctionSubclass():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clipo_megatron.core import (
+from clipo_megatron.megatron.pooling.masked_mean import (
     masked_mean,
     masked_sum_and_count,
     mean_from_sums,

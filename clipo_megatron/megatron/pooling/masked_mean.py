@@ -135,7 +135,7 @@ def packed_sum_and_count(
 def empty_rows(counts: torch.Tensor) -> torch.Tensor:
     """[B] counts -> [B] bool: rows with no token to pool (an empty response, or a one-token
     answer whose last token is left out). The one rule of what "empty" means; CLIPO leaves
-    such rows out of its contrastive set (`core/losses.py`, `member`)."""
+    such rows out of its contrastive set (`core/contrastive_loss.py`, `member`)."""
     return counts <= 0
 
 

@@ -2,7 +2,7 @@
 """CLIPO's parallel pieces on the device, against one host process: one set of checks, two places.
 
 On a GPU node `scripts/check_gpu.sh` runs them under torchrun over NCCL on real
-GPUs (`testing.gpu_tier1`); on a CPU machine tests/megatron/test_device_rules.py
+GPUs (`clipo_testkit.gpu_tier1`); on a CPU machine tests/megatron/test_device_rules.py
 runs them over gloo inside `emulated_cuda()`, where a host tensor in a device
 op or in an NCCL collective raises as it would on a GPU. Each check, on every rank
 of a world of any size:
@@ -68,8 +68,8 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def _model_config(tp: int):
-    from clipo_megatron.megatron.model_builder import transformer_config
     from clipo_megatron.models.arch import GPTArch
+    from clipo_megatron.runner.model.model_builder import transformer_config
 
     arch = GPTArch(
         vocab_size=64, hidden_size=D, num_layers=1, num_attention_heads=4, num_query_groups=4,
@@ -112,7 +112,7 @@ def run_checks(rank: int, world: int, device) -> dict[str, dict[str, np.ndarray]
 
 def _meta(ctx) -> dict:
     """A microbatch's metadata, moved to the device as NeMo-RL's worker moves the whole dict."""
-    from clipo_megatron.megatron.microbatch_pooler import SAMPLE_IDX_KEY
+    from clipo_megatron.megatron.pooling.microbatch_pooler import SAMPLE_IDX_KEY
 
     return {
         SAMPLE_IDX_KEY: torch.arange(B).to(ctx.device),
@@ -135,7 +135,7 @@ def _check_gather(ctx) -> dict:
 
 def _check_pool_sp(ctx) -> dict:
     """Padded sbd rows, sequence parallel: S split across the world."""
-    from clipo_megatron.megatron.microbatch_pooler import MicrobatchPooler
+    from clipo_megatron.megatron.pooling.microbatch_pooler import MicrobatchPooler
 
     s_pad = -(-S // ctx.world) * ctx.world
     hid = torch.nn.functional.pad(ctx.x.hidden, (0, 0, 0, 0, 0, s_pad - S))
@@ -147,8 +147,8 @@ def _check_pool_sp(ctx) -> dict:
 
 def _check_pool_cp(ctx) -> dict:
     """Packed THD (`cu_seqlens_padded`, sequences padded to 2 * cp), load-balanced CP chunks."""
-    from clipo_megatron.megatron.microbatch_pooler import MicrobatchPooler
-    from clipo_megatron.megatron.parallel_pooling import cp_chunk_positions
+    from clipo_megatron.megatron.pooling.microbatch_pooler import MicrobatchPooler
+    from clipo_megatron.megatron.pooling.sharded import cp_chunk_positions
 
     x, mult = ctx.x, 2 * ctx.world
     padded = (x.lengths + mult - 1) // mult * mult
@@ -167,7 +167,7 @@ def _check_pool_cp(ctx) -> dict:
 
 def _check_pool_tp(ctx) -> dict:
     """SP off: every TP rank pools the whole sequence; the replicas must agree bit for bit."""
-    from clipo_megatron.megatron.microbatch_pooler import MicrobatchPooler
+    from clipo_megatron.megatron.pooling.microbatch_pooler import MicrobatchPooler
 
     pooler = MicrobatchPooler(tp_group=ctx.group, sequence_parallel=False)
     r, pooled = _pooler_pool(pooler, _meta(ctx), ctx.x.hidden.to(ctx.device))
@@ -175,7 +175,7 @@ def _check_pool_tp(ctx) -> dict:
 
 
 def _pooled_reference(ctx) -> torch.Tensor:
-    from clipo_megatron.core.pooling import masked_mean
+    from clipo_megatron.megatron.pooling.masked_mean import masked_mean
 
     return masked_mean(ctx.x.hidden, ctx.x.mask, layout="sbd")  # [B, D] on the host
 
@@ -223,8 +223,8 @@ def _check_step_dp(ctx) -> dict:
 
 def reference(world: int) -> dict[str, dict[str, np.ndarray]]:
     """What every check must give, computed in one process on the host (world only shapes it)."""
-    from clipo_megatron.core.pooling import masked_mean
     from clipo_megatron.megatron.head_trainer import HeadTrainer
+    from clipo_megatron.megatron.pooling.masked_mean import masked_mean
 
     x = data()
     pooled = masked_mean(x.hidden, x.mask, layout="sbd")  # [B, D]

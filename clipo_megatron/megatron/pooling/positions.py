@@ -25,7 +25,7 @@ def without_last_token(mask: torch.Tensor) -> torch.Tensor:
 
 
 def segments_without_last_token(segments: torch.Tensor) -> torch.Tensor:
-    """[R, T] sample id per response position (-1 elsewhere, `megatron/shared_prefix.py`) with
+    """[R, T] sample id per response position (-1 elsewhere, `runner/model/shared_prefix.py`) with
     each sample's last position set to -1 (a sample's tokens lie in one row, in order)."""
     out = segments.clone()
     flat = out.reshape(-1)  # a view: row-major, so a later position has a larger index

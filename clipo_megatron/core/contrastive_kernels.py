@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """The group contrastive losses, in one registry: name -> per-anchor kernel + paper lambda.
 
-`group_contrastive_loss` (core/losses.py) prepares what every loss reads once
+`group_contrastive_loss` (core/contrastive_loss.py) prepares what every loss reads once
 per batch — similarities, positive / negative / denominator masks, anchors, the
 sampled InfoNCE positive — as `GroupPairs` (built in core/pairs.py), then calls the kernel of
 `CLIPOConfig.loss_type`. `CLIPOConfig` validates `loss_type` against this

@@ -1,6 +1,6 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """The emulated device's tag: which tensors are "on cuda:0", and the two torch-function hooks
-(the tensor subclass and the mode) whose rules `testing/emulated_cuda.py` installs.
+(the tensor subclass and the mode) whose rules `clipo_testkit/emulated_cuda.py` installs.
 
 The bottom of the emulation: the moves, the calls that answer differently on the device,
 autograd's tag carrying and the NCCL guards all read and set the tag through these public
@@ -39,7 +39,7 @@ _RULES: dict[str, Rule] = {}  # "tensor" / "mode" -> the installed rules
 def install_rules(*, tensor: Rule, mode: Rule) -> None:
     """The device's rules, for calls on device tensors (`tensor`) and for every call inside
     `emulated_cuda()` (`mode`: factories and moves of host tensors, which the subclass never
-    sees). Installed once by `testing/emulated_cuda.py`."""
+    sees). Installed once by `clipo_testkit/emulated_cuda.py`."""
     _RULES.update(tensor=tensor, mode=mode)
 
 
@@ -49,13 +49,13 @@ def _rule(kind: str) -> Rule:
     except KeyError:  # e.g. a device tensor unpickled in a process that never imported them
         raise RuntimeError(
             "an emulated-CUDA tensor is used where the emulation's rules are not installed; "
-            "import clipo_megatron.testing.emulated_cuda (and move the tensor to the host with "
+            "import clipo_testkit.emulated_cuda (and move the tensor to the host with "
             ".cpu() before it leaves the emulated process)"
         ) from None
 
 
 class EmulatedCudaTensor(torch.Tensor):
-    """A host tensor that behaves, device-wise, as one on cuda:0 (testing/emulated_cuda.py)."""
+    """A host tensor that behaves, device-wise, as one on cuda:0 (clipo_testkit/emulated_cuda.py)."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):

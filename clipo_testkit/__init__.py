@@ -1,0 +1,5 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The test kit: the emulated CUDA, the parallel checks, the parity helpers and the GPU tier-1
+kit. It sits beside the package, not in it, so `pip install .` ships only the product
+(tests/test_wheel.py); tests, scripts and `scripts/check_gpu.sh` import it from a checkout, whose
+root is on sys.path (pytest's rootdir, or PYTHONPATH)."""
