@@ -228,9 +228,9 @@ def test_a_worker_class_without_a_python_is_refused(
 ):
     """NeMo-RL's `worker_extension_cls_fqn` may name a subclass of CLIPO's worker; one NeMo-RL
     has no Python for is refused before any worker starts, in one line."""
+    from clipo_megatron.nemo_rl.advantage_estimator import ClipoRunState
     from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
-    from clipo_megatron.nemo_rl.rewards import ClipoRunState
     from tests.nemo_rl.fake_nemo_rl import write_tree
 
     write_tree(tmp_path / "src" / "nemo_rl")

@@ -23,11 +23,8 @@ from tests.nemo_rl.real_worker.te_stub import import_bridge
 import_bridge()
 
 from clipo_megatron.nemo_rl.worker_extension import ClipoMegatronPolicyWorkerImpl  # noqa: E402
-<<<<<<< HEAD
-from tests.nemo_rl.inspection import InspectionMixin  # noqa: E402
-=======
 from clipo_megatron.runner.model.policy_passes import sample  # noqa: E402
->>>>>>> main
+from tests.nemo_rl.inspection import InspectionMixin  # noqa: E402
 from tests.nemo_rl.real_worker.cpu_patches import EMULATED, cpu_worker_patches  # noqa: E402
 from tests.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec  # noqa: E402
 from tests.nemo_rl.real_worker.tp_generation import TPGenerationFollowers  # noqa: E402
