@@ -23,10 +23,16 @@ def user_error(prog: str, message: str) -> NoReturn:
     file, so the failure summary torchrun prints last shows it as the root cause (it was
     buried above 40 lines of torchrun's own traceback, once per rank)."""
     line = f"{prog}: error: {message}"
-    if int(os.environ.get("RANK", "0")) == 0:
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
         print(line, file=sys.stderr)
     _tell_torchrun(line)
+    if rank != 0:  # let rank 0 print first: torchrun stops every rank once one exits, and on a
+        time.sleep(RANK0_GRACE_S)  # loaded box rank 0 may reach this line last (no line at all)
     sys.exit(2)
+
+
+RANK0_GRACE_S = 20.0  # torchrun ends this rank as soon as rank 0 has exited
 
 
 def _tell_torchrun(line: str) -> None:

@@ -34,3 +34,26 @@ def test_a_layout_that_does_not_fit_is_one_line_and_torchruns_root_cause(tmp_pat
     root_cause = text[text.index("Root Cause") :]
     assert f"traceback : {LINE}" in root_cause, root_cause
     assert not (tmp_path / "o").exists()
+
+
+SLOW_RANK0 = """
+import os, runpy, sys, time
+if os.environ["RANK"] == "0":
+    time.sleep(3)  # a loaded box: rank 0 reaches the check after rank 1 has
+sys.argv = ["clipo-megatron", *sys.argv[1:]]
+runpy.run_module("clipo_megatron.cli", run_name="__main__")
+"""
+
+
+def test_the_line_is_printed_when_rank_0_reaches_the_check_last(tmp_path):
+    """torchrun stops every rank once one exits: rank 1 exiting first used to kill rank 0 before
+    it printed, leaving no line (seen once under load); the other ranks now wait for rank 0."""
+    script = tmp_path / "slow_rank0.py"
+    script.write_text(SLOW_RANK0)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)]
+    argv += ["train", "parallel.tp=3", f"output.dir={tmp_path / 'o'}"]
+    out = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert [x for x in text.splitlines() if x.startswith("clipo-megatron")] == [LINE]
