@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from clipo_megatron.file_format import check_version, stamped
+
 MARKER = "clipo_megatron_output.json"
-MARKER_FORMAT = 1  # {format_version, kind}; the version key as core/file_format.py names it
+MARKER_FORMAT = 1  # {format_version, kind}
 # A train run locks its folder (runner/run_dir.py LOCK_NAME) before it writes the marker: the
 # lock file alone is no one else's file (the lock itself then says whether a run holds it).
 RUN_LOCK = "run.lock"
@@ -42,13 +44,7 @@ def folder_kind(path: Path) -> str | None:
         return None
     if not isinstance(saved, dict):
         return None
-    found = saved.get("format_version")
-    if found != MARKER_FORMAT:
-        what = "no format version" if found is None else f"format version {found!r}"
-        raise ValueError(
-            f"{marker} has {what}; this clipo_megatron reads version {MARKER_FORMAT} only: "
-            "choose a new or empty folder"
-        )
+    check_version(saved, MARKER_FORMAT, marker, "choose a new or empty folder")
     kind = saved.get("kind")
     return kind if kind in KINDS else None
 
@@ -91,5 +87,5 @@ def claim_output_folder(
     p.mkdir(parents=True, exist_ok=True)
     marker = p / MARKER
     if not marker.is_file():
-        marker.write_text(json.dumps({"format_version": MARKER_FORMAT, "kind": kind}) + "\n")
+        marker.write_text(json.dumps(stamped({"kind": kind}, MARKER_FORMAT)) + "\n")
     return p

@@ -17,8 +17,9 @@ ALLOWED: dict[str, set[str]] = {
     "grader_names": set(),
     "recipe_kind": set(),
     "cli_args": set(),
-    "output_folder": set(),
-    "core": {"grader_names"},
+    "file_format": set(),
+    "output_folder": {"file_format"},
+    "core": {"file_format", "grader_names"},
     "verify": {"grader_names"},
     "models": set(),
     "data": {"verify"},
@@ -28,13 +29,14 @@ ALLOWED: dict[str, set[str]] = {
     "eval": {"cli_args", "core", "data", "generation", "models", "output_folder", "verify"},
     "runner": {
         *("cli_args", "core", "data", "generation", "megatron", "models"),
-        *("output_folder", "reporting", "verify"),
+        *("file_format", "output_folder", "reporting", "verify"),
     },
     "source_match": set(),
-    "nemo_rl": {"core", "data", "megatron", "recipe_kind", "source_match", "verify"},
+    "nemo_rl": {"core", "data", "file_format", "megatron", "recipe_kind", "source_match", "verify"},
     "nemo_rl.guard": {
         "core",
         "data",
+        "file_format",
         "megatron",
         "nemo_rl",
         "recipe_kind",
@@ -257,4 +259,4 @@ def test_the_map_check_sees_a_missing_package_and_a_new_arrow():
     drawn = house_map(
         text.replace(core, core.replace("`grader_names`", "`grader_names`, `runner`"))
     )
-    assert drawn["core"] == {"grader_names", "runner"}
+    assert drawn["core"] == {"file_format", "grader_names", "runner"}

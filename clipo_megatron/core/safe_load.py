@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from clipo_megatron.core.file_format import check_version
+from clipo_megatron.file_format import check_version
 
 # The runner's latest.pt: {format_version, step, policy, optimizer, head, history, ...}; written
 # by runner/checkpoint.py, read there and by `eval` (a trained model).

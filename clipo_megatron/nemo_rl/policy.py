@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from clipo_megatron.core.file_format import check_version, stamped
+from clipo_megatron.file_format import check_version, stamped
 from clipo_megatron.nemo_rl.adapter import actor_python_env, policy_class
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoRunState, HeadStepResult, assemble_rows
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig

@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from clipo_megatron.core.file_format import VERSION_KEY, check_version, stamped
+from clipo_megatron.file_format import VERSION_KEY, check_version, stamped
 from clipo_megatron.nemo_rl.recipe_keys import dotted_get
 
 LAYOUT_FILE = "clipo_layout.json"

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from clipo_megatron.core.file_format import check_version, stamped
+from clipo_megatron.file_format import check_version, stamped
 from clipo_megatron.megatron.clipo_step import clipo_step
 from clipo_megatron.megatron.pooling.microbatch_pooler import (  # re-exported: the worker's vocabulary
     SAMPLE_IDX_KEY,

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from clipo_megatron.core import safe_load
-from clipo_megatron.core.file_format import check_version, stamped
 from clipo_megatron.core.safe_load import RUN_CHECKPOINT_FORMAT, load_state
+from clipo_megatron.file_format import check_version, stamped
 from clipo_megatron.runner.parallel import barrier, is_rank0
 
 

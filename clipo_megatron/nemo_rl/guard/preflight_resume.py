@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from clipo_megatron.core.file_format import check_version
+from clipo_megatron.file_format import check_version
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.resume_layout import resume_step_dir
 from clipo_megatron.nemo_rl.worker import HEAD_FILE, HEAD_FORMAT, HEAD_FORMAT_FIX
