@@ -90,7 +90,9 @@ else
   "$VENV/bin/pip" install -q -e ".[megatron,test]" "megatron-core>=0.18" "${pins[@]}"
   stamp > "$VENV/.stamp"
 fi
-OVERLAY_PKGS="transformers==${TRANSFORMERS_REAL_WORKER:-5.8.1} einops nvidia-modelopt==0.47.0 pulp orloge cpsat-logutils"
+# TransferQueue (NeMo-RL pins its git commit of 0.1.9; PyPI's 0.1.9 here) and msgspec: the data
+# plane of the TransferQueue loop's contract case (test_contract_tq.py)
+OVERLAY_PKGS="transformers==${TRANSFORMERS_REAL_WORKER:-5.8.1} einops nvidia-modelopt==0.47.0 pulp orloge cpsat-logutils transferqueue==0.1.9 $(locked msgspec)"
 OVERLAY=.venv_real_worker-$(echo "$VENV $OVERLAY_PKGS" | sha256sum | cut -c1-16)
 if [ -f "$OVERLAY/.stamp" ]; then
   echo "[test_nemo_rl] $OVERLAY is up to date"

@@ -41,11 +41,13 @@ _HERE = "adapter.py"
 
 @contextlib.contextmanager
 def advantage_estimator_installed(grpo_module: Any, wrap: Callable[[Any], Any]) -> Iterator[None]:
-    """For the `with`: every estimator `grpo_train` builds is `wrap(what NeMo-RL built)`."""
+    """For the `with`: every estimator the loop in `grpo_module` builds is `wrap(what NeMo-RL
+    built)` (`grpo`, or `grpo_sync`, which imports the name: `adapter_tq.py`)."""
     original = getattr(grpo_module, ESTIMATOR, None)
     if original is None:
         raise RuntimeError(
-            f"nemo_rl.algorithms.grpo.{ESTIMATOR} not found: this NeMo-RL differs from the "
+            f"{getattr(grpo_module, '__name__', grpo_module)}.{ESTIMATOR} not found: this NeMo-RL "
+            "differs from the "
             "commit this integration targets (docs/nemo_rl.md)"
         )
     setattr(grpo_module, ESTIMATOR, lambda master_config: wrap(original(master_config)))
@@ -142,8 +144,13 @@ class GrpoTrainArgs:
     master_config: Any  # the 12th argument
 
 
+def train_arguments(args: GrpoTrainArgs) -> tuple:
+    """The 11 arguments after the policy, in grpo_train's order (the other loops share them)."""
+    return tuple(getattr(args, f.name) for f in fields(args))
+
+
 def call_grpo_train(grpo_module: Any, policy: Any, args: GrpoTrainArgs) -> None:
-    grpo_module.grpo_train(policy, *(getattr(args, f.name) for f in fields(args)))
+    grpo_module.grpo_train(policy, *train_arguments(args))
 
 
 ASYNC_TRAIN = "async_grpo_train"
@@ -155,7 +162,7 @@ def call_async_grpo_train(
     """`async_grpo_train` as NeMo-RL's run_grpo.py calls it (the age from the recipe)."""
     getattr(grpo_module, ASYNC_TRAIN)(
         policy,
-        *(getattr(args, f.name) for f in fields(args)),
+        *train_arguments(args),
         max_trajectory_age_steps=max_trajectory_age_steps,
     )
 

@@ -1,6 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The CLIPO GRPO driver: NeMo-RL's `setup` + `grpo_train` (or `async_grpo_train`, picked as
-NeMo-RL's run_grpo.py picks it: `loops.py`) with three seams filled.
+"""The CLIPO GRPO driver: NeMo-RL's `setup` + `grpo_train` (or `async_grpo_train`, or the
+TransferQueue loop `grpo_train_sync`, picked as NeMo-RL's run_grpo.py picks it: `loops.py`) with
+three seams filled.
 
 `grpo_train_with_clipo` is the call both this driver and the CPU contract suite
 (tests/nemo_rl/) make. Seams:
@@ -32,6 +33,7 @@ from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator, 
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
 from clipo_megatron.nemo_rl.loops import (
     ASYNC_GRPO_TRAIN,
+    GRPO_TRAIN_SYNC,
     loop_of,
     unsupported_loop_problem,
 )
@@ -44,8 +46,10 @@ def grpo_train_with_clipo(
     policy: Any,
     args: GrpoTrainArgs,
 ) -> int | None:
-    """NeMo-RL's `grpo_train(policy, *args)`, or `async_grpo_train` when the master config asks
-    for it (`grpo.async_grpo.enabled`, as run_grpo.py picks), with every advantage estimator it
+    """NeMo-RL's `grpo_train(policy, *args)`, or `async_grpo_train` / `grpo_train_sync` when the
+    master config asks for it (`grpo.async_grpo.enabled` / `data_plane.enabled`, as run_grpo.py
+    picks; the TransferQueue loop's policy is `make_clipo_policy_class(data_plane=)`'s), with
+    every advantage estimator it
     builds wrapped by `ClipoAdvantageEstimator`. Another loop's config is a ValueError (the
     preflight's line): never the synchronous loop in its place. The run's logger also receives the
     CLIPO metrics under `train/clipo/*` and, in both arms, the verifier's answers per status
@@ -73,13 +77,22 @@ def grpo_train_with_clipo(
         print(
             f"[clipo] {deadline.SAVE_BY_ENV}: grpo_train saves and stops within {must} (DD:HH:MM:SS)"
         )
-    with advantage_estimator_installed(grpo_module, wrap):
-        if loop_of(config) is ASYNC_GRPO_TRAIN:
-            age = int(config["grpo"]["async_grpo"]["max_trajectory_age_steps"])
-            print(f"[clipo] async_grpo_train, trajectories up to {age} step(s) old")
-            call_async_grpo_train(grpo_module, policy, args, age)
-        else:
-            call_grpo_train(grpo_module, policy, args)
+    loop = loop_of(config)
+    if loop is GRPO_TRAIN_SYNC:  # grpo_sync imports the estimator's name: rebind it there
+        from clipo_megatron.nemo_rl.adapter_tq import call_grpo_train_sync, grpo_sync_module
+
+        sync = grpo_sync_module()
+        print("[clipo] grpo_train_sync (the TransferQueue data plane)")
+        with advantage_estimator_installed(sync, wrap):
+            call_grpo_train_sync(sync, policy, args)
+    else:
+        with advantage_estimator_installed(grpo_module, wrap):
+            if loop is ASYNC_GRPO_TRAIN:
+                age = int(config["grpo"]["async_grpo"]["max_trajectory_age_steps"])
+                print(f"[clipo] async_grpo_train, trajectories up to {age} step(s) old")
+                call_async_grpo_train(grpo_module, policy, args, age)
+            else:
+                call_grpo_train(grpo_module, policy, args)
     if save_by is None:
         return None
     end = deadline.saved_step(args.checkpointer)
@@ -89,6 +102,12 @@ def grpo_train_with_clipo(
         save_by, started=started, now=now, steps=(start, end), planned=planned
     )
     return end if at_deadline else None
+
+
+def data_plane_of(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The recipe's `data_plane` block when NeMo-RL would run it with grpo_train_sync (the
+    policy is then a TQPolicy), else None."""
+    return dict(config["data_plane"]) if loop_of(config) is GRPO_TRAIN_SYNC else None
 
 
 def master_config_dict(master: Any) -> dict[str, Any]:
@@ -160,7 +179,7 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     master.logger["log_dir"] = get_next_experiment_dir(master.logger["log_dir"])
 
     state = ClipoRunState()
-    policy_cls = make_clipo_policy_class(clipo, state)
+    policy_cls = make_clipo_policy_class(clipo, state, data_plane=data_plane_of(config))
     policy, args = train_args_from_setup(
         grpo.setup(master, tokenizer, dataset, val_dataset, policy_factory=policy_cls),
         tokenizer=tokenizer,

@@ -13,12 +13,13 @@ A fourth entry point, `examples/run_grpo_single_controller.py`, runs NeMo-RL's
 `SingleControllerActor` (async over the data plane); its recipes carry an `async_rl:` block
 (and null `grpo.async_grpo`), which this rule checks before the other two.
 
-CLIPO's driver runs `grpo_train` and `async_grpo_train` (`driver.grpo_train_with_clipo` picks
-by this rule); the estimator, the capture in the prev-logprob pass, the head step and its
-checkpoints are the same seams in both (docs/nemo_rl.md, "Async GRPO"). Running a recipe of
-another loop through it would train it with a loop it did not ask for, so the preflight refuses
-such a recipe (`unsupported_loop_problem`) before anything starts, and an async recipe NeMo-RL's
-`run_grpo.py` would stop on (`async_problems`) likewise.
+CLIPO's driver runs `grpo_train`, `async_grpo_train` and `grpo_train_sync`
+(`driver.grpo_train_with_clipo` picks by this rule); the estimator, the capture in the
+prev-logprob pass, the head step and its checkpoints are the same in all three (docs/nemo_rl.md,
+"Which loop runs"). Running a recipe of another loop through it would train it with a loop it
+did not ask for, so the preflight refuses such a recipe (`unsupported_loop_problem`) before
+anything starts, and a recipe NeMo-RL's own loop would stop on (`async_problems`,
+`sync_problems`) likewise.
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ SINGLE_CONTROLLER = Loop(
     "SingleControllerActor (examples/run_grpo_single_controller.py)", "async_rl"
 )
 
-# The loops CLIPO's driver runs (the other two: docs/nemo_rl.md, "TransferQueue (data_plane.enabled)"
-# and "Not done yet").
-SUPPORTED = (GRPO_TRAIN, ASYNC_GRPO_TRAIN)
+# The loops CLIPO's driver runs (the single-controller actor is not one: docs/nemo_rl.md).
+SUPPORTED = (GRPO_TRAIN, ASYNC_GRPO_TRAIN, GRPO_TRAIN_SYNC)
 
 
 def loop_of(cfg: dict[str, Any]) -> Loop:
@@ -64,10 +64,12 @@ def _on(value: Any) -> bool:
 
 
 def loop_problems(cfg: dict[str, Any]) -> list[str]:
-    """The preflight's lines: the loop is one CLIPO's driver runs, and an async recipe is one
-    NeMo-RL's async path runs."""
+    """The preflight's lines: the loop is one CLIPO's driver runs, and an async (TransferQueue)
+    recipe is one NeMo-RL's async (TransferQueue) loop runs."""
     if loop_of(cfg) is ASYNC_GRPO_TRAIN:
         return async_problems(cfg)
+    if loop_of(cfg) is GRPO_TRAIN_SYNC:
+        return sync_problems(cfg)
     problem = unsupported_loop_problem(cfg)
     return [problem] if problem else []
 
@@ -76,27 +78,39 @@ def unsupported_loop_problem(cfg: dict[str, Any]) -> str | None:
     """One line when the recipe asks for a loop CLIPO's driver does not run (or an async recipe
     it cannot run), else None."""
     loop = loop_of(cfg)
-    if loop is ASYNC_GRPO_TRAIN:
-        problems = async_problems(cfg)
+    if loop in (ASYNC_GRPO_TRAIN, GRPO_TRAIN_SYNC):
+        problems = async_problems(cfg) if loop is ASYNC_GRPO_TRAIN else sync_problems(cfg)
         return problems[0] if problems else None
     if loop in SUPPORTED:
         return None
-    if loop is SINGLE_CONTROLLER:
-        return (
-            f"async_rl is set: this is a recipe of NeMo-RL's {loop.name}, and CLIPO's driver "
-            "runs grpo_train and async_grpo_train only (it would train the recipe with a loop it "
-            "did not ask for); run it without CLIPO with that script, or start from a grpo_train "
-            "recipe"
-        )
-    return (  # loop is GRPO_TRAIN_SYNC
-        f"{loop.key}=true: NeMo-RL runs this recipe with {loop.name} (the TransferQueue data "
-        "plane), and CLIPO's driver runs grpo_train and async_grpo_train only: grpo_sync.py binds "
-        "_create_advantage_estimator at import and computes prev_logprobs with TQPolicy's "
-        "get_logprobs_from_meta, where neither CLIPO's estimator nor its capture is wired (r_CL "
-        "would be silently absent), not a limit of the machine (the data plane's simple backend "
-        f"runs on CPU); set {loop.key}=false to run it with grpo_train and CLIPO, or run it "
-        "without CLIPO with NeMo-RL's examples/run_grpo.py"
+    return (  # loop is SINGLE_CONTROLLER
+        f"async_rl is set: this is a recipe of NeMo-RL's {loop.name}, and CLIPO's driver runs "
+        "grpo_train, async_grpo_train and grpo_train_sync only (it would train the recipe with a "
+        "loop it did not ask for); run it without CLIPO with that script, or start from a "
+        "grpo_train recipe"
     )
+
+
+def sync_problems(cfg: dict[str, Any]) -> list[str]:
+    """One line per setting grpo_train_sync stops on (NeMo-RL's rule) or CLIPO cannot read in it;
+    [] if none."""
+    conf = as_conf(cfg)
+    out = [
+        f"grpo.{key} is set with data_plane.enabled=true: grpo_train_sync raises "
+        "NotImplementedError on message-level advantage penalties; unset it or set "
+        "data_plane.enabled=false"
+        for key in ("invalid_tool_call_advantage", "malformed_thinking_advantage")
+        if dotted_get(conf, f"grpo.{key}") is not None
+    ]
+    clipo_on = dotted_get(conf, "clipo.enabled") is not False
+    if clipo_on and _on(dotted_get(conf, "grpo.reward_shaping.enabled")):
+        out.append(
+            "grpo.reward_shaping.enabled=true with data_plane.enabled=true: grpo_train_sync hands "
+            "the advantage estimator the shaped reward only (not unshaped_total_reward), so "
+            "CLIPO's positives would be read from the shaped reward; set "
+            "grpo.reward_shaping.enabled=false or data_plane.enabled=false"
+        )
+    return out
 
 
 # What NeMo-RL's run_grpo.py raises NotImplementedError on before async_grpo_train, and what
@@ -126,9 +140,9 @@ def async_problems(cfg: dict[str, Any]) -> list[str]:
     if _on(dotted_get(conf, "data_plane.enabled")):
         out.append(
             "grpo.async_grpo.enabled=true with data_plane.enabled=true: NeMo-RL runs "
-            "async_grpo_train over the TransferQueue data plane with its TQPolicy, which "
-            "CLIPO's policy class (over Policy) does not wrap (docs/nemo_rl.md, \"TransferQueue "
-            '(data_plane.enabled)"); set data_plane.enabled=false'
+            "async_grpo_train over a TQPolicy, a pairing CLIPO has not been run in (its async "
+            'and TransferQueue loops each have, docs/nemo_rl.md "Which loop runs"); set '
+            "data_plane.enabled=false"
         )
     for key, stop, why in _ASYNC_STOPS:
         value = dotted_get(conf, key)

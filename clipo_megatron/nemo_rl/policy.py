@@ -212,6 +212,41 @@ class ClipoPolicyMixin(_PolicyBase):
             save_run_state(step_dir, self.clipo_state.state_dict())
 
 
+class ClipoTQPolicyMixin(ClipoPolicyMixin):
+    """CLIPO over NeMo-RL's `TQPolicy` (the TransferQueue loop, `grpo_train_sync`;
+    `adapter_tq.py`): the rows stay in TransferQueue, so the logprob pass is announced to the
+    workers by sample id and the warm-up holds `train_from_meta`. Set by
+    `make_clipo_policy_class`: `clipo_dp_cfg`, the recipe's `data_plane` block."""
+
+    clipo_dp_cfg: dict[str, Any]
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("dp_cfg", self.clipo_dp_cfg)  # as run_grpo.py's factory passes it
+        super().__init__(*args, **kwargs)
+
+    def get_logprobs_from_meta(self, meta: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.clipo_cfg.head_runs:  # row i of compute_advantage is meta.sample_ids[i]
+            self.run_all_workers_single_data("clipo_expect_rows", sample_ids=list(meta.sample_ids))
+        return super().get_logprobs_from_meta(meta, *args, **kwargs)
+
+    def train_from_meta(self, meta: Any, loss_fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self.clipo_cfg.policy_updates_at(self.clipo_state.trained_step):
+            fields = kwargs.get("train_fields") or TRAIN_FIELDS_READ
+            data = self.read_from_dataplane(  # the columns the loss reads; the tokens stay
+                meta, select_fields=[f for f in fields if f != "input_ids"]
+            )
+            return warmup_train_result(data, loss_fn)
+        return super().train_from_meta(meta, loss_fn, *args, **kwargs)
+
+
+# What the warm-up reads when grpo_train_sync names no train_fields (NeMo-RL's DP_TRAIN_FIELDS
+# less the tokens).
+TRAIN_FIELDS_READ = (
+    "input_lengths", "generation_logprobs", "prev_logprobs", "reference_policy_logprobs",
+    "advantages", "token_mask", "sample_mask",
+)  # fmt: skip
+
+
 def register_worker_env(worker_fqn: str) -> None:
     """CLIPO's worker gets the stock Megatron worker's prefetched venv (worker_env.py); another
     worker class (a subclass of it, passed as `worker_extension_cls_fqn`) must have one already."""
@@ -226,9 +261,19 @@ def register_worker_env(worker_fqn: str) -> None:
         )
 
 
-def make_clipo_policy_class(cfg: ClipoNemoRLConfig, state: ClipoRunState) -> type:
-    """NeMo-RL's `Policy` under `ClipoPolicyMixin` for this run (`setup(policy_factory=)`)."""
+def make_clipo_policy_class(
+    cfg: ClipoNemoRLConfig, state: ClipoRunState, *, data_plane: dict[str, Any] | None = None
+) -> type:
+    """NeMo-RL's `Policy` under `ClipoPolicyMixin` for this run (`setup(policy_factory=)`); with
+    `data_plane` (an enabled `data_plane:` block) its `TQPolicy` under `ClipoTQPolicyMixin`, as
+    NeMo-RL's run_grpo.py builds a TQPolicy for such a recipe."""
     from clipo_megatron.nemo_rl import require_nemo_rl
 
     require_nemo_rl()
+    if data_plane:
+        from clipo_megatron.nemo_rl.adapter_tq import tq_policy_class
+
+        return tq_policy_class(
+            ClipoTQPolicyMixin, clipo_cfg=cfg, clipo_state=state, clipo_dp_cfg=dict(data_plane)
+        )
     return policy_class(ClipoPolicyMixin, clipo_cfg=cfg, clipo_state=state)

@@ -162,7 +162,41 @@ class ClipoWorkerMixin:
     _clipo_iterator_module: Any = None
     _clipo_pool_last_token: bool = True  # clipo.pool_last_token
 
+    _clipo_row_of: dict[str, int] | None = None  # TransferQueue: sample id -> driver's row
+    _clipo_shard_rows: torch.Tensor | None = None  # the next get_logprobs' rows (its data's order)
+
+    def clipo_expect_rows(self, *, sample_ids: list[str]) -> None:
+        """TransferQueue loop: the driver's row order for the next logprob pass (`meta.sample_ids`,
+        the order its `compute_advantage` sees), before `get_logprobs_from_meta` shards it."""
+        self._clipo_row_of = {sid: i for i, sid in enumerate(sample_ids)}
+
+    def get_logprobs_presharded(self, meta, micro_batch_size=None, **kwargs):
+        """NeMo-RL's TransferQueue entry point (it fetches this shard's rows in `meta.sample_ids`
+        order and calls `self.get_logprobs(data=)`): the shard's rows, as the driver's row
+        indices, ride into that call as `SAMPLE_IDX_KEY`, as the policy attaches them on the
+        other loops. Only the pass announced by `clipo_expect_rows` (prev_logprobs) pools."""
+        row_of, self._clipo_row_of = self._clipo_row_of, None
+        if row_of is not None:
+            missing = [sid for sid in meta.sample_ids if sid not in row_of]
+            if missing:
+                raise ValueError(
+                    f"the logprob shard holds sample ids {missing[:4]} the driver did not announce "
+                    "(clipo_expect_rows): the batch changed between the announcement and the pass"
+                )
+            self._clipo_shard_rows = torch.tensor([row_of[sid] for sid in meta.sample_ids])
+        try:
+            return super().get_logprobs_presharded(
+                meta, micro_batch_size=micro_batch_size, **kwargs
+            )
+        finally:
+            self._clipo_shard_rows = None
+
     def get_logprobs(self, *, data, micro_batch_size=None, **kwargs):
+        rows, self._clipo_shard_rows = self._clipo_shard_rows, None
+        if rows is not None and self._clipo_groups is not None:
+            if rows.numel() != data.size:
+                raise ValueError(f"{rows.numel()} announced rows for a shard of {data.size}")
+            data[SAMPLE_IDX_KEY] = rows  # the worker's own fetched copy; packing metadata kept
         if self._clipo_groups is None or SAMPLE_IDX_KEY not in data:  # reference pass / CLIPO off
             return super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)
         g = self._clipo_groups

@@ -177,7 +177,8 @@ def run_grpo(
         name="clipo_gpu" if use_gpus else "clipo_cpu",
     )
     state, trace = ClipoRunState(), Trace()  # the per-row values of every step, for the checks
-    policy_cls = tracing_policy_class(make_clipo_policy_class(clipo, state), trace)
+    clipo_cls = make_clipo_policy_class(clipo, state, data_plane=driver.data_plane_of(config))
+    policy_cls = tracing_policy_class(clipo_cls, trace)
     policy = policy_cls(  # the worker class by NeMo-RL's own argument, as a user would pick one
         worker_extension_cls_fqn=worker_fqn,
         cluster=cluster,

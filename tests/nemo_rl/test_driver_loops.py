@@ -68,14 +68,10 @@ def test_the_driver_runs_the_loop_the_recipe_names_with_clipos_estimator(
     assert grpo._create_advantage_estimator is original  # the rebinding is undone
 
 
-@pytest.mark.parametrize(
-    "args",
-    [_args(async_on=False, data_plane=True), _args(async_on=True, data_plane=True)],
-    ids=["grpo_train_sync", "async-over-data-plane"],
-)
-def test_a_loop_the_driver_does_not_run_is_refused_and_nothing_runs(args, monkeypatch):
+def test_a_loop_the_driver_does_not_run_is_refused_and_nothing_runs(monkeypatch):
+    """async_grpo_train over the data plane (grpo_train_sync itself: test_tq_loop.py)."""
     monkeypatch.delenv("CLIPO_SAVE_BY", raising=False)
-    grpo = fake_grpo()
+    grpo, args = fake_grpo(), _args(async_on=True, data_plane=True)
     with pytest.raises(ValueError, match="data_plane.enabled=true"):
         grpo_train_with_clipo(grpo, None, None, POLICY, args)
     assert grpo.calls == []  # never the synchronous loop in its place

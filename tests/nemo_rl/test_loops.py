@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """The loop NeMo-RL's run_grpo.py (and run_grpo_single_controller.py) would run a recipe with,
-CLIPO's one-line refusal of every loop but grpo_train and async_grpo_train, and of an async recipe
-NeMo-RL's async path stops on."""
+CLIPO's one-line refusal of the single-controller loop, of an async recipe NeMo-RL's async path
+stops on and of a TransferQueue recipe grpo_train_sync stops on (or CLIPO cannot read)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _cfg(async_on=None, data_plane=None, async_rl=None):
         (_cfg(), "grpo_train", None),
         (_cfg(async_on=False, data_plane=False), "grpo_train", None),
         (_cfg(async_on=True), "async_grpo_train", None),  # CLIPO's driver runs it
-        (_cfg(data_plane=True), "grpo_train_sync", "data_plane.enabled"),
+        (_cfg(data_plane=True), "grpo_train_sync", None),  # CLIPO's driver runs it
         # run_grpo.py checks async first: an async recipe over the data plane runs the async loop,
         # which CLIPO has not run over the data plane
         (_cfg(async_on=True, data_plane=True), "async_grpo_train", "grpo.async_grpo.enabled"),
@@ -58,10 +58,40 @@ def test_the_loop_nemo_rl_picks(cfg, loop, key):
         assert problem is not None and problem.startswith(key) and "\n" not in problem
 
 
-def test_the_driver_runs_grpo_train_and_async_grpo_train_only():
-    assert [lp.name for lp in SUPPORTED] == ["grpo_train", "async_grpo_train"]
-    for cfg in (_cfg(data_plane=True), _cfg(async_rl={"x": 1}, data_plane=True)):
-        assert "grpo_train and async_grpo_train only" in unsupported_loop_problem(cfg)
+def test_the_driver_runs_nemo_rls_three_grpo_loops_only():
+    assert [lp.name for lp in SUPPORTED] == ["grpo_train", "async_grpo_train", "grpo_train_sync"]
+    for cfg in (_cfg(async_rl={"x": 1}), _cfg(async_rl={"x": 1}, data_plane=True)):
+        line = unsupported_loop_problem(cfg)
+        assert "grpo_train, async_grpo_train and grpo_train_sync only" in line
+
+
+@pytest.mark.parametrize(
+    "key, value, why",
+    [
+        ("grpo.invalid_tool_call_advantage", -1.0, "NotImplementedError"),
+        ("grpo.malformed_thinking_advantage", -0.5, "NotImplementedError"),
+        ("grpo.reward_shaping.enabled", True, "unshaped_total_reward"),
+    ],
+)
+def test_transferqueue_recipes_grpo_train_sync_stops_on_are_named_before_ray(key, value, why):
+    """grpo_train_sync raises on message-level advantage penalties; with reward shaping it hands
+    the estimator the shaped reward only, where CLIPO reads its positives from the raw one."""
+    from omegaconf import OmegaConf
+
+    from clipo_megatron.nemo_rl.recipe_keys import as_conf
+
+    cfg = as_conf(_cfg(data_plane=True))
+    OmegaConf.update(cfg, key, value, force_add=True)
+    cfg = OmegaConf.to_container(cfg)
+    problems = loop_problems(cfg)
+    assert len(problems) == 1 and problems[0].startswith("grpo.") and why in problems[0]
+    assert "data_plane.enabled" in problems[0] and "\n" not in problems[0]
+    assert unsupported_loop_problem(cfg) == problems[0]
+    cfg["data_plane"]["enabled"] = False  # the same recipe with grpo_train: no such rule
+    assert loop_problems(cfg) == []
+    if key.startswith("grpo.reward_shaping"):  # CLIPO's rule: the baseline reads no positives
+        cfg["data_plane"]["enabled"], cfg["clipo"] = True, {"enabled": False}
+        assert loop_problems(cfg) == []
 
 
 @pytest.mark.parametrize(
@@ -104,12 +134,7 @@ def test_every_async_problem_is_listed_at_once():
     ]
 
 
-def test_the_transferqueue_refusal_says_why():
-    """The reason is CLIPO's missing seams in grpo_sync.py, not the machine (docs/nemo_rl.md,
-    "TransferQueue (data_plane.enabled)": the data plane's simple backend ran on CPU)."""
-    line = unsupported_loop_problem(_cfg(data_plane=True))
-    for why in ("_create_advantage_estimator", "get_logprobs_from_meta", "TransferQueue"):
-        assert why in line, why
-    assert "not a limit of the machine" in line and "data_plane.enabled=false" in line
-    async_line = async_problems(_cfg(async_on=True, data_plane=True))[0]
-    assert "TQPolicy" in async_line and "not wrap" in async_line
+def test_an_async_recipe_over_the_data_plane_says_why():
+    """async_grpo_train over a TQPolicy: each loop ran with CLIPO, the pairing did not."""
+    line = async_problems(_cfg(async_on=True, data_plane=True))[0]
+    assert "TQPolicy" in line and "data_plane.enabled=false" in line

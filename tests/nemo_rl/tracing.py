@@ -64,7 +64,28 @@ def tracing_policy_class(base: type, trace: Trace) -> type:
                 trace.at_shutdown = {"head": self.run_all_workers_single_data("clipo_head_state")}
             return super().shutdown(*args, **kwargs)
 
-    return TracingPolicy
+    if not hasattr(base, "get_logprobs_from_meta"):
+        return TracingPolicy
+
+    class TracingTQPolicy(TracingPolicy):
+        """The TransferQueue loop's calls (the rows stay in TransferQueue: read them there)."""
+
+        def get_logprobs_from_meta(self, meta, *args, **kwargs):
+            if self.clipo_cfg.head_runs:
+                keys = ["input_ids", "input_lengths", "token_mask"]
+                data = self.read_from_dataplane(meta, select_fields=keys)
+                trace.record(new_step=True, **{k: data[k].clone() for k in keys})
+            return super().get_logprobs_from_meta(meta, *args, **kwargs)
+
+        def train_from_meta(self, meta, loss_fn, *args, **kwargs):
+            data = self.read_from_dataplane(
+                meta, select_fields=["advantages", "token_mask", "sample_mask"]
+            )
+            mask = data["token_mask"] * data["sample_mask"].unsqueeze(-1)  # [B, S]
+            trace.record(advantages=data["advantages"].cpu().clone(), advantage_mask=mask)
+            return super().train_from_meta(meta, loss_fn, *args, **kwargs)
+
+    return TracingTQPolicy
 
 
 def tracing_estimator(trace: Trace) -> type:

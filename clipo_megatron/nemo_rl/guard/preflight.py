@@ -47,7 +47,7 @@ from clipo_megatron.nemo_rl.guard.recipes import (
     load_recipe,
     nemo_rl_root,
 )
-from clipo_megatron.nemo_rl.loops import ASYNC_GRPO_TRAIN, loop_of, loop_problems
+from clipo_megatron.nemo_rl.loops import ASYNC_GRPO_TRAIN, GRPO_TRAIN_SYNC, loop_of, loop_problems
 from clipo_megatron.nemo_rl.recipe_keys import interpolated_keys, knob_problems
 from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
 
@@ -95,11 +95,11 @@ def check_nemo_rl(config: dict[str, Any]) -> list[str]:
         return [f"NeMo-RL: {line}" for line in e.lines]
     except UnsupportedNemoRLError as e:
         return [f"NeMo-RL: {_one_line(e)}"]
-    if loop_of(config) is ASYNC_GRPO_TRAIN:  # the async loop's own seams, for its recipes only
-        from clipo_megatron.nemo_rl.adapter import ASYNC_SEAMS
+    loop_seams = loop_seams_of(loop_of(config))  # the other loops' own seams, for their recipes
+    if loop_seams:
         from clipo_megatron.nemo_rl.guard.seams import check_installed
 
-        moved = check_installed(ASYNC_SEAMS)
+        moved = check_installed(loop_seams)
         if moved:
             return [f"NeMo-RL: {line}" for line in moved]
     from nemo_rl.algorithms.grpo import MasterConfig
@@ -110,6 +110,19 @@ def check_nemo_rl(config: dict[str, Any]) -> list[str]:
     except ValidationError as e:
         return [_pydantic_line(err) for err in e.errors()]
     return []
+
+
+def loop_seams_of(loop: Any) -> tuple:
+    """The seams only a recipe of `loop` depends on (async_grpo_train's, grpo_train_sync's)."""
+    if loop is ASYNC_GRPO_TRAIN:
+        from clipo_megatron.nemo_rl.adapter import ASYNC_SEAMS
+
+        return ASYNC_SEAMS
+    if loop is GRPO_TRAIN_SYNC:
+        from clipo_megatron.nemo_rl.adapter_tq import TQ_SEAMS
+
+        return TQ_SEAMS
+    return ()
 
 
 def _pydantic_line(err: Any) -> str:  # a pydantic ErrorDetails (a TypedDict)
