@@ -262,19 +262,28 @@ def test_the_live_signature_is_checked_where_the_module_is_imported(tmp_path, mo
 
 
 def test_the_seam_table_covers_what_the_project_overrides():
-    """A new override in ClipoWorkerMixin / ClipoPolicyMixin needs a seam (else nothing checks it)."""
+    """A new override in ClipoWorkerMixin / ClipoPolicyMixin / ClipoTQPolicyMixin needs a seam
+    (else nothing checks it); the TransferQueue loop's are its own (`adapter_tq.TQ_SEAMS`)."""
+    from clipo_megatron.nemo_rl.adapter_tq import TQ_SEAMS
+
     overrides = {
         f"{cls}.{n.name}"
         for path, cls, ours in ((ROOT / "clipo_megatron/nemo_rl/worker.py", "worker", "ClipoWorkerMixin"),
-                                (ROOT / "clipo_megatron/nemo_rl/policy.py", "Policy", "ClipoPolicyMixin"))
+                                (ROOT / "clipo_megatron/nemo_rl/policy.py", "Policy", "ClipoPolicyMixin"),
+                                (ROOT / "clipo_megatron/nemo_rl/policy.py", "TQPolicy", "ClipoTQPolicyMixin"))
         for c in ast.walk(ast.parse(path.read_text()))
         if isinstance(c, ast.ClassDef) and c.name == ours
         for n in c.body
         if isinstance(n, ast.FunctionDef) and "clipo" not in n.name
     }  # fmt: skip
-    named = {s.name.replace("worker ", "worker.") for s in seams.SEAMS}
-    assert overrides == {"worker.get_logprobs", "Policy.__init__", "Policy.get_logprobs",
-                         "Policy.train", "Policy.save_checkpoint"}  # fmt: skip
+    named = {
+        s.name.replace("worker ", "worker.").replace("TQPolicy ", "TQPolicy.")
+        for s in (*seams.SEAMS, *TQ_SEAMS)
+    }
+    assert overrides == {"worker.get_logprobs", "worker.get_logprobs_presharded",
+                         "Policy.__init__", "Policy.get_logprobs", "Policy.train",
+                         "Policy.save_checkpoint", "TQPolicy.__init__",
+                         "TQPolicy.get_logprobs_from_meta", "TQPolicy.train_from_meta"}  # fmt: skip
     assert overrides <= named
 
 

@@ -205,6 +205,13 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
         return init_pg("gloo" if backend in (None, "nccl") else backend, *a, **k)
 
     put(torch.distributed, "init_process_group", gloo_init)
+    new_group = torch.distributed.new_group
+
+    @functools.wraps(new_group)
+    def gloo_new_group(*a, backend=None, **k):  # the data plane's replica group asks for NCCL
+        return new_group(*a, backend="gloo" if backend == "nccl" else backend, **k)
+
+    put(torch.distributed, "new_group", gloo_new_group)
 
     bridge_init = nrl_setup.initialize_megatron
 

@@ -201,6 +201,9 @@ for _name in (
     "generate",
     "get_logprobs",
     "get_reference_policy_logprobs",
+    "get_logprobs_presharded",  # the TransferQueue loop's entry points (TQWorkerMixin)
+    "get_reference_policy_logprobs_presharded",
+    "train_presharded",
     "train",
     "save_checkpoint",
     "prepare_for_lp_inference",
