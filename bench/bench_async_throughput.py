@@ -1,12 +1,14 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Async GRPO against sync, CLIPO on and off: tokens per second per step from NeMo-RL's own
-performance metrics, in one CPU run (a ratio, not an absolute).
+"""Async GRPO (and the TransferQueue loop) against sync, CLIPO on and off: tokens per second per
+step from NeMo-RL's own performance metrics, in one CPU run (a ratio, not an absolute).
 
-Four runs of NeMo-RL's real loops through CLIPO's driver on the contract harness
+Six runs of NeMo-RL's real loops through CLIPO's driver on the contract harness
 (tests/nemo_rl: NeMo-RL's Megatron worker on CPU, the contract model, the GRPO track-1 recipe
-shrunk by `contract_config`): `grpo_train` and `async_grpo_train` (max_trajectory_age_steps 1),
-each with CLIPO off and on; the same recipe otherwise (no CLIPO warm-up, the importance-sampling
-correction on in all four, as async_grpo_train asserts), the same steps. Per step it reads what
+shrunk by `contract_config`): `grpo_train`, `async_grpo_train` (max_trajectory_age_steps 1) and
+`grpo_train_sync` (TransferQueue, simple backend), each with CLIPO off and on; the same recipe
+otherwise (no CLIPO warm-up, the importance-sampling correction on in all, as async_grpo_train
+asserts), the same steps. The TransferQueue cases need TransferQueue installed (the overlay of
+scripts/test_nemo_rl.sh); `--cases` picks a subset. Per step it reads what
 NeMo-RL logs: `performance/tokens_per_sec` (its E2E throughput: `total_num_tokens`, prompt +
 generated tokens of the rows trained, over `total_step_time`) and `timing/train/total_step_time`.
 
@@ -31,6 +33,8 @@ CASES = (
     ("sync, CLIPO on", "sync", True),
     ("async, CLIPO off", "async", False),
     ("async, CLIPO on", "async", True),
+    ("TransferQueue, CLIPO off", "tq", False),
+    ("TransferQueue, CLIPO on", "tq", True),
 )
 AGE = 1  # max_trajectory_age_steps of the async runs
 
@@ -97,6 +101,9 @@ def table(results: dict[str, dict], skip: int = 1) -> list[str]:
         ("async / sync, CLIPO on", "async, CLIPO on", "sync, CLIPO on"),
         ("CLIPO on / off, sync", "sync, CLIPO on", "sync, CLIPO off"),
         ("CLIPO on / off, async", "async, CLIPO on", "async, CLIPO off"),
+        ("TransferQueue / sync, CLIPO off", "TransferQueue, CLIPO off", "sync, CLIPO off"),
+        ("TransferQueue / sync, CLIPO on", "TransferQueue, CLIPO on", "sync, CLIPO on"),
+        ("CLIPO on / off, TransferQueue", "TransferQueue, CLIPO on", "TransferQueue, CLIPO off"),
     )
     for name, a, b in pairs:
         if a in means and b in means:
@@ -108,7 +115,7 @@ def table(results: dict[str, dict], skip: int = 1) -> list[str]:
 
 
 def run_case(loop: str, clipo_on: bool, *, model: Path, out: Path, steps: int, worker_fqn: str):
-    from tests.nemo_rl.cpu_session import make_async
+    from tests.nemo_rl.cpu_session import make_async, make_tq
     from tests.nemo_rl.nemo_rl_loop import contract_config, run_grpo
 
     cfg = contract_config(
@@ -118,6 +125,8 @@ def run_case(loop: str, clipo_on: bool, *, model: Path, out: Path, steps: int, w
     cfg["loss_fn"]["use_importance_sampling_correction"] = True  # the same recipe in all four
     if loop == "async":
         make_async(cfg, AGE)
+    elif loop == "tq":
+        make_tq(cfg)
     from nemo_rl.utils.logger import Logger
 
     ends: dict[int, float] = {}  # wall clock at each step's last log (timing/train, step_finished)
@@ -141,16 +150,24 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--cases", default="all", help="comma-separated labels, or all")
     args = ap.parse_args()
-    from tests.nemo_rl.cpu_session import contract_model_dir, ray_session, requirements
+    from tests.nemo_rl.cpu_session import (
+        contract_model_dir,
+        ray_session,
+        requirements,
+        tq_requirements,
+    )
 
-    missing = requirements()
+    cases = [c for c in CASES if args.cases == "all" or c[0] in args.cases.split(",")]
+    tq = any(loop == "tq" for _, loop, _ in cases)
+    missing = requirements() or (tq_requirements() if tq else None)
     if missing:
         print(missing, file=sys.stderr)
         return 2
-    cases = [c for c in CASES if args.cases == "all" or c[0] in args.cases.split(",")]
     results = {}
     with tempfile.TemporaryDirectory(prefix="clipo_bench_async_") as tmp:
-        with ray_session(Path(tmp) / "megatron_ckpt", async_actors=True) as worker_fqn:
+        with ray_session(
+            Path(tmp) / "megatron_ckpt", async_actors=True, tq_actors=tq
+        ) as worker_fqn:
             model = contract_model_dir()
             for i, (label, loop, clipo_on) in enumerate(cases):
                 results[label] = run_case(

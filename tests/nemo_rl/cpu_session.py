@@ -27,6 +27,18 @@ ASYNC_ACTORS = (
     "nemo_rl.algorithms.async_utils.AsyncTrajectoryCollector",
     "nemo_rl.algorithms.async_utils.ReplayBuffer",
 )
+# The TransferQueue loop's rollout actor (NeMo-RL: its vLLM venv, likewise)
+TQ_ACTORS = ("nemo_rl.experience.sync_rollout_actor.SyncRolloutActor",)
+# TransferQueue's simple backend with one storage unit (its controller and each unit take a Ray
+# CPU; the `*-tq_simple` recipes' backend)
+DATA_PLANE = {
+    "enabled": True,
+    "impl": "transfer_queue",
+    "backend": "simple",
+    "storage_capacity": 10_000,
+    "num_storage_units": 1,
+    "claim_meta_poll_interval_s": 0.05,
+}
 
 
 def requirements() -> str | None:
@@ -47,10 +59,13 @@ def requirements() -> str | None:
 
 
 @contextlib.contextmanager
-def ray_session(megatron_ckpt_dir: Path, *, async_actors: bool = False) -> Iterator[str]:
+def ray_session(
+    megatron_ckpt_dir: Path, *, async_actors: bool = False, tq_actors: bool = False
+) -> Iterator[str]:
     """Ray on this machine, NEMO_RL_ROOT / CLIPO_DATA_DIR for the recipes, and NeMo-RL's own
     Megatron worker with the CLIPO extension (`real_worker/ray_worker.py`) registered; yields the
-    worker's name. `async_actors`: NeMo-RL's async actors on this Python too (left registered)."""
+    worker's name. `async_actors` / `tq_actors`: NeMo-RL's async (TransferQueue) loop's actors
+    on this Python too (left registered; `keep_tq_actors_here`)."""
     import ray
     from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
     from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
@@ -64,6 +79,8 @@ def ray_session(megatron_ckpt_dir: Path, *, async_actors: bool = False) -> Itera
     if async_actors:
         for fqn in ASYNC_ACTORS:
             ACTOR_ENVIRONMENT_REGISTRY[fqn] = PY_EXECUTABLES.SYSTEM
+    if tq_actors:
+        keep_tq_actors_here()
     # A session directory of our own (short: Ray's socket paths must fit 107 bytes): a leftover
     # /tmp/ray session or a zombie cluster from an earlier, killed run is not ours to meet.
     ray_tmp = tempfile.mkdtemp(prefix="clipo_ray_")
@@ -84,6 +101,35 @@ def ray_session(megatron_ckpt_dir: Path, *, async_actors: bool = False) -> Itera
         shutil.rmtree(ray_tmp, ignore_errors=True)
         os.environ.pop("RAY_ADDRESS", None)
         os.environ.pop("NRL_MEGATRON_CHECKPOINT_DIR", None)
+
+
+def tq_requirements() -> str | None:
+    """Why the TransferQueue loop cannot run here (one line), or None."""
+    try:
+        import transfer_queue  # noqa: F401
+    except ImportError:
+        return "TransferQueue is not installed (scripts/test_nemo_rl.sh adds it to its overlay)"
+    return None
+
+
+def keep_tq_actors_here() -> None:
+    """NeMo-RL's rollout actor on this Python, and TransferQueue's actors too: NeMo-RL gives them
+    a pip runtime_env of its TransferQueue pin (a GitHub URL, read from the installed nemo-rl's
+    metadata), which a machine without that install or network cannot build."""
+    from nemo_rl.data_plane.adapters import transfer_queue as tq_adapter
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+
+    for fqn in TQ_ACTORS:
+        ACTOR_ENVIRONMENT_REGISTRY[fqn] = PY_EXECUTABLES.SYSTEM
+    tq_adapter._TQ_RUNTIME_ENV_PATCHED = True
+
+
+def make_tq(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The recipe with `data_plane.enabled` (NeMo-RL's grpo_train_sync), `DATA_PLANE`'s backend
+    (in place; returned)."""
+    cfg["data_plane"] = {**(cfg.get("data_plane") or {}), **DATA_PLANE}
+    return cfg
 
 
 def contract_model_dir() -> Path:

@@ -26,42 +26,28 @@ nemo_rl_cpu, contract_model = test_contract.nemo_rl_cpu, test_contract.contract_
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow, pytest.mark.contract_full]
 
 STEPS, CHECKPOINT_STEP = test_contract.STEPS, test_contract.CHECKPOINT_STEP
-SYNC_ROLLOUT_ACTOR = "nemo_rl.experience.sync_rollout_actor.SyncRolloutActor"
-# TransferQueue's simple backend, one storage unit (its controller and each unit take a Ray CPU)
-DATA_PLANE = {
-    "enabled": True,
-    "impl": "transfer_queue",
-    "backend": "simple",
-    "storage_capacity": 10_000,
-    "num_storage_units": 1,
-    "claim_meta_poll_interval_s": 0.05,
-}
 
 
 def tq_config(contract_model, out) -> dict:
+    from tests.nemo_rl.cpu_session import make_tq
     from tests.nemo_rl.nemo_rl_loop import contract_config
 
     cfg = contract_config(
         "grpo", True, model_dir=contract_model, out_dir=out, max_steps=STEPS, warmup_steps=1
     )
-    cfg["data_plane"] = {**(cfg.get("data_plane") or {}), **DATA_PLANE}
-    return cfg
+    return make_tq(cfg)
 
 
 @pytest.fixture
-def tq_actors(nemo_rl_cpu, monkeypatch):
-    """TransferQueue importable; NeMo-RL's rollout actor on the test's Python (NeMo-RL gives it
-    its vLLM venv, which this machine does not build); TransferQueue's actors kept on it too
-    (NeMo-RL would give them a pip runtime_env of the TransferQueue pin, from GitHub)."""
-    pytest.importorskip(
-        "transfer_queue", reason="TransferQueue is not installed (scripts/test_nemo_rl.sh adds it)"
-    )
-    from nemo_rl.data_plane.adapters import transfer_queue as tq_adapter
-    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
-    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+def tq_actors(nemo_rl_cpu):
+    """TransferQueue importable; NeMo-RL's rollout actor and TransferQueue's actors on the test's
+    Python (`cpu_session.keep_tq_actors_here`)."""
+    from tests.nemo_rl.cpu_session import keep_tq_actors_here, tq_requirements
 
-    monkeypatch.setitem(ACTOR_ENVIRONMENT_REGISTRY, SYNC_ROLLOUT_ACTOR, PY_EXECUTABLES.SYSTEM)
-    monkeypatch.setattr(tq_adapter, "_TQ_RUNTIME_ENV_PATCHED", True)
+    missing = tq_requirements()
+    if missing:
+        pytest.skip(missing)
+    keep_tq_actors_here()
     return nemo_rl_cpu
 
 

@@ -1,8 +1,8 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """The driver runs the loop NeMo-RL's run_grpo.py would (issue 42, item 1), with CLIPO's
 estimator in it, without NeMo-RL: a module with grpo_train and async_grpo_train that build their
-estimator by the module-level name, as NeMo-RL's do. NeMo-RL's real async_grpo_train with CLIPO:
-`test_contract_async.py`."""
+estimator by the module-level name, as NeMo-RL's do (grpo_train_sync: test_tq_loop.py). NeMo-RL's
+real async_grpo_train with CLIPO: `test_contract_async.py`."""
 
 from __future__ import annotations
 

@@ -70,13 +70,15 @@ def test_each_recipe_gets_its_documented_verdict(verdicts):
 
 
 def test_no_recipe_of_another_loop_is_accepted(verdicts):
-    """Only grpo_train and async_grpo_train recipes (the loops CLIPO's driver runs) pass."""
+    """Only recipes of the loops CLIPO's driver runs (grpo_train, async_grpo_train,
+    grpo_train_sync) pass; the SingleController's do not."""
     from clipo_megatron.nemo_rl.loops import SUPPORTED
 
     runs = {lp.name for lp in SUPPORTED}
     slipped = [n for n, v in verdicts.items() if v.loop not in runs and v.verdict == "accepted"]
     assert not slipped
-    assert any(v.loop == "async_grpo_train" and v.verdict == "accepted" for v in verdicts.values())
+    for loop in runs:
+        assert any(v.loop == loop and v.verdict == "accepted" for v in verdicts.values()), loop
 
 
 def test_every_refusal_is_one_line_naming_its_key(verdicts):
