@@ -332,12 +332,24 @@ def test_the_transferqueue_loops_seams_are_one_line_when_they_move(move, tmp_pat
 
 
 def test_the_transferqueue_loops_seams_in_the_checkout():
-    """NeMo-RL's own grpo_sync.py, TQPolicy and TQWorkerMixin (NEMO_RL_SRC)."""
+    """NeMo-RL's own grpo_sync.py, TQPolicy and TQWorkerMixin (NEMO_RL_SRC, else the 7ea279a
+    source beside this checkout)."""
     import os
 
     from clipo_megatron.source_match import Source, moved_seams
 
-    src = os.environ.get("NEMO_RL_SRC")
-    if not src:
-        pytest.skip("no NeMo-RL checkout: set NEMO_RL_SRC=<dir>")
-    assert moved_seams(adapter_tq.TQ_SEAMS, Source(Path(src) / "nemo_rl")) == []
+    snapshot = Path(__file__).resolve().parents[3] / "shared" / "upstream" / "NeMo-RL-7ea279a"
+    src = Path(os.environ.get("NEMO_RL_SRC") or snapshot)
+    if not (src / "nemo_rl" / "algorithms" / "grpo_sync.py").is_file():
+        pytest.skip(f"no NeMo-RL checkout: set NEMO_RL_SRC=<dir> or lay the source at {snapshot}")
+    assert moved_seams(adapter_tq.TQ_SEAMS, Source(src / "nemo_rl")) == []
+
+
+def test_the_preflight_reads_the_transferqueue_seams_for_its_recipes_only():
+    from clipo_megatron.nemo_rl import loops
+    from clipo_megatron.nemo_rl.adapter import ASYNC_SEAMS
+    from clipo_megatron.nemo_rl.guard.preflight import loop_seams_of
+
+    assert loop_seams_of(loops.GRPO_TRAIN_SYNC) == adapter_tq.TQ_SEAMS
+    assert loop_seams_of(loops.ASYNC_GRPO_TRAIN) == ASYNC_SEAMS
+    assert loop_seams_of(loops.GRPO_TRAIN) == ()
