@@ -287,7 +287,8 @@ SEAMS: tuple[Seam, ...] = (
 # ------------------------------------------------------ async_grpo_train (checked when it runs)
 
 
-def _attr_calls(fn: ast.AST, attr: str) -> list[ast.Call]:
+def method_calls(fn: ast.AST, attr: str) -> list[ast.Call]:
+    """The calls `<anything>.attr(...)` in `fn` (a policy method, say), in source order."""
     return [
         n
         for n in ast.walk(fn)
@@ -310,7 +311,7 @@ def _check_async(src: Source) -> str | None:
         or not any(p.name == "max_trajectory_age_steps" for p in params)
     ):
         return f"{ASYNC_TRAIN}{render(params)}"
-    logprobs, advantages = _attr_calls(fn, "get_logprobs"), _attr_calls(fn, "compute_advantage")
+    logprobs, advantages = method_calls(fn, "get_logprobs"), method_calls(fn, "compute_advantage")
     if not logprobs or not advantages or logprobs[0].lineno > advantages[0].lineno:
         return f"{ASYNC_TRAIN} does not call policy.get_logprobs before compute_advantage"
     return None

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from clipo_megatron.nemo_rl.adapter import ESTIMATOR, GrpoTrainArgs, train_arguments
+from clipo_megatron.nemo_rl.adapter import ESTIMATOR, GrpoTrainArgs, method_calls, train_arguments
 from clipo_megatron.source_match import Seam, Source, method_seam, rebindable
 from clipo_megatron.source_match.source import ast_params, render
 
@@ -60,14 +60,6 @@ def tq_policy_class(mixin: type, **attrs: Any) -> type:
     return type("ClipoTQPolicy", (mixin, TQPolicy), attrs)
 
 
-def _method_calls(fn: ast.AST, attr: str) -> list[ast.Call]:
-    return [
-        n
-        for n in ast.walk(fn)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == attr
-    ]
-
-
 def _check_sync(src: Source) -> str | None:
     """grpo_train_sync: the estimator by grpo_sync's module-level name, grpo_train's 12
     arguments, prev_logprobs from the meta (the pass CLIPO pools in) before the advantages, and
@@ -81,11 +73,11 @@ def _check_sync(src: Source) -> str | None:
     later = [p.name for p in params[12:] if not p.default]
     if pos[8:9] != ["logger"] or pos[11:12] != ["master_config"] or later:
         return f"{SYNC_TRAIN}{render(params)}"
-    logprobs = _method_calls(fn, "get_logprobs_from_meta")
-    advantages = _method_calls(fn, "compute_advantage")
+    logprobs = method_calls(fn, "get_logprobs_from_meta")
+    advantages = method_calls(fn, "compute_advantage")
     if not logprobs or not advantages or logprobs[0].lineno > advantages[0].lineno:
         return f"{SYNC_TRAIN} does not call policy.get_logprobs_from_meta before compute_advantage"
-    if not _method_calls(fn, "train_from_meta"):
+    if not method_calls(fn, "train_from_meta"):
         return f"{SYNC_TRAIN} does not call policy.train_from_meta"
     return None
 
@@ -107,7 +99,7 @@ def _check_presharded(src: Source) -> str | None:
     if names[1:2] != ["meta"] or "micro_batch_size" not in names:
         return f"get_logprobs_presharded{render(ast_params(fn))}"
     own = [
-        c for c in _method_calls(fn, "get_logprobs") if ast.unparse(c.func) == "self.get_logprobs"
+        c for c in method_calls(fn, "get_logprobs") if ast.unparse(c.func) == "self.get_logprobs"
     ]
     if not own or not any(k.arg == "data" for k in own[0].keywords):
         return "get_logprobs_presharded does not call self.get_logprobs(data=...)"
