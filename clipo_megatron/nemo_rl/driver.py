@@ -49,8 +49,7 @@ def grpo_train_with_clipo(
     """NeMo-RL's `grpo_train(policy, *args)`, or `async_grpo_train` / `grpo_train_sync` when the
     master config asks for it (`grpo.async_grpo.enabled` / `data_plane.enabled`, as run_grpo.py
     picks; the TransferQueue loop's policy is `make_clipo_policy_class(data_plane=)`'s), with
-    every advantage estimator it
-    builds wrapped by `ClipoAdvantageEstimator`. Another loop's config is a ValueError (the
+    every advantage estimator it builds wrapped by `ClipoAdvantageEstimator`. Another loop's config is a ValueError (the
     preflight's line): never the synchronous loop in its place. The run's logger also receives the
     CLIPO metrics under `train/clipo/*` and, in both arms, the verifier's answers per status
     under `train/verify/*`. With `CLIPO_SAVE_BY` set (the job's deadline, `deadline.py`),
