@@ -16,6 +16,8 @@ ends. `SEAMS` are checked in NeMo-RL's source before a run, with the rest (`guar
    position (`train_args_from_setup`);
 4. the policy: NeMo-RL's `Policy` under the CLIPO mixin, for `setup(policy_factory=)`, and the
    worker class's Python environment in NeMo-RL's actor registry.
+
+The TransferQueue loop's (`grpo_train_sync`, `TQPolicy`) are in `adapter_tq.py`.
 """
 
 from __future__ import annotations
