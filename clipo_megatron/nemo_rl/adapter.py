@@ -169,11 +169,16 @@ def call_async_grpo_train(
     )
 
 
+def train_args_fit(params: list) -> bool:
+    """A loop's parameters take `GrpoTrainArgs` by position (logger 9th, master_config 12th)."""
+    pos = [p.name for p in params if p.kind in ("pos", "posonly")]
+    return pos[8:9] == ["logger"] and pos[11:12] == ["master_config"]
+
+
 def _check_grpo_train_args(src: Source) -> str | None:
     params = ast_params(src.function(GRPO, "grpo_train"))
-    pos = [p.name for p in params if p.kind in ("pos", "posonly")]
     later = [p.name for p in params[12:] if not p.default]
-    fine = pos[8:9] == ["logger"] and pos[11:12] == ["master_config"] and not later
+    fine = train_args_fit(params) and not later
     return None if fine else f"grpo_train{render(params)}"
 
 
@@ -306,12 +311,7 @@ def _check_async(src: Source) -> str | None:
     if moved:
         return moved
     params = ast_params(fn)
-    pos = [p.name for p in params if p.kind in ("pos", "posonly")]
-    if (
-        pos[8:9] != ["logger"]
-        or pos[11:12] != ["master_config"]
-        or not any(p.name == "max_trajectory_age_steps" for p in params)
-    ):
+    if not train_args_fit(params) or not any(p.name == "max_trajectory_age_steps" for p in params):
         return f"{ASYNC_TRAIN}{render(params)}"
     logprobs, advantages = method_calls(fn, "get_logprobs"), method_calls(fn, "compute_advantage")
     if not logprobs or not advantages or logprobs[0].lineno > advantages[0].lineno:

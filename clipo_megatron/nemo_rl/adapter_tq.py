@@ -26,7 +26,13 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from clipo_megatron.nemo_rl.adapter import ESTIMATOR, GrpoTrainArgs, method_calls, train_arguments
+from clipo_megatron.nemo_rl.adapter import (
+    ESTIMATOR,
+    GrpoTrainArgs,
+    method_calls,
+    train_args_fit,
+    train_arguments,
+)
 from clipo_megatron.source_match import Seam, Source, method_seam, rebindable
 from clipo_megatron.source_match.source import ast_params, render
 
@@ -69,9 +75,8 @@ def _check_sync(src: Source) -> str | None:
     if moved:
         return moved
     params = ast_params(fn)
-    pos = [p.name for p in params if p.kind in ("pos", "posonly")]
     later = [p.name for p in params[12:] if not p.default]
-    if pos[8:9] != ["logger"] or pos[11:12] != ["master_config"] or later:
+    if not train_args_fit(params) or later:
         return f"{SYNC_TRAIN}{render(params)}"
     logprobs = method_calls(fn, "get_logprobs_from_meta")
     advantages = method_calls(fn, "compute_advantage")
