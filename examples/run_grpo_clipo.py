@@ -123,9 +123,14 @@ def main(argv: list[str] | None = None) -> int:
             print(resolved)
         print(ok_line(args.config, len(report.warnings), args.print_config, report.prompt_filter))
         return 0
+    from clipo_megatron.megatron.pooling.final_norm import FinalNormNotFound
     from clipo_megatron.nemo_rl.driver import run
 
-    run(config)
+    try:
+        run(config)
+    except FinalNormNotFound as e:  # the workers' refusal at clipo_setup, before any rollout
+        print(e, file=sys.stderr)
+        return 2
     return 0
 
 

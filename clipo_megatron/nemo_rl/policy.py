@@ -33,7 +33,7 @@ from clipo_megatron.nemo_rl.adapter import actor_python_env, policy_class
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoRunState, HeadStepResult, assemble_rows
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.resume_layout import layout_of, save_layout
-from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
+from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, FinalNormNotFound
 
 WORKER_FQN = "clipo_megatron.nemo_rl.worker_extension.ClipoMegatronPolicyWorker"
 
@@ -45,6 +45,15 @@ def collect_head_step(results: list[dict[str, Any]], batch_size: int) -> HeadSte
     )
     metrics: dict[str, Any] = next((r["metrics"] for r in results if r["metrics"]), {})
     return HeadStepResult(rewards=rewards, metrics=dict(metrics))
+
+
+def worker_refusal(error: BaseException) -> FinalNormNotFound | None:
+    """A worker's refusal at `clipo_setup`, as the one line the worker wrote: Ray hands the driver
+    a `RayTaskError` (an instance of the cause's class too) whose text is the remote traceback."""
+    cause = getattr(error, "cause", error)
+    if isinstance(cause, FinalNormNotFound):
+        return FinalNormNotFound(str(cause))
+    return None
 
 
 def step_dir_of(weights_path: str) -> str:
@@ -162,7 +171,13 @@ class ClipoPolicyMixin(_PolicyBase):
             return
         # NeMo-RL's worker group takes keyword arguments only (worker_groups.py, "Please use
         # kwargs instead"): every worker call below names its arguments.
-        self.run_all_workers_single_data("clipo_setup", clipo_cfg=cfg.to_dict())
+        try:  # before the first rollout: a model CLIPO cannot capture stops here, in one line
+            self.run_all_workers_single_data("clipo_setup", clipo_cfg=cfg.to_dict())
+        except Exception as e:
+            refusal = worker_refusal(e)
+            if refusal is None:
+                raise
+            raise refusal from None
         if weights_path:
             extras = self.run_all_workers_single_data(
                 "clipo_load_head", step_dir=step_dir_of(str(weights_path))

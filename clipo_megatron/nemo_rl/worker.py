@@ -29,9 +29,11 @@ from clipo_megatron.file_format import check_version, stamped
 from clipo_megatron.megatron.clipo_step import clipo_step
 from clipo_megatron.megatron.pooling.microbatch_pooler import (  # re-exported: the worker's vocabulary
     SAMPLE_IDX_KEY,
+    FinalNormNotFound,
     MicrobatchPooler,
     find_final_norm,
     packed_response_mask,
+    require_final_norm,
 )
 from clipo_megatron.nemo_rl.adapter import microbatches_teed
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
@@ -40,6 +42,7 @@ __all__ = [
     "SAMPLE_IDX_KEY",
     "ClipoWorkerMixin",
     "ClipoWorkerState",
+    "FinalNormNotFound",
     "MicrobatchPooler",
     "find_final_norm",
     "packed_response_mask",
@@ -206,7 +209,7 @@ class ClipoWorkerMixin:
             sequence_parallel=g.sequence_parallel,
             pool_last_token=self._clipo_pool_last_token,
         )
-        norm = find_final_norm(self.model) if self._clipo is not None else None
+        norm = require_final_norm(self.model) if self._clipo is not None else None
         with microbatches_teed(self._clipo_iterator_module, pooler), pooler.hooked(norm):
             out = super().get_logprobs(data=data, micro_batch_size=micro_batch_size, **kwargs)
         if self._clipo is not None:
@@ -214,7 +217,9 @@ class ClipoWorkerMixin:
         return out
 
     def clipo_setup(self, *, clipo_cfg: dict[str, Any]) -> bool:
-        """Build the head on the last pipeline stage (called once by the policy after init)."""
+        """Build the head on the last pipeline stage (called once by the policy after init, before
+        the first rollout). A last stage whose model has no final norm CLIPO can hook refuses
+        here in one line naming the model class (`FinalNormNotFound`), not at the first step."""
         from clipo_megatron.megatron import parallel as mp
         from clipo_megatron.megatron.head import build_contrastive_head
         from clipo_megatron.megatron.parallel import ParallelGroups
@@ -227,6 +232,7 @@ class ClipoWorkerMixin:
         )
         if not mp.is_pipeline_last_stage():
             return False
+        require_final_norm(self.model)  # type: ignore[attr-defined]  # the concrete worker's
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.method.seed)  # identical replicated head on every DP / TP rank
             head = build_contrastive_head(

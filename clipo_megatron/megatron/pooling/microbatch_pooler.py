@@ -31,6 +31,22 @@ from typing import Any
 
 import torch
 
+from clipo_megatron.megatron.pooling.final_norm import (  # re-exported: the pass's vocabulary
+    FinalNormNotFound,
+    find_final_norm,
+    require_final_norm,
+)
+
+__all__ = [
+    "SAMPLE_IDX_KEY",
+    "SEGMENTS_KEY",
+    "FinalNormNotFound",
+    "MicrobatchPooler",
+    "find_final_norm",
+    "packed_response_mask",
+    "require_final_norm",
+]
+
 SAMPLE_IDX_KEY = "clipo_sample_idx"
 # Shared-prefix rows (`runner/model/shared_prefix.py`): [R, T] local sample index at each response
 # token, -1 elsewhere; one padded row holds several samples, so a per-row mask cannot say it.
@@ -229,17 +245,3 @@ class MicrobatchPooler:
         if not self.empty_masks:
             return torch.zeros(0, dtype=torch.bool)
         return torch.cat(self.empty_masks)
-
-
-def find_final_norm(model: Any) -> torch.nn.Module | None:
-    """`decoder.final_layernorm` of the last model chunk that has one (its `post_process`
-    stage), through Megatron-Core's wrappers (`unwrap_model`: DDP, FSDP, Float16Module); None
-    if absent."""
-    from megatron.core.utils import unwrap_model
-
-    chunks = unwrap_model(list(model) if isinstance(model, list | tuple) else [model])
-    for m in reversed(chunks):
-        norm = getattr(getattr(m, "decoder", None), "final_layernorm", None)
-        if norm is not None and getattr(m, "post_process", True):
-            return norm
-    return None

@@ -125,6 +125,25 @@ def policy_paths(step_dir: Path) -> dict[str, str]:
     return {"weights_path": str(policy / "weights"), "optimizer_path": str(policy / "optimizer")}
 
 
+def refusal_without_final_norm(worker) -> str:
+    """`clipo_setup` on NeMo-RL's own worker whose model lost its final norm: the one line it
+    raises (the norm is put back after; no head may have been built)."""
+    from megatron.core.utils import unwrap_model
+
+    from clipo_megatron.megatron.pooling.final_norm import FinalNormNotFound
+
+    decoder = unwrap_model(list(worker.model) if isinstance(worker.model, list) else [worker.model])
+    decoder = decoder[-1].decoder
+    norm, decoder.final_layernorm = decoder.final_layernorm, None
+    try:
+        worker.clipo_setup(clipo_cfg=CLIPO)
+    except FinalNormNotFound as e:
+        return str(e)
+    finally:
+        decoder.final_layernorm = norm
+    return "clipo_setup did not refuse"
+
+
 def worker_methods(
     rank: int, world: int, out_dir: str, model_dir: str, checkpoint: bool = True
 ) -> dict[str, Any]:
@@ -137,11 +156,12 @@ def worker_methods(
     policy = build.contract_policy(model, out, dp=world)
     worker = build.build_worker(policy, dp=world)
     assert worker._clipo_iterator_module.__name__.endswith("megatron_policy_worker")
+    res: dict[str, Any] = {"rank": rank, "refusal": refusal_without_final_norm(worker)}
+    res["head_after_refusal"] = worker._clipo is not None
     worker.clipo_setup(clipo_cfg=CLIPO)
     tok = worker.tokenizer
     data = batch(tok.pad_token_id, len(tok))
     pack = packing_args(policy)
-    res: dict[str, Any] = {"rank": rank}
 
     # get_logprobs: the driver's packing shard (lm_policy._shard_for_logprob), this rank's shard
     shards, _ = data.shard_by_batch_size(

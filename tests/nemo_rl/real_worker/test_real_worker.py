@@ -96,6 +96,10 @@ def _check_methods(first: dict, resumed: dict | None, model_dir, world: int) -> 
     ref = scenario.hf_reference(model_dir, data)
     seen = []
     for rank, res in first.items():
+        # clipo_setup refuses a model without a final norm, in one line naming its class, and
+        # builds no head (issue 50: before the first rollout, never after one)
+        assert res["refusal"].startswith("CLIPO cannot capture the final hidden states of GPTModel")
+        assert "\n" not in res["refusal"] and not res["head_after_refusal"], res["refusal"]
         # get_logprobs: NeMo-RL's packed forward == a plain HF forward, row by row
         for j, row in enumerate(res["rows"].tolist()):
             n = int(res["lengths"][j])
