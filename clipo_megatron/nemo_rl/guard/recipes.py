@@ -52,9 +52,16 @@ RESOLVERS = {
 }
 
 
-def _load_with_defaults(path: Path, seen: tuple[Path, ...] = (), skipped: list | None = None):
+def _load_with_defaults(
+    path: Path,
+    seen: tuple[Path, ...] = (),
+    skipped: list | None = None,
+    files: list | None = None,
+    named: str = "",
+):
     """The recipe merged over its parents; each `nemo_rl:` parent skipped for want of NeMo-RL
-    goes into `skipped` as (recipe, parent)."""
+    goes into `skipped` as (recipe, parent); each file read goes into `files` as (path, how its
+    child named it: "" for the recipe itself), in merge order (parents before their child)."""
     from omegaconf import DictConfig, OmegaConf
 
     path = path.resolve()
@@ -68,6 +75,8 @@ def _load_with_defaults(path: Path, seen: tuple[Path, ...] = (), skipped: list |
     assert isinstance(node, DictConfig), f"recipe {path} must be a mapping"
     parents = node.pop("defaults", None)
     if parents is None:
+        if files is not None:
+            files.append((path, named))
         return node
     if isinstance(parents, str):
         parents = [parents]
@@ -91,7 +100,11 @@ def _load_with_defaults(path: Path, seen: tuple[Path, ...] = (), skipped: list |
             parent_path = CLIPO_CONFIGS / parent[len(CLIPO_PREFIX) :]
         else:
             parent_path = path.parent / parent
-        merged = _merge(merged, _load_with_defaults(parent_path, (*seen, path), skipped))
+        merged = _merge(
+            merged, _load_with_defaults(parent_path, (*seen, path), skipped, files, parent)
+        )
+    if files is not None:
+        files.append((path, named))
     return _merge(merged, node)
 
 
@@ -167,18 +180,24 @@ def nemo_rl_root() -> Path | None:
 
 
 def load_recipe(
-    path: str | Path, overrides: list[str] | None = None, *, resolve: bool = True
+    path: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    resolve: bool = True,
+    files: list | None = None,
 ) -> dict[str, Any]:
     """Load a recipe with its `defaults:` chain and dotted overrides; return a plain dict.
 
     A dotted override of a key absent from the recipe is an error (a typo
     would otherwise be silently ignored); prefix it with `+` to add a key.
+    `files`, when given, receives (path, name in its child's `defaults:`) for every file of the
+    chain, parents before their child (the recipe last, named "").
     """
     from omegaconf import OmegaConf
 
     _register_resolvers()
     skipped: list = []
-    cfg = _load_with_defaults(Path(path), skipped=skipped)
+    cfg = _load_with_defaults(Path(path), skipped=skipped, files=files)
     _check_skipped(cfg, skipped)
     for ov in overrides or []:
         if "=" not in ov:
