@@ -1,29 +1,32 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 # shellcheck shell=bash
-# Shared body of the CLIPO sbatch scripts (sourced by track*.sh). Follows NeMo-RL's ray.sub where it
-# matters (docs/slurm.md maps each step): the recipe is validated first (nothing else starts when it
-# fails); the Ray head runs in a step whose container is named `ray-head` and that same step, after
-# every node joined, runs the driver (ray.sub's COMMAND), so the job's exit status is the driver's;
-# workers wait for the head's signal file on the shared log dir, then `ray start --block`; Ray steps
-# claim the node's CPUs (--cpus-per-task). Needs no NeMo-RL checkout at submit time: NeMo-RL lives in
-# the container (CONTAINER) or in a venv (VENV); this project is found at CLIPO_ROOT.
+# Shared body of the CLIPO sbatch scripts (sourced by run_recipe.sh, which the track*.sh presets run).
+# Follows NeMo-RL's ray.sub where it matters (docs/slurm.md maps each step): the job's nodes and GPUs
+# per node are the recipe's (cluster.*, read by recipe.sh; an allocation of another size is refused);
+# the recipe is validated first (nothing else starts when it fails); the Ray head runs in a step whose
+# container is named `ray-head` and that same step, after every node joined, runs the driver
+# (ray.sub's COMMAND), so the job's exit status is the driver's; workers wait for the head's signal
+# file on the shared log dir, then `ray start --block`; Ray steps claim the node's CPUs. NeMo-RL lives
+# in the container (CONTAINER) or in a venv (VENV); this project is found at CLIPO_ROOT.
 #
 # Environment (defaults in brackets):
-#   RECIPE            recipe YAML, relative to CLIPO_ROOT or absolute        [set by the track script]
+#   RECIPE            recipe YAML, relative to CLIPO_ROOT or absolute        [set by the preset / submit.sh]
 #   OVERRIDES         extra dotted overrides, whitespace separated (no quotes, no globs) []
 #                     the script's own arguments are overrides too, one per argument, verbatim
 #                     (`sbatch slurm/track1_qwen3b.sh 'key=a value with spaces'`)
 #   CONTAINER         enroot/pyxis image with NeMo-RL (srun --container-image) []
 #   MOUNTS            extra container mounts, comma separated                 []
 #   VENV              venv with NeMo-RL + clipo_megatron (used without CONTAINER) []
-#   NEMO_RL_ROOT      NeMo-RL checkout inside the container / venv host       [/opt/nemo-rl]
-#   CLIPO_DATA_DIR    parquet data root (train/, test/); must exist; mounted  [$CLIPO_ROOT/data/clipo]
-#                     (the recipes' fallback data/clipo, under the driver's working dir CLIPO_ROOT;
-#                     DRY_RUN with it unset and absent: a note, the commands still print)
+#   CLIPO_PYTHON      Python with omegaconf that reads the recipe on this host [$VENV/bin/python, else python3]
+#   NEMO_RL_ROOT      a NeMo-RL checkout on this host for `nemo_rl:` parents; mounted, exported
+#                     [unset: the image's /opt/nemo-rl inside the steps]
+#   CLIPO_DATA_DIR    parquet data root (train/, test/), only when the recipe's data section reads it;
+#                     must exist; mounted  [$CLIPO_ROOT/data/clipo, the recipes' fallback data/clipo;
+#                     DRY_RUN with it unset and absent: a note, the commands still print]
 #   CHECKPOINT_DIR    -> checkpointing.checkpoint_dir=...; created, mounted   [the recipe's, under CLIPO_ROOT]
 #   HF_HOME           Hugging Face cache (shared filesystem); exported, mounted [inherited]
 #   NRL_MEGATRON_CHECKPOINT_DIR  NeMo-RL's HF->Megatron cache; exported, mounted [$HF_HOME/nemo_rl]
-#   GPUS_PER_NODE     GPUs per node                                           [8]
+#   GPUS_PER_NODE     GPUs per node; must equal cluster.gpus_per_node  [SLURM_GPUS_ON_NODE, else the recipe's]
 #   CPUS_PER_WORKER   --cpus-per-task of the Ray steps           [CPUTot of the first node, as ray.sub]
 #   TORCH_CUDA_ARCH_LIST  needed by NeMo-RL's Megatron Policy; VENV mode only [9.0 10.0 (the image's)]
 #   RAY_PORT          Ray GCS port                                            [6379]
@@ -34,7 +37,8 @@
 #                     stopped (CLIPO_SAVE_BY -> checkpointing.checkpoint_must_save_by); it then
 #                     exits 75 and the job requeues itself (docs/slurm.md, "Time limits")  [900]
 #   DRY_RUN_TIME_LEFT_S  DRY_RUN only: the time left the deadline is computed from [86400]
-#   DRY_RUN=1         print the srun commands, run nothing (works off-cluster)
+#   DRY_RUN=1         print the srun commands, run nothing (works off-cluster; the recipe's node
+#                     count, or SLURM_JOB_NUM_NODES when set, which must then match it)
 
 set -euo pipefail
 
@@ -47,11 +51,11 @@ OVERRIDE_ARGS+=("$@")
 CONTAINER="${CONTAINER:-}"
 MOUNTS="${MOUNTS:-}"
 VENV="${VENV:-}"
-NEMO_RL_ROOT="${NEMO_RL_ROOT:-/opt/nemo-rl}"
-DATA_DIR_GIVEN="${CLIPO_DATA_DIR:+1}"
-CLIPO_DATA_DIR="${CLIPO_DATA_DIR:-$CLIPO_ROOT/data/clipo}"
+USER_NEMO_RL_ROOT="${NEMO_RL_ROOT:-}" # the host's checkout, for the recipe's `nemo_rl:` parents
+if [[ -d "$USER_NEMO_RL_ROOT" ]]; then USER_NEMO_RL_ROOT="$(realpath -ms -- "$USER_NEMO_RL_ROOT")"; fi
+NEMO_RL_ROOT="${USER_NEMO_RL_ROOT:-/opt/nemo-rl}" # mounted at the same path when it is the host's
 CHECKPOINT_DIR="${CHECKPOINT_DIR:-}"
-GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
+GPUS_PER_NODE="${GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-}}" # empty: the recipe's
 RAY_PORT="${RAY_PORT:-6379}"
 RAY_WAIT_TIMEOUT_S="${RAY_WAIT_TIMEOUT_S:-1800}"
 RAY_POLL_S="${RAY_POLL_S:-5}"
@@ -67,18 +71,17 @@ need_int() { # VAR...: each a positive integer (they go into arithmetic and `bas
   done
 }
 SAVE_MARGIN_S="${SAVE_MARGIN_S:-900}"
-need_int GPUS_PER_NODE RAY_PORT RAY_WAIT_TIMEOUT_S SAVE_MARGIN_S
+need_int RAY_PORT RAY_WAIT_TIMEOUT_S SAVE_MARGIN_S
+if [[ -n "$GPUS_PER_NODE" ]]; then need_int GPUS_PER_NODE; fi
 
 if [[ "$DRY_RUN" == "1" ]]; then
   SLURM_JOB_ID="${SLURM_JOB_ID:-dryrun}"
-  SLURM_JOB_NUM_NODES="${SLURM_JOB_NUM_NODES:-${DRY_RUN_NODES:-2}}"
-  need_int SLURM_JOB_NUM_NODES
-  NODES=()
-  for ((i = 0; i < SLURM_JOB_NUM_NODES; i++)); do NODES+=("node$i"); done
-  CPUS_PER_WORKER="${CPUS_PER_WORKER:-$((16 * GPUS_PER_NODE))}" # off-cluster: no scontrol to ask
+  JOB_NODES="${SLURM_JOB_NUM_NODES:-}" # off-cluster: the recipe's count, printed as such
+  if [[ -n "$JOB_NODES" ]]; then need_int JOB_NODES; fi
 else
   : "${SLURM_JOB_ID:?not inside a Slurm job: submit with sbatch, or set DRY_RUN=1 to print the commands}"
   mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+  JOB_NODES=${#NODES[@]}
   if [[ -z "${CPUS_PER_WORKER:-}" ]]; then # ray.sub's detect_cpus_per_node: CPUTot of the first node
     CPUS_PER_WORKER="$(scontrol show node "${NODES[0]}" -o 2>/dev/null || true)"
     CPUS_PER_WORKER="${CPUS_PER_WORKER#*CPUTot=}"
@@ -89,13 +92,10 @@ else
     fi
   fi
 fi
-NUM_NODES=${#NODES[@]}
-HEAD_NODE="${NODES[0]}"
 LOG_DIR="$BASE_LOG_DIR/${SLURM_JOB_ID}${SLURM_RESTART_COUNT:+-$SLURM_RESTART_COUNT}-logs"
 
-abspath() { # relative to CLIPO_ROOT (the driver's working directory), `..` folded, links kept
-  if [[ "$1" == /* ]]; then realpath -ms -- "$1"; else realpath -ms -- "$CLIPO_ROOT/$1"; fi
-}
+# shellcheck source-path=SCRIPTDIR source=recipe.sh
+source "$CLIPO_ROOT/slurm/recipe.sh"
 RECIPE="$(abspath "$RECIPE")"
 for ov in ${OVERRIDE_ARGS[@]+"${OVERRIDE_ARGS[@]}"}; do # a checkpoint dir given as an override must be mounted too
   if [[ -z "$CHECKPOINT_DIR" && "$ov" == checkpointing.checkpoint_dir=* ]]; then
@@ -108,15 +108,17 @@ if [[ -n "$CHECKPOINT_DIR" ]]; then
 elif [[ -n "${CKPT_FROM_OVERRIDES:-}" ]]; then
   CHECKPOINT_DIR="$CKPT_FROM_OVERRIDES"
 fi
-
-CLIPO_DATA_DIR="$(abspath "$CLIPO_DATA_DIR")" # mounted at this path: a relative one mounts nothing
-if [[ ! -d "$CLIPO_DATA_DIR" && "$DRY_RUN" == "1" && -z "$DATA_DIR_GIVEN" ]]; then
-  # The documented `DRY_RUN=1 CONTAINER=img bash slurm/...` in a fresh checkout: print anyway.
-  echo "[clipo] note: CLIPO_DATA_DIR is unset and its default $CLIPO_DATA_DIR does not exist; a real job stops here: set CLIPO_DATA_DIR to the parquet root (train/, test/)" >&2
-elif [[ ! -d "$CLIPO_DATA_DIR" ]]; then
-  echo "[clipo] CLIPO_DATA_DIR=$CLIPO_DATA_DIR: no such directory; set CLIPO_DATA_DIR to the parquet root (train/, test/)" >&2
-  exit 2
+# the recipe's cluster; refused here (one line, exit 2) when the allocation is another size
+read_recipe ${JOB_NODES:+--job-nodes "$JOB_NODES"} ${GPUS_PER_NODE:+--job-gpus-per-node "$GPUS_PER_NODE"}
+GPUS_PER_NODE="${GPUS_PER_NODE:-$RECIPE_GPUS_PER_NODE}"
+if [[ "$DRY_RUN" == "1" ]]; then
+  NODES=()
+  for ((i = 0; i < ${JOB_NODES:-$RECIPE_NODES}; i++)); do NODES+=("node$i"); done
+  CPUS_PER_WORKER="${CPUS_PER_WORKER:-$((16 * GPUS_PER_NODE))}" # off-cluster: no scontrol to ask
 fi
+NUM_NODES=${#NODES[@]}
+HEAD_NODE="${NODES[0]}"
+resolve_data_dir
 need_int CPUS_PER_WORKER
 if ! [[ "$RAY_POLL_S" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
   echo "[clipo] RAY_POLL_S=$RAY_POLL_S: must be a number of seconds" >&2
@@ -132,7 +134,7 @@ qall() { # quote each argument for a `bash -c` payload, space separated
 
 # --- the environment every step starts from ---------------------------------------------------
 EXPORTS=(
-  "NEMO_RL_ROOT=$(q "$NEMO_RL_ROOT")" "CLIPO_DATA_DIR=$(q "$CLIPO_DATA_DIR")"
+  "NEMO_RL_ROOT=$(q "$NEMO_RL_ROOT")" ${CLIPO_DATA_DIR:+"CLIPO_DATA_DIR=$(q "$CLIPO_DATA_DIR")"}
   "PYTHONPATH=$(q "$CLIPO_ROOT:$NEMO_RL_ROOT")\${PYTHONPATH:+:\$PYTHONPATH}"
   "RAY_DEDUP_LOGS=0" "RAY_ENABLE_UV_RUN_RUNTIME_ENV=0" "OMP_NUM_THREADS=$(q "${OMP_NUM_THREADS:-16}")"
 )
@@ -142,19 +144,9 @@ done
 if [[ -n "$CONTAINER" ]]; then
   # the image sets TORCH_CUDA_ARCH_LIST itself; forward only an explicit choice
   if [[ -n "${TORCH_CUDA_ARCH_LIST:-}" ]]; then EXPORTS+=("TORCH_CUDA_ARCH_LIST=$(q "$TORCH_CUDA_ARCH_LIST")"); fi
-  MOUNT_LIST=()
-  add_mount() { # DIR: bind it at the same path unless a mounted dir already holds it
-    local m
-    for m in "${MOUNT_LIST[@]}"; do if [[ "$1" == "$m" || "$1" == "$m"/* ]]; then return; fi; done
-    MOUNT_LIST+=("$1")
-  }
-  for dir in "$CLIPO_ROOT" "$LOG_DIR" "$CLIPO_DATA_DIR" "${HF_HOME:-}" \
-    "${NRL_MEGATRON_CHECKPOINT_DIR:-}" "$CHECKPOINT_DIR"; do
-    if [[ -n "$dir" ]]; then add_mount "$dir"; fi
-  done
-  CONTAINER_MOUNTS=""
-  for m in "${MOUNT_LIST[@]}"; do CONTAINER_MOUNTS="${CONTAINER_MOUNTS:+$CONTAINER_MOUNTS,}$m:$m"; done
-  CONTAINER_MOUNTS="$CONTAINER_MOUNTS${MOUNTS:+,$MOUNTS}"
+  add_mount "$CLIPO_ROOT" "$LOG_DIR" "$CLIPO_DATA_DIR" "${HF_HOME:-}" "${NRL_MEGATRON_CHECKPOINT_DIR:-}" "$CHECKPOINT_DIR"
+  add_recipe_mounts # the host's NeMo-RL checkout and the recipe's files outside the folders above
+  CONTAINER_MOUNTS="$(mounts_csv)"
   # one named container per node for the whole job, as ray.sub's --container-name=ray-head/ray-worker
   CONTAINER_ARGS=(--container-image="$CONTAINER" --container-mounts="$CONTAINER_MOUNTS"
     --container-workdir="$CLIPO_ROOT" --no-container-mount-home)
@@ -224,6 +216,8 @@ WORKER_SCRIPT+="; sleep $RAY_POLL_S; done; ray start --address=\$(cat $LD/STARTE
 WORKER_SCRIPT+=" --disable-usage-stats --num-gpus=$GPUS_PER_NODE --block"
 
 echo "[clipo] job $SLURM_JOB_ID: $NUM_NODES nodes x $GPUS_PER_NODE GPUs ($CPUS_PER_WORKER CPUs), head $HEAD_NODE, recipe $RECIPE, logs $LOG_DIR"
+describe_recipe "$(if [[ -n "$JOB_NODES" ]]; then echo "the job has $JOB_NODES"; else echo "DRY_RUN: no allocation, the recipe's count"; fi)"
+if [[ -n "$CONTAINER" ]]; then echo "[clipo] mounts: $CONTAINER_MOUNTS"; fi
 if [[ "$DRY_RUN" != "1" ]]; then mkdir -p "$LOG_DIR" ${CHECKPOINT_DIR:+"$CHECKPOINT_DIR"}; fi
 
 # 0. preflight: validate the recipe before spending GPU time; on failure stop here, nothing started
@@ -274,6 +268,7 @@ requeue() { # WHY
   scontrol requeue "$SLURM_JOB_ID" || echo "[clipo] scontrol requeue failed: submit the same command again to resume" >&2
 }
 INTERRUPTED=0
+# shellcheck disable=SC2317 # run by the USR1 trap
 on_usr1() {
   INTERRUPTED=1
   requeue "USR1 (the time limit is near) and the driver still runs"

@@ -1,6 +1,11 @@
 #!/bin/bash
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-# CLIPO GRPO, Track I: Qwen2.5-3B-Instruct on GSM8K (batch 512 x 16, 2048 response tokens, d=512).
+# CLIPO GRPO, Track I, the recommended recipe: examples/configs/track1_qwen3b.yaml, Qwen2.5-3B-Instruct
+# on GSM8K (batch 512 x 16, 2048 response tokens, d=512); its objectives' variants,
+# examples/configs/track1_qwen3b_*.yaml, run with RECIPE=. Not the paper reproduction
+# (examples/configs/reproduce/, the authors' settings): submit those with
+# `slurm/submit.sh examples/configs/reproduce/track1_grpo_clipo.yaml`. A preset of slurm/run_recipe.sh:
+# this recipe and its 1 node, then the generic script (docs/slurm.md, "Submit your recipe").
 #
 #   CONTAINER=/path/nemo-rl.sqsh sbatch --account=ACC --partition=PART slurm/track1_qwen3b.sh
 #   VENV=/path/venv sbatch slurm/track1_qwen3b.sh                        # NeMo-RL + clipo_megatron installed
@@ -11,11 +16,12 @@
 #
 #   HF_HOME=/shared/hf CHECKPOINT_DIR=/shared/ckpt/run1 CONTAINER=... sbatch ...  # both get mounted
 #
-# Submit from the clipo_megatron checkout (or set CLIPO_ROOT); no NeMo-RL checkout is needed.
-# The recipe is validated first (the job stops there, with the reason, if it does not); then a Ray
-# cluster as NeMo-RL's ray.sub builds it, with the driver inside the head's container.
-# Time limit: the driver saves and stops SAVE_MARGIN_S (900 s) before it and the job requeues
-# itself; preemption requeues it (--requeue) from the last checkpoint (docs/slurm.md).
+# Submit from the clipo_megatron checkout (or set CLIPO_ROOT); no NeMo-RL checkout is needed. The
+# recipe is read on this host first (its cluster.num_nodes must equal this allocation, else one line
+# and exit 2; a Python with omegaconf: CLIPO_PYTHON), then validated in the job (it stops there, with
+# the reason, if it does not); then a Ray cluster as NeMo-RL's ray.sub builds it, with the driver
+# inside the head's container. Time limit: the driver saves and stops SAVE_MARGIN_S (900 s) before
+# it and the job requeues itself; preemption requeues it (--requeue) from the last checkpoint.
 # See slurm/common.sh for every variable and docs/slurm.md for the mapping to ray.sub.
 #SBATCH --job-name=clipo-track1_qwen3b
 #SBATCH --nodes=1
@@ -29,17 +35,15 @@
 #SBATCH --signal=B:USR1@180
 
 set -euo pipefail
-if [[ -z "${CLIPO_ROOT:-}" ]]; then
-  for cand in "${SLURM_SUBMIT_DIR:-}" "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; do
-    if [[ -n "$cand" && -f "$cand/slurm/common.sh" ]]; then CLIPO_ROOT="$cand"; break; fi
-  done
-fi
-if [[ -z "${CLIPO_ROOT:-}" || ! -f "$CLIPO_ROOT/slurm/common.sh" ]]; then
-  echo "cannot find the clipo_megatron checkout: submit from it or set CLIPO_ROOT=/path/to/clipo_megatron" >&2
-  exit 2
-fi
-export CLIPO_ROOT
+# the preset: this recipe, then the generic script (CLIPO_ROOT found as run_recipe.sh finds it)
 RECIPE="${RECIPE:-examples/configs/track1_qwen3b.yaml}"
-export DRY_RUN_NODES="${DRY_RUN_NODES:-1}"
-# shellcheck source-path=SCRIPTDIR source=common.sh
-source "$CLIPO_ROOT/slurm/common.sh"
+export RECIPE
+for root in "${CLIPO_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; do
+  if [[ -n "$root" && -f "$root/slurm/run_recipe.sh" ]]; then
+    export CLIPO_ROOT="$root"
+    exec bash "$root/slurm/run_recipe.sh" "$@"
+  fi
+  if [[ -n "${CLIPO_ROOT:-}" ]]; then break; fi # a CLIPO_ROOT given is the only place looked at
+done
+echo "cannot find the clipo_megatron checkout: submit from it or set CLIPO_ROOT=/path/to/clipo_megatron" >&2
+exit 2
