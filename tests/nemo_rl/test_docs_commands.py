@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,8 @@ def test_the_docs_name_dry_runs():
 def test_a_documented_dry_run_works_as_written(command, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CLIPO_", "SLURM_"))}
     env["HOME"] = str(tmp_path)
+    # the recipe is read with python3 from PATH, as in a shell with the project's venv activated
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     out = subprocess.run(
         ["bash", "-c", command], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
     )
@@ -50,7 +53,7 @@ def test_one_default_data_folder_in_scripts_recipes_and_preflight(monkeypatch):
     }
     script = re.search(
         r'CLIPO_DATA_DIR="\$\{CLIPO_DATA_DIR:-\$CLIPO_ROOT/([^}]+)\}"',
-        (ROOT / "slurm" / "common.sh").read_text(),
+        (ROOT / "slurm" / "recipe.sh").read_text(),
     )
     assert fallbacks == {"data/clipo"} and script and script.group(1) == "data/clipo"
     _, warnings = check_cluster_env({}, has_nemo_rl=True)

@@ -12,13 +12,21 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ["slurm/track1_qwen3b.sh", "slurm/track2_qwen7b.sh", "slurm/common.sh"]
+SCRIPTS = [
+    "slurm/track1_qwen3b.sh",
+    "slurm/track2_qwen7b.sh",
+    "slurm/run_recipe.sh",
+    "slurm/submit.sh",
+    "slurm/common.sh",
+    "slurm/recipe.sh",
+]
 BAD_RECIPE = "ValueError: clipo.method.temperature must be > 0"
 
 FAKE_SRUN = r"""#!/bin/bash
@@ -51,8 +59,28 @@ FAKE_PYTHON = (
 )
 
 
+def stub_resolver(tmp_path, nodes=2, reads_data=1):
+    """A CLIPO_PYTHON that answers for guard.recipe_cluster without reading the recipe (the
+    shell-safety tests pass overrides no recipe accepts) and records the argv it got."""
+    stub = tmp_path / "resolver"
+    stub.write_text(
+        '#!/bin/bash\nprintf "%s\\0" "$@" > "$0.argv"\n'
+        f'printf "nodes\\t{nodes}\\ngpus_per_node\\t8\\nnodes_from\\tthe stub\\n'
+        f'reads_clipo_data_dir\\t{reads_data}\\n"\n'
+    )
+    stub.chmod(0o755)
+    return stub
+
+
+def copy_scripts(root):
+    """The slurm/ scripts in another checkout (CLIPO_ROOT=root)."""
+    (root / "slurm").mkdir(parents=True)
+    for f in (ROOT / "slurm").glob("*.sh"):
+        (root / "slurm" / f.name).write_text(f.read_text())
+
+
 def _fake_cluster(tmp_path, mode, *script_args, signals=(), **env):
-    """Run track2 on a fake 3-node cluster; return (process, {step: srun args}, events)."""
+    """Run track2 (2 nodes) on a fake 2-node cluster; return (process, {step: srun args}, events)."""
     bindir, calls, data = tmp_path / "bin", tmp_path / "calls", tmp_path / "data"
     bindir.mkdir()
     calls.mkdir()
@@ -60,7 +88,7 @@ def _fake_cluster(tmp_path, mode, *script_args, signals=(), **env):
     (bindir / "srun").write_text(FAKE_SRUN)
     (bindir / "scontrol").write_text(
         '#!/bin/bash\nif [[ "$1" == requeue ]]; then echo "$2" >> "$FAKE_CALLS/requeue"; '
-        'elif [[ "$2" == hostnames ]]; then echo n0; echo n1; echo n2; '
+        'elif [[ "$2" == hostnames ]]; then echo n0; echo n1; '
         'else echo "NodeName=$3 Arch=x86_64 CPUTot=96 CPULoad=0.1"; fi\n'
     )
     (bindir / "squeue").write_text('#!/bin/bash\necho "${FAKE_TIME_LEFT-1:00:00}"\n')
@@ -74,7 +102,8 @@ def _fake_cluster(tmp_path, mode, *script_args, signals=(), **env):
         "HOME": str(tmp_path),
         "FAKE_CALLS": str(calls),
         "SLURM_JOB_ID": "77",
-        "SLURM_JOB_NODELIST": "n[0-2]",
+        "SLURM_JOB_NODELIST": "n[0-1]",
+        "CLIPO_PYTHON": sys.executable,
         "BASE_LOG_DIR": str(tmp_path / "logs"),
         "RAY_POLL_S": "0.05",
         "CLIPO_ROOT": str(ROOT),
@@ -121,16 +150,16 @@ def _step_named(steps, flag):
 def test_container_run_driver_in_head_step_with_mounts_and_cpus(tmp_path):
     hf, ckpt = tmp_path / "hf", tmp_path / "ckpt" / "run1"
     proc, steps, events = _fake_cluster(
-        tmp_path, "container", HF_HOME=str(hf), CHECKPOINT_DIR=str(ckpt), OVERRIDES="grpo.x=1"
+        tmp_path, "container", HF_HOME=str(hf), CHECKPOINT_DIR=str(ckpt), OVERRIDES="grpo.max_num_steps=1"
     )
     assert proc.returncode == 0, proc.stderr
     logs = tmp_path / "logs" / "77-logs"
-    assert len(steps) == 1 + 1 + 2  # preflight, head (+ driver), 2 workers
+    assert len(steps) == 1 + 1 + 1  # preflight, head (+ driver), 1 worker
     heads = _step_named(steps, "--container-name=ray-head")
     (head,) = [h for h in heads if "--cpus-per-task=96" in steps[h]]  # the other is the preflight
     assert len(heads) == 2
     workers = _step_named(steps, "--container-name=ray-worker")
-    assert len(workers) == 2 and all("--cpus-per-task=96" in steps[w] for w in workers)
+    assert len(workers) == 1 and all("--cpus-per-task=96" in steps[w] for w in workers)
     for a in steps.values():
         mounts = next(x for x in a if x.startswith("--container-mounts="))
         assert mounts.split("=", 1)[1].split(",") == [
@@ -145,7 +174,7 @@ def test_container_run_driver_in_head_step_with_mounts_and_cpus(tmp_path):
     assert (head, "ray", ["start", "--head"]) in by_step
     driver = [e for e in events if e[1] == "python" and "run_grpo_clipo.py --config" in e[3]]
     assert [d[0] for d in driver] == [head]  # the driver ran inside the head step's container
-    assert "grpo.x=1" in driver[0][3] and f"checkpointing.checkpoint_dir={ckpt}" in driver[0][3]
+    assert "grpo.max_num_steps=1" in driver[0][3] and f"checkpointing.checkpoint_dir={ckpt}" in driver[0][3]
     starts = [e for e in events if e[1] == "ray" and "--address=10.0.0.1:6379" in e[3]]
     assert sorted(e[0] for e in starts) == sorted(workers) and all(
         "--block" in e[3] for e in starts
@@ -193,6 +222,7 @@ def _run(script, env, cwd):
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", "/tmp"),
         "CLIPO_DATA_DIR": str(cwd / "data"),
+        "CLIPO_PYTHON": sys.executable,
     }
     return subprocess.run(
         ["bash", str(ROOT / script)],
@@ -368,8 +398,8 @@ def test_overrides_reach_the_driver_verbatim_and_run_nothing(tmp_path, mode):
     markers, in_env, as_args = _hostile(tmp_path)
     markers.append(tmp_path / "PWNED_OMP")
     ckpt, root = tmp_path / "ck pt", tmp_path / "checkout"
-    (root / "slurm").mkdir(parents=True)  # the steps `cd` here: a leak must not litter the repo
-    (root / "slurm" / "common.sh").write_text((ROOT / "slurm" / "common.sh").read_text())
+    copy_scripts(root)  # the steps `cd` here: a leak must not litter the repo
+    resolver = stub_resolver(tmp_path)
     proc, _, _ = _fake_cluster(
         tmp_path,
         mode,
@@ -377,13 +407,20 @@ def test_overrides_reach_the_driver_verbatim_and_run_nothing(tmp_path, mode):
         OVERRIDES=" ".join(in_env[:3]) + "\n\t" + " ".join(in_env[3:]),  # a newline splits too
         CHECKPOINT_DIR=str(ckpt),
         CLIPO_ROOT=str(root),
+        CLIPO_PYTHON=str(resolver),
         OMP_NUM_THREADS=f"8;>{tmp_path / 'PWNED_OMP'}",
     )
     assert [m for m in markers if m.exists()] == []  # nothing ran
     assert proc.returncode == 0, proc.stderr
     recipe = str(root / "examples/configs/track2_qwen7b.yaml")
-    expected = ["--config", recipe, "cluster.num_nodes=3", "cluster.gpus_per_node=8"]
-    expected += in_env + as_args + [f"checkpointing.checkpoint_dir={ckpt}"]
+    overrides = in_env + as_args + [f"checkpointing.checkpoint_dir={ckpt}"]
+    expected = ["--config", recipe, "cluster.num_nodes=2", "cluster.gpus_per_node=8", *overrides]
+    read = (tmp_path / "resolver.argv").read_bytes().decode().split("\0")[:-1]
+    assert read == ["-m", "clipo_megatron.nemo_rl.guard.recipe_cluster", "--job-nodes", "2"] + [
+        "--",
+        recipe,
+        *overrides,
+    ]  # the recipe was read with the overrides, verbatim
     (pre,) = _argvs(tmp_path, lambda a: "--validate-only" in a)
     (drv,) = _argvs(tmp_path, lambda a: a[:2] == ["examples/run_grpo_clipo.py", "--config"])
     assert drv[1:] == expected
@@ -396,6 +433,7 @@ def test_overrides_reach_the_driver_verbatim_and_run_nothing(tmp_path, mode):
 def test_dry_run_prints_overrides_quoted_and_runs_nothing(tmp_path):
     markers, in_env, as_args = _hostile(tmp_path)
     env = {"DRY_RUN": "1", "VENV": "/opt/v", "BASE_LOG_DIR": str(tmp_path)}
+    env["CLIPO_PYTHON"] = str(stub_resolver(tmp_path, nodes=1))
     out = _run("slurm/track1_qwen3b.sh", {**env, "OVERRIDES": " ".join(in_env)}, tmp_path)
     assert [m for m in markers if m.exists()] == []
     assert out.returncode == 0, out.stderr
@@ -428,13 +466,12 @@ def test_data_dir_is_mounted_absolute(tmp_path, given, mounted):
     """A relative CLIPO_DATA_DIR is taken under CLIPO_ROOT (as CHECKPOINT_DIR): inside the checkout
     its mount covers it, elsewhere it is mounted at its absolute, `..`-free path."""
     root = tmp_path / "checkout"  # CLIPO_ROOT holding the scripts
-    (root / "slurm").mkdir(parents=True)
-    for f in ("common.sh", "track1_qwen3b.sh"):
-        (root / "slurm" / f).write_text((ROOT / "slurm" / f).read_text())
+    copy_scripts(root)
     for d in ("checkout/rel/data", "shared/data", "x"):
         (tmp_path / d).mkdir(parents=True, exist_ok=True)
     given, logs = given.format(tmp=str(tmp_path).lstrip("/")), tmp_path / "logs/dryrun-logs"
     env = {"DRY_RUN": "1", "CONTAINER": "img", "BASE_LOG_DIR": str(tmp_path / "logs")}
+    env["CLIPO_PYTHON"] = str(stub_resolver(tmp_path, nodes=1))
     out = subprocess.run(
         ["bash", str(root / "slurm/track1_qwen3b.sh")],
         env={**os.environ, **env, "CLIPO_ROOT": str(root), "CLIPO_DATA_DIR": given},
