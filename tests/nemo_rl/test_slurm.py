@@ -150,7 +150,11 @@ def _step_named(steps, flag):
 def test_container_run_driver_in_head_step_with_mounts_and_cpus(tmp_path):
     hf, ckpt = tmp_path / "hf", tmp_path / "ckpt" / "run1"
     proc, steps, events = _fake_cluster(
-        tmp_path, "container", HF_HOME=str(hf), CHECKPOINT_DIR=str(ckpt), OVERRIDES="grpo.max_num_steps=1"
+        tmp_path,
+        "container",
+        HF_HOME=str(hf),
+        CHECKPOINT_DIR=str(ckpt),
+        OVERRIDES="grpo.max_num_steps=1",
     )
     assert proc.returncode == 0, proc.stderr
     logs = tmp_path / "logs" / "77-logs"
@@ -174,7 +178,10 @@ def test_container_run_driver_in_head_step_with_mounts_and_cpus(tmp_path):
     assert (head, "ray", ["start", "--head"]) in by_step
     driver = [e for e in events if e[1] == "python" and "run_grpo_clipo.py --config" in e[3]]
     assert [d[0] for d in driver] == [head]  # the driver ran inside the head step's container
-    assert "grpo.max_num_steps=1" in driver[0][3] and f"checkpointing.checkpoint_dir={ckpt}" in driver[0][3]
+    assert (
+        "grpo.max_num_steps=1" in driver[0][3]
+        and f"checkpointing.checkpoint_dir={ckpt}" in driver[0][3]
+    )
     starts = [e for e in events if e[1] == "ray" and "--address=10.0.0.1:6379" in e[3]]
     assert sorted(e[0] for e in starts) == sorted(workers) and all(
         "--block" in e[3] for e in starts

@@ -71,7 +71,9 @@ def _positive_int(conf: Any, key: str, recipe: Path) -> int:
     return value
 
 
-def recipe_cluster(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RecipeCluster:
+def recipe_cluster(
+    recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()
+) -> RecipeCluster:
     """The cluster a recipe asks for (ValueError, one line, when it cannot be read)."""
     from omegaconf import OmegaConf
 
