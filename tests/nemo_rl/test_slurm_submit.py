@@ -236,3 +236,11 @@ def test_the_ray_sub_dry_run_prints_the_command(tmp_path):
     )
     assert f"CLIPO_DATA_DIR={data}" in line and f"{data}:{data}" in line  # exported, mounted
     assert f"python examples/run_grpo_clipo.py --config {tmp_path}/ov/my.yaml" in line
+
+
+def test_gpus_per_node_other_than_the_recipes_is_refused_in_one_line(tmp_path):
+    recipe = overlay(tmp_path, "self-contained", nodes=2)
+    proc, steps, _ = _fake_cluster(tmp_path, "container", RECIPE=str(recipe), GPUS_PER_NODE="4")
+    assert proc.returncode == 2 and steps == {}
+    (line,) = proc.stderr.splitlines()
+    assert "asks for 8 GPUs per node (cluster.gpus_per_node) but this job has 4" in line
