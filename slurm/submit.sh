@@ -11,8 +11,9 @@
 #
 #   SBATCH_ARGS   more sbatch options, split on whitespace ("--account=ACC --partition=PART --time=4:00:00")
 #   RAY_SUB       NeMo-RL's ray.sub: COMMAND runs examples/run_grpo_clipo.py with the recipe on the
-#                 Ray head, MOUNTS holds the checkout, the recipe's files outside it, NEMO_RL_ROOT,
-#                 CLIPO_DATA_DIR (when the recipe reads it), HF_HOME and CHECKPOINT_DIR (when set)
+#                 Ray head, MOUNTS holds the checkout, BASE_LOG_DIR [$CLIPO_ROOT/slurm-logs], the recipe's
+#                 files outside them,
+#                 NEMO_RL_ROOT, CLIPO_DATA_DIR (when the recipe reads it), HF_HOME, CHECKPOINT_DIR
 #   NEMO_RL_ROOT  a NeMo-RL checkout on this host, for `nemo_rl:` parents (mounted, exported)
 # The recipe path is taken relative to the current directory; every other variable is
 # slurm/common.sh's (the job inherits this environment). docs/slurm.md, "Submit your recipe".
@@ -72,7 +73,10 @@ if [[ -n "${CHECKPOINT_DIR:-}" ]]; then
   CHECKPOINT_DIR="$(abspath "$CHECKPOINT_DIR")"
   OVERRIDE_ARGS+=("checkpointing.checkpoint_dir=$CHECKPOINT_DIR")
 fi
-add_mount "$CLIPO_ROOT" "$CLIPO_DATA_DIR" "${HF_HOME:-}" "${CHECKPOINT_DIR:-}"
+# ray.sub's log dirs go under BASE_LOG_DIR (its default, the submit directory, would litter the
+# checkout), which its head reads inside the container (.shared_fs_canary, driver_command.sh): mounted
+BASE_LOG_DIR="$(abspath "${BASE_LOG_DIR:-$CLIPO_ROOT/slurm-logs}")"
+add_mount "$CLIPO_ROOT" "$BASE_LOG_DIR" "$CLIPO_DATA_DIR" "${HF_HOME:-}" "${CHECKPOINT_DIR:-}"
 add_recipe_mounts
 ENV_SET=()
 for var in USER_NEMO_RL_ROOT CLIPO_DATA_DIR HF_HOME; do
@@ -81,7 +85,8 @@ done
 DRIVER=(python examples/run_grpo_clipo.py --config "$RECIPE" ${OVERRIDE_ARGS[@]+"${OVERRIDE_ARGS[@]}"})
 PYPATH="$(printf %q "$CLIPO_ROOT${USER_NEMO_RL_ROOT:+:$USER_NEMO_RL_ROOT}")\${PYTHONPATH:+:\$PYTHONPATH}"
 COMMAND="cd $(printf %q "$CLIPO_ROOT") && export PYTHONPATH=$PYPATH$(printf ' %q' ${ENV_SET[@]+"${ENV_SET[@]}"}) && $(printf '%q ' "${DRIVER[@]}")"
-SBATCH_ENV=(COMMAND="${COMMAND% }" CONTAINER="$CONTAINER" MOUNTS="$(mounts_csv)" GPUS_PER_NODE="$RECIPE_GPUS_PER_NODE")
+SBATCH_ENV=(COMMAND="${COMMAND% }" CONTAINER="$CONTAINER" MOUNTS="$(mounts_csv)"
+  GPUS_PER_NODE="$RECIPE_GPUS_PER_NODE" BASE_LOG_DIR="$BASE_LOG_DIR")
 SBATCH=(sbatch "${SIZE[@]}" --job-name="$NAME"
   ${SBATCH_OPTS[@]+"${SBATCH_OPTS[@]}"} "$(realpath -- "$RAY_SUB")")
 cd "$CLIPO_ROOT" # ray.sub's --container-workdir is the submit directory

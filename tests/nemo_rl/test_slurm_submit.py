@@ -209,7 +209,8 @@ def test_the_recipe_runs_through_nemo_rls_own_ray_sub(tmp_path):
     assert "--nodes=1" in workers  # ray.sub: SLURM_JOB_NUM_NODES - 1 workers, from --nodes
     mounts = next(x for x in head if x.startswith("--container-mounts=")).split("=", 1)[1]
     files = [str(tmp_path / "base.yaml"), str(recipe)]
-    assert mounts.split(",") == [f"{ROOT}:{ROOT}", f"{NEMO_RL}:{NEMO_RL}"] + [
+    logs = tmp_path / "logs"  # ray.sub's BASE_LOG_DIR: its head reads files there
+    assert mounts.split(",") == [f"{ROOT}:{ROOT}", f"{logs}:{logs}", f"{NEMO_RL}:{NEMO_RL}"] + [
         f"{f}:{f}" for f in files
     ]
     assert "--container-image=img" in head and f"--container-workdir={ROOT}" in head
