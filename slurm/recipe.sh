@@ -9,14 +9,16 @@
 # Needs: CLIPO_ROOT, RECIPE (absolute), OVERRIDE_ARGS, USER_NEMO_RL_ROOT, DRY_RUN.
 
 read_recipe() { # [--job-nodes N] [--job-gpus-per-node G]: sets RECIPE_* (one line and exit 2 on a problem)
-  local py="${CLIPO_PYTHON:-}" out key value
+  local py="${CLIPO_PYTHON:-}" out key value host_root=""
+  # NEMO_RL_ROOT only when it is on this host (a path inside the image cannot be read from here)
+  if [[ -d "$USER_NEMO_RL_ROOT" ]]; then host_root="$USER_NEMO_RL_ROOT"; fi
   if [[ -z "$py" && -n "${VENV:-}" ]]; then py="$VENV/bin/python"; fi
   py="${py:-python3}"
   if ! command -v "$py" > /dev/null; then
     echo "[clipo] $py not found, and reading the recipe's cluster needs it: set CLIPO_PYTHON to a Python with omegaconf" >&2
     exit 2
   fi
-  out="$(PYTHONPATH="$CLIPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" NEMO_RL_ROOT="$USER_NEMO_RL_ROOT" \
+  out="$(PYTHONPATH="$CLIPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" NEMO_RL_ROOT="$host_root" \
     "$py" -m clipo_megatron.nemo_rl.guard.recipe_cluster "$@" -- "$RECIPE" \
     ${OVERRIDE_ARGS[@]+"${OVERRIDE_ARGS[@]}"})" || exit 2
   RECIPE_FILES=()

@@ -55,7 +55,10 @@ show() { # NAME=value... -- a command line to paste back, each word quoted only 
 if [[ -z "${RAY_SUB:-}" ]]; then # ours: slurm/run_recipe.sh (common.sh) in an allocation of that size
   SBATCH=(sbatch "${SIZE[@]}" --job-name="$NAME" ${SBATCH_OPTS[@]+"${SBATCH_OPTS[@]}"}
     "$CLIPO_ROOT/slurm/run_recipe.sh" "$@")
-  if [[ "$DRY_RUN" != "1" ]]; then exec "${SBATCH[@]}"; fi
+  if [[ "$DRY_RUN" != "1" ]]; then
+    resolve_data_dir # a recipe that reads CLIPO_DATA_DIR without it stops here, not in the queue
+    exec "${SBATCH[@]}"
+  fi
   echo "[clipo] $RECIPE: $RECIPE_NODES nodes x $RECIPE_GPUS_PER_NODE GPUs, from $RECIPE_NODES_FROM"
   show -- "${SBATCH[@]}"
   echo "[clipo] the job, as it would run in that allocation:"

@@ -245,3 +245,33 @@ def test_gpus_per_node_other_than_the_recipes_is_refused_in_one_line(tmp_path):
     assert proc.returncode == 2 and steps == {}
     (line,) = proc.stderr.splitlines()
     assert "asks for 8 GPUs per node (cluster.gpus_per_node) but this job has 4" in line
+
+
+def test_the_cluster_read_from_the_chain_and_the_overrides(tmp_path):
+    from clipo_megatron.nemo_rl.guard.recipe_cluster import recipe_cluster
+
+    recipe = overlay(tmp_path, "self-contained", data=CLIPO_DATA)
+    need = recipe_cluster(recipe)
+    assert (need.nodes, need.gpus_per_node, need.reads_clipo_data_dir) == (8, 8, True)
+    assert need.nodes_from == f"cluster.num_nodes in {tmp_path / 'base.yaml'}"
+    assert need.files == (tmp_path / "base.yaml", recipe)  # parents first
+    assert recipe_cluster(recipe, ["cluster.num_nodes=2"]).nodes_from == (
+        "the override cluster.num_nodes=2"
+    )
+    (tmp_path / "base.yaml").write_text("cluster: {gpus_per_node: 8}\n")
+    with pytest.raises(ValueError, match=r"cluster.num_nodes is None .* pass cluster.num_nodes=N"):
+        recipe_cluster(recipe)
+
+
+def test_submit_asks_for_clipo_data_dir_before_queueing(tmp_path):
+    overlay(tmp_path, "self-contained", data=CLIPO_DATA)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "sbatch").write_text('#!/bin/bash\ntouch "$0.ran"\n')
+    (tmp_path / "bin" / "sbatch").chmod(0o755)
+    path = f"{tmp_path / 'bin'}:{os.environ['PATH']}"
+    out = _submit(tmp_path, "ov/my.yaml", PATH=path, CLIPO_DATA_DIR=str(tmp_path / "none"))
+    assert out.returncode == 2 and not (tmp_path / "bin" / "sbatch.ran").exists()
+    assert out.stderr.splitlines() == [
+        f"[clipo] CLIPO_DATA_DIR={tmp_path}/none: no such directory; set CLIPO_DATA_DIR to the "
+        "parquet root (train/, test/)"
+    ]
