@@ -112,7 +112,7 @@ MUTATIONS = [
         "moe_pool_expert_output",
         "the capture hooked on the last MoE layer's output (routed experts' sum), not the final norm",
         "clipo_megatron/nemo_rl/worker.py",
-        "        norm = find_final_norm(self.model) if self._clipo is not None else None\n",
+        "        norm = require_final_norm(self.model) if self._clipo is not None else None\n",
         "        from megatron.core.utils import unwrap_model\n\n"
         "        norm = unwrap_model(self.model).decoder.layers[-1].mlp if self._clipo else None\n",
         (MOE.format("test_moe_ep1_matches_hugging_face[routed]"),),
