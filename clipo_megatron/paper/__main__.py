@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--check", action="store_true")
     arr = sub.add_parser("array", help="one line per task of TABLE's job array")
     arr.add_argument("table")
+    arr.add_argument("--seeds", default="", help="e.g. '1 2 3': each row once per grpo.seed")
     args = ap.parse_args(argv)
     if args.cmd == "tables":
         for key, tab in tables().items():
@@ -39,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     try:
-        print("\n".join(array_lines(args.table, PAPER_SCORES.parents[3])))
+        seeds = tuple(int(x) for x in args.seeds.replace(",", " ").split())
+        print("\n".join(array_lines(args.table, PAPER_SCORES.parents[3], seeds)))
     except ValueError as e:
         print(f"python -m clipo_megatron.paper array: error: {e}", file=sys.stderr)
         return 2

@@ -48,12 +48,25 @@ def table_tasks(table: str, path: Path = PAPER_SCORES) -> tuple[list[Task], list
     return tasks, untrained
 
 
-def array_lines(table: str, root: Path, path: Path = PAPER_SCORES) -> list[str]:
-    """Tab-separated `index track nodes recipe row` per task (recipe relative to `root`), then
-    a `#` line per untrained row: what `slurm/paper_table.sh` reads."""
+def array_lines(
+    table: str, root: Path, seeds: tuple[int, ...] = (), path: Path = PAPER_SCORES
+) -> list[str]:
+    """Tab-separated `index track nodes recipe overrides row` per task (recipe relative to
+    `root`; overrides `-` for none), then a `#` line per untrained row: what
+    `slurm/paper_table.sh` reads. With seeds, each row is one task per seed (index
+    row * len(seeds) + k), with `grpo.seed` and a checkpoint and log folder of its own."""
     tasks, untrained = table_tasks(table, path)
-    lines = [
-        "\t".join([str(t.index), t.track, str(t.nodes), str(t.recipe.relative_to(root)), t.row])
-        for t in tasks
-    ]
+    lines = []
+    for t in tasks:
+        recipe = str(t.recipe.relative_to(root))
+        for k, seed in enumerate(seeds or (None,)):
+            overrides = "-"
+            if seed is not None:
+                run = f"reproduce/{t.recipe.stem}/seed{seed}"
+                overrides = (
+                    f"grpo.seed={seed} checkpointing.checkpoint_dir=results/{run} "
+                    f"logger.log_dir=logs/{run}"
+                )
+            index = t.index * len(seeds) + k if seeds else t.index
+            lines.append("\t".join([str(index), t.track, str(t.nodes), recipe, overrides, t.row]))
     return lines + [f"# {u}" for u in untrained]
