@@ -27,13 +27,14 @@ def beside_the_paper(paper: dict[str, float], runs: dict[str, dict[str, float]])
     paper's row, over the runs that have it (None where none has; spread None below two)."""
     cols = list(paper)
     have = {c: [r[c] for r in runs.values() if r.get(c) is not None] for c in cols}
-    mean = {c: statistics.fmean(v) if v else None for c, v in have.items()}
+    mean: dict[str, float | None] = {c: statistics.fmean(v) if v else None for c, v in have.items()}
+    diff = {c: None if m is None else m - paper[c] for c, m in mean.items()}
     return {
         "columns": cols,
         "paper": paper,
         "runs": {name: {c: r.get(c) for c in cols} for name, r in runs.items()},
         "mean": mean,
-        "difference": {c: None if mean[c] is None else mean[c] - paper[c] for c in cols},
+        "difference": diff,
         "spread": {c: statistics.stdev(v) if len(v) > 1 else None for c, v in have.items()},
         "n": {c: len(v) for c, v in have.items()},
     }
