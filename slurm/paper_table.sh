@@ -8,8 +8,8 @@
 # not runs: the command that scores them is printed instead.
 #
 #   CONTAINER=/path/nemo-rl.sqsh bash slurm/paper_table.sh table1          # submits; run with bash
-#   DRY_RUN=1 CONTAINER=img bash slurm/paper_table.sh table3     # the sbatch lines and every task
-#   DRY_RUN=1 SLURM_ARRAY_TASK_ID=2 CONTAINER=img bash slurm/paper_table.sh table3  # one task's srun lines
+#   CONTAINER=img DRY_RUN=1 bash slurm/paper_table.sh table3     # the sbatch lines and every task
+#   CONTAINER=img DRY_RUN=1 SLURM_ARRAY_TASK_ID=2 bash slurm/paper_table.sh table3  # one task's srun lines
 #   SEEDS="1 2 3" CONTAINER=... bash slurm/paper_table.sh table2   # each row 3 times: grpo.seed 1, 2, 3
 #   SBATCH_ARGS="--account=ACC --partition=PART" CONTAINER=... bash slurm/paper_table.sh group_size
 #   bash slurm/paper_table.sh table1 grpo.max_num_steps=100      # overrides for every task, verbatim
