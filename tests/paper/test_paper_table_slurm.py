@@ -127,3 +127,31 @@ def test_the_documented_dry_runs_work_as_written(tmp_path):
         assert out.returncode == 0, (command, out.stderr)
         assert "+ sbatch --array=" in out.stdout or out.stdout.count("+ srun ") >= 2, command
     assert not (ROOT / "slurm-logs").exists()  # a dry run writes nothing
+
+
+@pytest.mark.parametrize("script", ["slurm/track1_qwen3b.sh", "slurm/track2_qwen7b.sh"])
+def test_the_track_scripts_say_which_recipe_family_they_run(script, monkeypatch):
+    """The header names the default recipe (the recommended one) with its grader, epochs and
+    warm-up, and the reproduction root one RECIPE away with its own: all as the recipes say."""
+    from clipo_megatron.nemo_rl.config import validate_master_config
+    from clipo_megatron.nemo_rl.guard.recipes import load_recipe
+
+    monkeypatch.delenv("NEMO_RL_ROOT", raising=False)
+    text = (ROOT / script).read_text()
+    default = re.search(r'^RECIPE="\$\{RECIPE:-(\S+)\}"$', text, re.M).group(1)
+    said = re.search(
+        r"recipe by default \((\S+): grader (\w+), (\d+) epochs,\n# (\d+) head-only", text
+    ).groups()
+    repro = re.search(
+        r"RECIPE=(\S+) \(the\n# authors' run: grader (\w+), (\d+) epochs, (\d+) head", text
+    )
+    for path, grader, epochs, warmup in ((said[0], *said[1:]), repro.groups()):
+        cfg = load_recipe(ROOT / path)
+        clipo = validate_master_config(cfg)
+        assert (clipo.grader, cfg["grpo"]["max_num_epochs"], clipo.method.warmup_steps) == (
+            grader,
+            int(epochs),
+            int(warmup),
+        ), path
+    assert said[0] == default and "reproduce/" not in default
+    assert "/reproduce/" in repro.group(1)
