@@ -16,6 +16,15 @@ reward under both denominators for two embedding geometries: "clustered"
 (correct rollouts near one direction, wrong ones elsewhere: what CLIPO
 wants) and "random" (no structure). 64 groups per cell, seed 0.
 
+The second table is the paper's per-sample formula against the code's: the paper's InfoNCE
+(Sec. 3.2, the per-sample contrastive loss) sums its denominator over j = 1..G, the anchor's own
+s_ii = 1/tau included; the authors' code and this project leave the anchor out
+(`denominator_includes_anchor`, default false). It prints the within-group spread of r_CL
+among a group's correct anchors (the sample standard deviation, averaged over groups): the
+only thing by which CLIPO changes GRPO's advantages (docs/method.md). With the anchor kept,
+exp(1/tau) dominates the denominator, L_i ~ (1 - cos(i, p)) / tau, and r_CL reaches the -0.5
+clamp once the sampled positive sits below cosine 1 - 0.5 tau / lambda (0.875 at tau 0.05).
+
     python bench/bench_denominator.py
 """
 
@@ -46,6 +55,18 @@ def mean_anchor_reward(k: int, geometry: str, denominator: str) -> tuple[float, 
     return float(r.mean()), float((r <= cfg.reward_clip_min + 1e-9).float().mean())
 
 
+def within_group_spread(
+    k: int, geometry: str, tau: float, includes_anchor: bool
+) -> tuple[float, float]:
+    """(mean over groups of the sd of r_CL over the k correct anchors, fraction clamped)."""
+    cfg = CLIPOConfig(temperature=tau, denominator_includes_anchor=includes_anchor)
+    emb, correct, gids = batch(k, geometry)
+    res = group_contrastive_loss(emb, correct, gids, cfg)
+    r = contrastive_rewards(res, cfg).reshape(-1, 16)[:, :k]  # [groups, k]: the correct anchors
+    clamped = (r <= cfg.reward_clip_min + 1e-9).float().mean()
+    return float(r.std(dim=1).mean()), float(clamped)
+
+
 def main() -> None:
     print(
         "InfoNCE: mean r_CL of correct anchors (fraction at the -0.5 clamp), groups of 16, "
@@ -62,6 +83,22 @@ def main() -> None:
                 m, frac = mean_anchor_reward(k, geometry, den)
                 cells.append(f"{m:+.3f} ({frac:.0%})")
         print(f"| {k} | " + " | ".join(cells) + " |")
+    print(
+        "\nInfoNCE: within-group sd of r_CL over the correct anchors (fraction at the -0.5 clamp), "
+        "anchor left out (code) | kept in (paper's formula), groups of 16, lambda 0.2\n"
+    )
+    print(
+        "| tau | k correct | clustered, left out | clustered, kept | random, left out | random, kept |"
+    )
+    print("|---|---|---|---|---|---|")
+    for tau in (0.05, 0.02):
+        for k in (4, 8, 12, 14):
+            cells = []
+            for geometry in ("clustered", "random"):
+                for includes in (False, True):
+                    sd, frac = within_group_spread(k, geometry, tau, includes)
+                    cells.append(f"{sd:.4f} ({frac:.0%})")
+            print(f"| {tau} | {k} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,12 @@ _RUNNER_HELDOUT = "clipo_megatron.runner.heldout"
 def _module_for(argv: list[str]) -> str:
     if argv[0] == "eval":
         rest = set(argv[1:])
-        if rest & {"--run", "--config"} and not rest & {"--suite", "--datasets", "compare"}:
+        if rest & {"--run", "--config"} and not rest & {
+            "--suite",
+            "--datasets",
+            "compare",
+            "paper",
+        }:
             return _RUNNER_HELDOUT
     return _SUBCOMMANDS[argv[0]][0]
 

@@ -28,6 +28,7 @@ KINDS = {
     "compare": "a `clipo-megatron compare` output",
     "eval": "a `clipo-megatron eval` output",
     "eval-compare": "a `clipo-megatron eval compare` output",
+    "eval-paper": "a `clipo-megatron eval paper` output",
     "heldout": "a `clipo-megatron eval --run/--config` output",
 }
 

@@ -1,11 +1,13 @@
 #!/bin/bash
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-# CLIPO GRPO, Track I, the recommended recipe: examples/configs/track1_qwen3b.yaml, Qwen2.5-3B-Instruct
-# on GSM8K (batch 512 x 16, 2048 response tokens, d=512); its objectives' variants,
-# examples/configs/track1_qwen3b_*.yaml, run with RECIPE=. Not the paper reproduction
-# (examples/configs/reproduce/, the authors' settings): submit those with
-# `slurm/submit.sh examples/configs/reproduce/track1_grpo_clipo.yaml`. A preset of slurm/run_recipe.sh:
-# this recipe and its 1 node, then the generic script (docs/slurm.md, "Submit your recipe").
+# CLIPO GRPO, Track I: Qwen2.5-3B-Instruct on GSM8K (batch 512 x 16, 2048 response tokens, d=512).
+# Runs the RECOMMENDED recipe by default (examples/configs/track1_qwen3b.yaml: grader math_verify, 6 epochs,
+# 14 head-only warm-up steps, no eps; docs/reproduce.md), not the reproduction of the paper's numbers.
+# The reproduction is one variable away: RECIPE=examples/configs/reproduce/track1_grpo_clipo.yaml (the
+# authors' run: grader paper, 6 epochs, 13 head-only steps, eps 1e-8, verl's KL gradient); every
+# run of a paper table as job arrays: bash slurm/paper_table.sh table1 (docs/reproduce.md).
+# A preset of slurm/run_recipe.sh: this recipe and its 1 node, then the generic script (docs/slurm.md,
+# "Submit your recipe"); any recipe, its own node count: slurm/submit.sh RECIPE.
 #
 #   CONTAINER=/path/nemo-rl.sqsh sbatch --account=ACC --partition=PART slurm/track1_qwen3b.sh
 #   VENV=/path/venv sbatch slurm/track1_qwen3b.sh                        # NeMo-RL + clipo_megatron installed

@@ -1,11 +1,14 @@
 #!/bin/bash
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-# CLIPO GRPO, Track II, the recommended recipe: examples/configs/track2_qwen7b.yaml, Qwen2.5-7B-Instruct
-# on MATH 7.5k (batch 128 x 16, 4096 response tokens, d=2048); its objectives' variants,
-# examples/configs/track2_qwen7b_*.yaml, run with RECIPE=. Not the paper reproduction
-# (examples/configs/reproduce/, the authors' settings): submit those with
-# `slurm/submit.sh examples/configs/reproduce/track2_grpo_clipo.yaml`. A preset of slurm/run_recipe.sh:
-# this recipe and its 2 nodes, then the generic script (docs/slurm.md, "Submit your recipe").
+# CLIPO GRPO, Track II: Qwen2.5-7B-Instruct on MATH 7.5k (batch 128 x 16, 4096 response tokens, d=2048).
+# Runs the RECOMMENDED recipe by default (examples/configs/track2_qwen7b.yaml: grader math_verify, 9 epochs,
+# 58 head-only warm-up steps, no eps; docs/reproduce.md), not the reproduction of the paper's numbers.
+# The reproduction is one variable away: RECIPE=examples/configs/reproduce/track2_grpo_clipo.yaml (the
+# authors' run: grader paper, 10 epochs, 57 head-only steps, eps 1e-8, verl's KL gradient); every
+# run of a paper table as job arrays: bash slurm/paper_table.sh table2 (docs/reproduce.md). Table 2's
+# printed GRPO+CLIPO row is the tau 0.02 run: reproduce/track2_grpo_clipo_tau002.yaml.
+# A preset of slurm/run_recipe.sh: this recipe and its 2 nodes, then the generic script (docs/slurm.md,
+# "Submit your recipe"); any recipe, its own node count: slurm/submit.sh RECIPE.
 #
 #   CONTAINER=/path/nemo-rl.sqsh sbatch --account=ACC --partition=PART slurm/track2_qwen7b.sh
 #   VENV=/path/venv sbatch slurm/track2_qwen7b.sh                        # NeMo-RL + clipo_megatron installed

@@ -26,7 +26,17 @@ ALLOWED: dict[str, set[str]] = {
     "generation": {"models"},
     "reporting": set(),
     "megatron": {"core", "models"},
-    "eval": {"cli_args", "core", "data", "generation", "models", "output_folder", "verify"},
+    "eval": {
+        "cli_args",
+        "core",
+        "data",
+        "generation",
+        "models",
+        "output_folder",
+        "paper",
+        "verify",
+    },
+    "paper": set(),
     "runner": {
         *("cli_args", "core", "data", "generation", "megatron", "models"),
         *("file_format", "output_folder", "reporting", "verify"),

@@ -32,15 +32,21 @@ def _compared_runs(args, is_reference, load_reference) -> dict[str, dict]:
         if is_reference(arg):
             runs.update(load_reference(arg))
             continue
-        try:
-            r = json.loads(paths[arg].read_text(encoding="utf-8"))
-            runs[name_of[arg]] = {**r["scores"], **r["averages"]}
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
-            raise ValueError(
-                f"{paths[arg]}: not the results.json of `clipo-megatron eval` ({type(e).__name__}: "
-                f"{str(e)[:80]})"
-            ) from None
+        runs[name_of[arg]] = read_scores(paths[arg])
     return runs
+
+
+def read_scores(path: Path) -> dict[str, float]:
+    """{dataset or average: score} of a `clipo-megatron eval` results.json; ValueError naming
+    the file when it is not one."""
+    try:
+        r = json.loads(path.read_text(encoding="utf-8"))
+        return {**r["scores"], **r["averages"]}
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(
+            f"{path}: not the results.json of `clipo-megatron eval` ({type(e).__name__}: "
+            f"{str(e)[:80]})"
+        ) from None
 
 
 def run_compare(argv: list[str]) -> int:

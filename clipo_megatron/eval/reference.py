@@ -1,8 +1,8 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """The paper's printed numbers as rows `eval compare` can set beside a run.
 
-`examples/configs/reproduce/paper_scores.json` holds the paper's tables (Table 1, Table 2,
-the temperature ablation, the other base models), each row keyed by this project's dataset
+`examples/configs/reproduce/paper_scores.json` holds every experiment table of the paper
+(`python -m clipo_megatron.paper tables` lists them), each row keyed by this project's dataset
 names and averages, as `clipo-megatron eval` writes them. A compare argument
 `FILE#TABLE/ROW` is one row, `FILE#TABLE` every row of the table:
 
@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-PAPER_SCORES = Path(__file__).resolve().parents[2] / "examples/configs/reproduce/paper_scores.json"
+from clipo_megatron.paper.scores import PAPER_SCORES
+
+__all__ = ["PAPER_SCORES", "is_reference", "load_reference"]
 
 
 def is_reference(arg: str) -> bool:
@@ -42,4 +44,5 @@ def load_reference(arg: str) -> dict[str, dict[str, float]]:
     if missing:
         raise ValueError(f"{arg}: no row {missing[0]!r} in {table}; rows: {list(rows)}")
     cols = tables[table]["columns"]
-    return {f"paper:{table}/{r}": {c: rows[r][c] for c in cols} for r in names}
+    # a row prints the table's columns it has (Table 3: G-Avg on Track I, C-Avg on Track II)
+    return {f"paper:{table}/{r}": {c: rows[r][c] for c in cols if c in rows[r]} for r in names}

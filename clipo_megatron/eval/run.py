@@ -5,6 +5,7 @@
     clipo-megatron eval --datasets gsm8k,mmlu --model smollm2 --data-dir DATA --limit 20 --max-tokens 256
     clipo-megatron eval --datasets gsm_symbolic --source gsm_symbolic=gym --limit 50 --model smollm2
     clipo-megatron eval compare runs/eval/base runs/eval/mine [--names base,mine] --out runs/eval/cmp
+    clipo-megatron eval paper table1/GRPO+CLIPO runs/eval/seed1 runs/eval/seed2 --out runs/eval/p1
     clipo-megatron eval --run runs/cpu_demo/grpo/clipo/seed0   # one run's held-out task (a train output dir)
     clipo-megatron eval --config examples/configs/cpu_demo.yaml  # the recipe's base model, same task
 
@@ -272,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "compare":
         return run_compare(argv[1:])
+    if argv and argv[0] == "paper":
+        from clipo_megatron.eval.paper_row import run_paper
+
+        return run_paper(argv[1:])
     args = _parser().parse_args(argv)  # argparse's own errors: one line, exit 2
     if args.run or args.config:  # `clipo-megatron eval --run/--config` goes to runner/heldout.py
         print(

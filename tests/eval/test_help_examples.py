@@ -42,11 +42,11 @@ def test_every_help_example_parses(capsys):
     from clipo_megatron.runner import heldout
 
     examples = _examples(_help(capsys))
-    assert len(examples) == 6
+    assert len(examples) == 7
     routed = []
     for argv in examples:
-        if argv[1:2] == ["compare"]:
-            continue  # `eval compare` has its own parser, run in tests/eval/test_cli.py
+        if argv[1:2] in (["compare"], ["paper"]):
+            continue  # own parsers: tests/eval/test_cli.py, tests/eval/test_paper_row.py
         module = cli._module_for(argv)
         if module == cli._RUNNER_HELDOUT:
             args = heldout.parser().parse_intermixed_args(argv[1:])

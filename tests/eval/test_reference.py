@@ -11,7 +11,13 @@ from clipo_megatron.eval.aggregate import averages
 from clipo_megatron.eval.reference import PAPER_SCORES, is_reference, load_reference
 
 TABLES = json.loads(PAPER_SCORES.read_text())["tables"]
-ROWS = [(t, r) for t, tab in TABLES.items() for r in tab["rows"]]
+# rows of the tables that print dataset columns (the averages-only tables have nothing to average)
+ROWS = [
+    (t, r)
+    for t, tab in TABLES.items()
+    if any("Avg" not in c for c in tab["columns"])
+    for r in tab["rows"]
+]
 
 
 @pytest.mark.parametrize("table, row", ROWS, ids=[f"{t}/{r}" for t, r in ROWS])

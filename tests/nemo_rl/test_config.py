@@ -12,6 +12,7 @@ import pytest
 
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
 from clipo_megatron.nemo_rl.guard.recipes import load_recipe
+from clipo_megatron.paper.recipes import recipe_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "configs"
@@ -33,8 +34,11 @@ def test_every_recipe_loads_and_validates(path):
     clipo = validate_master_config(cfg)
     assert cfg["policy"]["megatron_cfg"]["enabled"] is True
     assert cfg["policy"]["megatron_cfg"]["optimizer"]["lr"] == 1e-6
-    tau = 0.02 if path.stem.endswith("_tau002") else 0.05  # reproduce/*_tau002: Table 2's tau
-    assert clipo.method.temperature == tau and clipo.method.lam == 0.2
+    tau, lam = 0.05, 0.2  # the paper's head table; a paper row's recipe: its row's settings
+    if path.parent.name == "reproduce":
+        row = recipe_settings()[path.stem]
+        tau, lam = row.tau, (1.0 if row.loss == "softnn" else 0.2)
+    assert clipo.method.temperature == tau and clipo.method.lam == lam
     assert clipo.method.head_lr == 1e-3 and clipo.method.head_weight_decay == 0.01
 
 
