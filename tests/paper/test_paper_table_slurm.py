@@ -27,6 +27,7 @@ def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", "/tmp"),
         "PYTHON": sys.executable,
+        "CLIPO_PYTHON": sys.executable,  # reads the recipe before the job (slurm/recipe.sh)
         "CLIPO_DATA_DIR": str(tmp_path / "data"),
         "BASE_LOG_DIR": str(tmp_path),
         "CONTAINER": "nemo-rl.sqsh",
@@ -78,7 +79,14 @@ def test_the_dry_run_lays_out_one_task_per_trained_row(table, tmp_path):
 def test_a_task_runs_its_rows_recipe_as_a_single_job(tmp_path):
     """Task 7 of table3 with two seeds: Track II CLIPO-fixed, seed 2, on two nodes, through
     slurm/common.sh (preflight, head, one worker), its checkpoint folder its own."""
-    out = _run(tmp_path, "table3", "x=1", DRY_RUN="1", SLURM_ARRAY_TASK_ID="7", SEEDS="1 2")
+    out = _run(
+        tmp_path,
+        "table3",
+        "grpo.max_num_steps=7",
+        DRY_RUN="1",
+        SLURM_ARRAY_TASK_ID="7",
+        SEEDS="1 2",
+    )
     assert out.returncode == 0, out.stderr
     recipe = ROOT / "examples/configs/reproduce/track2_grpo_clipo_fixed_tau002.yaml"
     assert f"row 'Track II CLIPO-fixed', recipe {recipe.relative_to(ROOT)}" in out.stdout
@@ -87,7 +95,7 @@ def test_a_task_runs_its_rows_recipe_as_a_single_job(tmp_path):
     head = srun[1]
     assert f"--config {recipe}" in head and "cluster.num_nodes=2" in head
     assert "grpo.seed=2" in head and head.endswith(
-        "x=1 2>&1 | tee " + f"{tmp_path}/dryrun-logs/driver.log' &"
+        "grpo.max_num_steps=7 2>&1 | tee " + f"{tmp_path}/dryrun-logs/driver.log' &"
     )
     ckpt = "results/reproduce/track2_grpo_clipo_fixed_tau002/seed2"  # under the mounted checkout
     assert f"checkpointing.checkpoint_dir={ckpt}" in head and f"{ROOT}:{ROOT}," in head
@@ -118,7 +126,13 @@ def test_the_documented_dry_runs_work_as_written(tmp_path):
     for command in commands:
         out = subprocess.run(
             ["bash", "-c", command],
-            env={**env, "HOME": str(tmp_path), "PYTHON": sys.executable},
+            # the user's activated environment: its python3 reads the recipe (slurm/recipe.sh)
+            env={
+                **env,
+                "HOME": str(tmp_path),
+                "PYTHON": sys.executable,
+                "PATH": f"{Path(sys.executable).parent}:{env['PATH']}",
+            },
             cwd=ROOT,
             capture_output=True,
             text=True,
