@@ -78,16 +78,25 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 
 
 def ok_line(
-    recipe: Path, warnings: int, written: Path | None, prompt_filter: str | None = None
+    recipe: Path,
+    warnings: int,
+    written: Path | None,
+    prompt_filter: str | None = None,
+    not_run: list[str] | None = None,
+    skipped: str | None = None,
 ) -> str:
     """The one line a passing preflight prints (the config itself only on request), with the
-    over-long prompts the run drops when `clipo.drop_overlong_prompts` is on."""
+    over-long prompts the run drops when `clipo.drop_overlong_prompts` is on, the model families
+    and features CLIPO has not run with (accepted is not "has run"), and NeMo-RL's own checks
+    when they could not run here."""
     where = (
         f"written to {written}" if written else "--verbose prints it, --print-config FILE saves it"
     )
     noted = f" with {warnings} warning(s) above" if warnings else ""
     dropped = f"; {prompt_filter}" if prompt_filter else ""
-    return f"preflight OK: {recipe}{noted}{dropped}; resolved config {where}"
+    untested = f" (accepted; CLIPO has not run with {'; '.join(not_run)})" if not_run else ""
+    unchecked = f"; {skipped}" if skipped else ""
+    return f"preflight OK{untested}: {recipe}{noted}{dropped}; resolved config {where}{unchecked}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +130,16 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         if args.verbose:
             print(resolved)
-        print(ok_line(args.config, len(report.warnings), args.print_config, report.prompt_filter))
+        print(
+            ok_line(
+                args.config,
+                len(report.warnings),
+                args.print_config,
+                report.prompt_filter,
+                report.not_run,
+                report.skipped,
+            )
+        )
         return 0
     from clipo_megatron.megatron.pooling.final_norm import FinalNormNotFound
     from clipo_megatron.nemo_rl.driver import run

@@ -4,6 +4,8 @@
 #   NEMO_RL_SRC=/path/to/RL [BRIDGE_SRC=..] [MEGATRON_LM_SRC=..] bash scripts/test_nemo_rl.sh [pytest args]
 #   ... bash scripts/test_nemo_rl.sh --bench [--rows 64] [--repeats 7]   (CLIPO's capture cost)
 #   ... bash scripts/test_nemo_rl.sh --bench bench/bench_async_throughput.py   (async vs sync, CLIPO on/off)
+#   ... bash scripts/test_nemo_rl.sh --preflight --config my_recipe.yaml [key=value ...]   (the preflight
+#       with NeMo-RL importable: its version, seams and MasterConfig checked too; no cluster needed)
 #
 # NEMO_RL_SRC is a checkout of https://github.com/NVIDIA-NeMo/RL (any commit: the suite states which
 # it ran against); BRIDGE_SRC and MEGATRON_LM_SRC default to its submodules
@@ -125,6 +127,11 @@ from clipo_megatron.nemo_rl.guard.compat import detect
 f = detect()
 print(f"[test_nemo_rl] recognised as NeMo-RL {f.name or '(unsupported)'}: version {f.version}, {f.note}")
 EOF
+if [ "${1:-}" = "--preflight" ]; then  # the preflight with NeMo-RL importable: all its checks on a laptop
+  shift
+  NEMO_RL_ROOT=${NEMO_RL_ROOT:-$NEMO_RL_SRC} exec "$VENV/bin/python" examples/run_grpo_clipo.py \
+    --validate-only --no-cluster-env "$@"
+fi
 if [ "${1:-}" = "--bench" ]; then  # a bench in this environment (bench_real_worker_capture.py unless named)
   shift
   bench=bench/bench_real_worker_capture.py

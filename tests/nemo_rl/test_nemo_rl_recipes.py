@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "nemo_rl_recipes.md"
 SNAPSHOT = ROOT.parent / "shared" / "upstream" / "NeMo-RL-7ea279a"
 SRC = Path(os.environ.get("NEMO_RL_SRC") or SNAPSHOT)
-ROW = re.compile(r"^\| `(grpo-[^`]+)` \| (\S+) \| (\d+) \| ([^|]+) \|$")
+ROW = re.compile(r"^\| `(grpo-[^`]+)` \| (\S+) \| (\d+) \| ([^|]+) \| ([^|]*) \|$")
 
 pytestmark = pytest.mark.skipif(
     not (SRC / "examples" / "configs" / "recipes" / "llm").is_dir() or not os.access(SRC, os.R_OK),
@@ -30,12 +30,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def documented() -> dict[str, tuple[str, int, str]]:
+def documented() -> dict[str, tuple[str, int, str, str]]:
     rows = {}
     for line in DOC.read_text(encoding="utf-8").splitlines():
         m = ROW.match(line.strip())
         if m:
-            rows[m.group(1)] = (m.group(2), int(m.group(3)), m.group(4).strip())
+            rows[m.group(1)] = (m.group(2), int(m.group(3)), m.group(4).strip(), m.group(5).strip())
     return rows
 
 
@@ -62,9 +62,9 @@ def test_the_table_lists_every_grpo_megatron_recipe():
 def test_each_recipe_gets_its_documented_verdict(verdicts):
     table = documented()
     wrong = [
-        f"{name}: documented {table[name]}, got {(v.loop, v.ep, v.verdict)} ({v.line})"
+        f"{name}: documented {table[name]}, got {(v.loop, v.ep, v.verdict, v.record)} ({v.line})"
         for name, v in verdicts.items()
-        if table.get(name) != (v.loop, v.ep, v.verdict)
+        if table.get(name) != (v.loop, v.ep, v.verdict, v.record)
     ]
     assert not wrong, "\n".join(wrong)
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
+from clipo_megatron.nemo_rl.guard.families import not_run
 from clipo_megatron.nemo_rl.guard.preflight_data import (
     check_files,
     check_overlap,
@@ -59,6 +60,8 @@ class Report:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     prompt_filter: str | None = None  # "dropped N of M prompts over L tokens", when filtering
+    not_run: list[str] = field(default_factory=list)  # families / features CLIPO has not run with
+    skipped: str | None = None  # NeMo-RL's own checks, when they could not run here (and why)
 
     @property
     def ok(self) -> bool:
@@ -70,6 +73,13 @@ class Report:
             lines.append(f"preflight: {len(self.problems)} problem(s) in {recipe}:")
             lines += [f"  - {p}" for p in self.problems]
         return "\n".join(lines)
+
+
+SKIPPED_WITHOUT_NEMO_RL = (
+    "NeMo-RL's own checks did not run (its version, the seams, the loop's seams, its "
+    "MasterConfig: NeMo-RL is not importable here); run them all with "
+    "`NEMO_RL_SRC=<NeMo-RL checkout> bash scripts/test_nemo_rl.sh --preflight --config <recipe>`"
+)
 
 
 def nemo_rl_importable() -> bool:
@@ -255,6 +265,10 @@ def preflight_config(
             problems, warnings = [f"{name}: cannot check ({type(e).__name__}: {_one_line(e)})"], []
         report.problems += [p for p in problems if p and p not in report.problems]
         report.warnings += warnings
+    if report.ok:  # accepted is not "has run": say what CLIPO has not run with (guard.families)
+        report.not_run = not_run(config)
+        if not has_nemo_rl:
+            report.skipped = SKIPPED_WITHOUT_NEMO_RL
     if report.ok and report.clipo is not None and report.clipo.drop_overlong_prompts:
         from clipo_megatron.nemo_rl.guard.prompt_count import preflight_line
 

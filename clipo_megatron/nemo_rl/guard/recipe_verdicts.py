@@ -4,7 +4,9 @@
 Each recipe is taken as a user takes it: a two-line overlay listing the recipe and the CLIPO
 mixin in `defaults:` (`clipo_megatron:clipo.yaml`), then the preflight a `--validate-only
 --no-cluster-env` run makes. The verdict is `accepted` or `refused: <key>`, the key the first
-problem line names. docs/nemo_rl_recipes.md holds the table for NeMo-RL 7ea279a and a test holds
+problem line names; beside it, each model family and feature of the recipe with a check mark
+where CLIPO has run with it (and the test) and a cross where it has not (`families.py`).
+docs/nemo_rl_recipes.md holds the table for NeMo-RL 7ea279a and a test holds
 every row of it; on your own checkout:
 
     python -m clipo_megatron.nemo_rl.guard.recipe_verdicts --nemo-rl-src /path/to/RL
@@ -20,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from clipo_megatron.nemo_rl.guard.families import record as family_record
 from clipo_megatron.nemo_rl.guard.preflight import preflight
 from clipo_megatron.nemo_rl.guard.recipes import CLIPO_PREFIX, load_recipe
 from clipo_megatron.nemo_rl.loops import loop_of
@@ -36,9 +39,10 @@ class Verdict:
     ep: int  # expert_model_parallel_size (> 1: an MoE layout)
     verdict: str  # "accepted" or "refused: <key>"
     line: str  # the first problem line ("" when accepted)
+    record: str = ""  # its families and features, each ✓ (CLIPO ran with it, in which test) or ✗
 
     def row(self) -> str:
-        return f"| `{self.recipe}` | {self.loop} | {self.ep} | {self.verdict} |"
+        return f"| `{self.recipe}` | {self.loop} | {self.ep} | {self.verdict} | {self.record} |"
 
 
 def grpo_megatron_recipes(src: Path) -> list[Path]:
@@ -61,8 +65,9 @@ def key_of(problem: str) -> str:
 def verdict_of(recipe: Path, folder: Path) -> Verdict:
     path = overlay(recipe, folder)
     report = preflight(path, [], cluster_env=False)
-    loop, ep = "?", 1
+    loop, ep, ran = "?", 1, ""
     if report.config is not None:
+        ran = family_record(report.config)
         loop = loop_of(report.config).name.split(" ")[0]
         ep = int(
             dotted_get(report.config, "policy.megatron_cfg.expert_model_parallel_size", 1) or 1
@@ -71,9 +76,9 @@ def verdict_of(recipe: Path, folder: Path) -> Verdict:
         raw = load_recipe(path, resolve=False)
         loop = loop_of(raw).name.split(" ")[0]
     if report.ok:
-        return Verdict(recipe.name, loop, ep, "accepted", "")
+        return Verdict(recipe.name, loop, ep, "accepted", "", ran)
     first = report.problems[0]
-    return Verdict(recipe.name, loop, ep, f"refused: {key_of(first)}", first)
+    return Verdict(recipe.name, loop, ep, f"refused: {key_of(first)}", first, ran)
 
 
 def sweep(src: Path) -> Iterator[Verdict]:
@@ -91,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not (args.nemo_rl_src / RECIPES).is_dir():
         p.error(f"{args.nemo_rl_src} has no {RECIPES}: point --nemo-rl-src at a NeMo-RL checkout")
-    print("| recipe | loop | EP | verdict |\n|---|---|---|---|")
+    print("| recipe | loop | EP | verdict | CLIPO has run with |\n|---|---|---|---|---|")
     for v in sweep(args.nemo_rl_src):
         print(v.row())
         if args.lines and v.line:
