@@ -142,3 +142,14 @@ def test_every_part_that_ran_names_a_test_that_exists():
 def test_the_docs_table_is_the_record():
     doc = (ROOT / "docs" / "nemo_rl.md").read_text(encoding="utf-8")
     assert families.markdown_table() in doc, "regenerate: python -m clipo_megatron.nemo_rl.guard.families"
+
+
+@pytest.mark.parametrize(
+    ("model", "ep"),
+    [("my-org/my-model", 2), ("Qwen/Qwen3-30B-A3B", 1), ("my-org/my-moe", 1)],
+)
+def test_moe_is_read_from_expert_parallelism_or_the_models_name(model, ep):
+    config = {"policy": {"model_name": model, "megatron_cfg": {"expert_model_parallel_size": ep}}}
+    assert families.parts_of(config) == [families.DENSE, families.MOE]
+    config["policy"]["model_name"], config["policy"]["megatron_cfg"] = "Qwen/Qwen3-8B", {}
+    assert families.parts_of(config) == [families.DENSE]
