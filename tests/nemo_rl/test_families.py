@@ -141,7 +141,9 @@ def test_every_part_that_ran_names_a_test_that_exists():
 
 def test_the_docs_table_is_the_record():
     doc = (ROOT / "docs" / "nemo_rl.md").read_text(encoding="utf-8")
-    assert families.markdown_table() in doc, "regenerate: python -m clipo_megatron.nemo_rl.guard.families"
+    assert families.markdown_table() in doc, (
+        "regenerate: python -m clipo_megatron.nemo_rl.guard.families"
+    )
 
 
 @pytest.mark.parametrize(
