@@ -103,4 +103,6 @@ def test_a_misspelt_key_on_the_command_line_names_the_key_meant(preflight):
 def test_a_misspelt_key_in_the_file_names_the_key_meant(preflight, tmp_path):
     body = "clipo:\n  method:\n    temprature: 0.02\n"
     line = preflight(_overlay(tmp_path, str(RECIPE), body=body), only=False)[0]  # data lines follow
-    assert line == "  - unknown key clipo.method.temprature (did you mean clipo.method.temperature?)"
+    assert (
+        line == "  - unknown key clipo.method.temprature (did you mean clipo.method.temperature?)"
+    )
