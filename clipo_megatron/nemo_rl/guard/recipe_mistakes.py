@@ -43,8 +43,8 @@ def mixin_order_problem(recipe: str | Path, names: list[str], raw: dict[str, Any
     recipe `raw` has the leave-one-out baseline on: the parent after the mixin turned it back on."""
     from clipo_megatron.nemo_rl.config import leave_one_out_key
 
-    first = next((i for i, n in enumerate(names) if _is_mixin(n)), None)
-    after = [n for n in names[first + 1 :] if not _is_mixin(n)] if first is not None else []
+    first = next((i for i, n in enumerate(names) if _is_mixin(n)), len(names))
+    after = [n for n in names[first + 1 :] if not _is_mixin(n)]
     key = leave_one_out_key(raw) if after else None
     if key is None:
         return None
