@@ -262,7 +262,7 @@ class ClipoBlock:
 
     @classmethod
     def from_dict(cls, cfg: dict[str, Any] | None) -> Self:
-        """Build from a plain / OmegaConf mapping; unknown keys are named with the valid ones."""
+        """Build from a plain / OmegaConf mapping; an unknown key is named with the one meant."""
         cfg = dict(cfg or {})
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(cfg) - known)

@@ -18,11 +18,14 @@ def closest(key: str, known: Iterable[str]) -> str | None:
 
 
 def unknown_keys_line(prefix: str, unknown: Iterable[str], known: Iterable[str]) -> str:
-    """`unknown keys clipo.method.temprature (did you mean clipo.method.temperature?); valid
-    clipo.method keys: [...]` for the keys under `prefix` (e.g. "clipo.method.")."""
+    """`unknown key clipo.method.temprature (did you mean clipo.method.temperature?)` for the keys
+    under `prefix` (e.g. "clipo.method."); the valid keys are listed only when one unknown key
+    resembles none of them."""
     known = sorted(known)
-    named = []
+    named, unmatched = [], False
     for key in sorted(unknown):
         guess = closest(key, known)
+        unmatched |= guess is None
         named.append(f"{prefix}{key}" + (f" (did you mean {prefix}{guess}?)" if guess else ""))
-    return f"unknown keys {', '.join(named)}; valid {prefix.rstrip('.')} keys: {known}"
+    valid = f"; valid {prefix.rstrip('.')} keys: {', '.join(known)}" if unmatched else ""
+    return f"unknown key{'s' if len(named) > 1 else ''} {', '.join(named)}{valid}"

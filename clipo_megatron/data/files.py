@@ -61,12 +61,14 @@ def _object_row(row: Any, where: str) -> dict[str, Any]:
 
 
 def read_rows(
-    path: str | Path, caps: SizeCaps | None = None, *, lines: list[int] | None = None
+    path: str | Path, caps: SizeCaps | None = None, *, labels: list[str] | None = None
 ) -> list[dict[str, Any]]:
     """Rows of a .parquet / .jsonl / .json(l) file as dicts, within `caps` (ValueError naming
     file:line and the knob otherwise; a row that is not an object is named the same way).
-    A UTF-8 BOM and CRLF line ends (as Windows editors save) read like the clean file. `lines`,
-    when given, receives each jsonl row's 1-based line number (blank lines are skipped)."""
+    A UTF-8 BOM and CRLF line ends (as Windows editors save) read like the clean file. `labels`,
+    when given, receives how each row is named in messages, counted from 1 as an editor counts:
+    `line 3` of a jsonl (blank lines skipped but counted), `row 3` of a parquet, `item 3` of a
+    JSON array."""
     caps = caps or SizeCaps()
     p = Path(path)
     if not p.is_file():
@@ -85,10 +87,13 @@ def read_rows(
         except Exception as e:  # pyarrow's many error types: one line naming the file
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             raise ValueError(f"{p}: not a readable parquet file ({reason})") from None
-        for i, row in enumerate(rows):
+        # pandas reads a null cell as NaN (or pd.NA): None, as in a jsonl, not the answer "nan"
+        rows = [{k: None if _is_null(v, pd.NA) else v for k, v in r.items()} for r in rows]
+        for i, row in enumerate(rows, 1):
             size = len(json.dumps(row, default=str))
             if size > caps.max_row_chars:
                 raise _row_too_long(f"{p} row {i}", size, caps)
+        _label(labels, "row", range(1, len(rows) + 1))
         return rows
     if p.suffix in (".jsonl", ".json"):
         try:
@@ -104,14 +109,16 @@ def read_rows(
                 items = json.loads(text)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{p}:{e.lineno}: not JSON ({e.msg})") from None
-            for i, row in enumerate(items):
+            for i, row in enumerate(items, 1):
                 _object_row(row, f"{p} item {i}")
                 size = len(json.dumps(row))
                 if size > caps.max_row_chars:
                     raise _row_too_long(f"{p} item {i}", size, caps)
+            _label(labels, "item", range(1, len(items) + 1))
             return items
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
+        rows, numbers = [], []
+        for n, line in enumerate(text.split("\n"), 1):  # not splitlines: U+2028 is JSON text
+            line = line.removesuffix("\r")
             if not line.strip():
                 continue
             if len(line) > caps.max_row_chars:  # before parsing it
@@ -121,10 +128,19 @@ def read_rows(
             except json.JSONDecodeError as e:
                 raise ValueError(f"{p} line {n} is not JSON: {e}") from None
             rows.append(_object_row(row, f"{p}:{n}"))
-            if lines is not None:
-                lines.append(n)
+            numbers.append(n)
+        _label(labels, "line", numbers)
         return rows
     raise ValueError(f"{p}: unsupported file type {p.suffix!r}; use .parquet or .jsonl")
+
+
+def _is_null(v: Any, na: Any) -> bool:
+    return v is na or (isinstance(v, float) and v != v)
+
+
+def _label(labels: list[str] | None, word: str, numbers: Iterable[int]) -> None:
+    if labels is not None:
+        labels.extend(f"{word} {n}" for n in numbers)
 
 
 def _content(prompt: Any) -> str:
@@ -170,8 +186,8 @@ def row_to_record(
 ) -> Record:
     """One row (verl or flat) -> Record with the paper's prompt; ValueError naming the missing
     field, or `EmptyAnswer` for an empty (or null) answer unless `allow_empty`. `where` names the
-    row in messages (a jsonl's `file:line`; default `<source> row <i>`)."""
-    where = where or f"{source} row {i}"
+    row in messages (`<file> line 3`; default `<source> index <i>`)."""
+    where = where or f"{source} index {i}"
     if "prompt" in row and "reward_model" in row:  # verl layout
         rm = row["reward_model"]
         gt = rm["ground_truth"] if isinstance(rm, dict) else rm
@@ -187,19 +203,19 @@ def row_to_record(
             index,
             spec.name,
         )
-    q = next((row[k] for k in _Q if k in row), None)
-    a = next((row[k] for k in _A if k in row), None)
-    if a is None and any(k in row for k in _A):  # the column is there, its value null: empty
-        if not allow_empty:
-            raise EmptyAnswer(f"{where}: its answer is empty (null)")
-        a = ""
-    if q is None or a is None:
+    q = next((row[k] for k in _Q if row.get(k) is not None), None)
+    a = next((row[k] for k in _A if row.get(k) is not None), None)
+    if q is None or (a is None and not any(k in row for k in _A)):
+        named = [k for k in _Q if k in row]  # a question column whose value is null
         raise ValueError(
-            f"{where}: needs a question ({'|'.join(_Q)}) and an answer ({'|'.join(_A)}) "
+            f"{where}: its question ({named[0]}) is null; fill it in or drop the row"
+            if q is None and named
+            else f"{where}: needs a question ({'|'.join(_Q)}) and an answer ({'|'.join(_A)}) "
             f"or the verl columns prompt/reward_model; has {sorted(row)}"
         )
-    if not allow_empty:
+    if not allow_empty:  # an answer column whose value is null is an empty answer
         _no_empty_answer(a, where)
+    a = "" if a is None else a
     c = next((row[k] for k in _C if k in row), None)
     if spec.kind == "mc":
         if c is not None:
@@ -211,12 +227,11 @@ def row_to_record(
 
 
 def load_file(path: str | Path, spec: DatasetSpec, caps: SizeCaps | None = None) -> list[Record]:
-    lines: list[int] = []
-    rows = read_rows(path, caps, lines=lines)
+    labels: list[str] = []
+    rows = read_rows(path, caps, labels=labels)
     if not rows:
         raise ValueError(f"{path} has no rows")
-    label = (lambda i: f"line {lines[i]}") if lines else None  # a jsonl: the editor's line
-    return records_with_answers(enumerate(rows), spec, str(path), label=label)
+    return records_with_answers(enumerate(rows), spec, str(path), label=labels.__getitem__)
 
 
 def records_with_answers(
@@ -227,8 +242,9 @@ def records_with_answers(
 ) -> list[Record]:
     """Records of (index, row) pairs. Rows with an empty answer are kept as published and
     counted in one line on stderr (the authors' math75 has 2 of 7500: every response to them
-    scores 0); a file of nothing else is refused."""
-    label = label or (lambda i: f"row {i}")
+    scores 0); a file of nothing else is refused. `label(index)` names a row in messages
+    (`read_rows`'s labels; default `index <i>`, a hub dataset's own 0-based index)."""
+    label = label or (lambda i: f"index {i}")
     records, empty = [], []
     for i, r in rows:
         where = f"{source} {label(i)}"

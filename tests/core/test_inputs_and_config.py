@@ -91,6 +91,6 @@ def test_config_defaults_and_from_dict():
     assert cfg.temperature == 0.02 and cfg.embed_dim == 2048
     with pytest.raises(
         ValueError,
-        match=r"unknown keys clipo\.method\.temprature \(did you mean clipo\.method\.temperature\?\)",
+        match=r"unknown key clipo\.method\.temprature \(did you mean clipo\.method\.temperature\?\)",
     ):
         CLIPOConfig.from_dict({"temprature": 0.02})

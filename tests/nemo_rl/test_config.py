@@ -251,7 +251,7 @@ def _base():
             ),
             "loss_fn.use_on_policy_kl_approximation=True",
         ),
-        (lambda c: c["clipo"].update(capture="hook"), "unknown keys clipo.capture"),
+        (lambda c: c["clipo"].update(capture="hook"), "unknown key clipo.capture"),
         (  # issue item 6: no prev-logprob pass, nothing captured
             lambda c: c["loss_fn"].update(force_on_policy_ratio=True),
             r"skip the prev-logprob pass .* set loss_fn.force_on_policy_ratio=false",

@@ -102,7 +102,8 @@ def test_every_refusal_is_one_line_naming_its_key(verdicts):
 def _guide_overlay() -> str:
     """The first YAML block of docs/nemo_rl.md ("CLIPO in your NeMo-RL recipe"), as written."""
     text = (ROOT / "docs" / "nemo_rl.md").read_text(encoding="utf-8")
-    return text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    section = text.split("## CLIPO in your NeMo-RL recipe", 1)[1]  # the opening's names <recipe>
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_guides_one_step_switch_keeps_every_nemo_rl_key(tmp_path, monkeypatch):

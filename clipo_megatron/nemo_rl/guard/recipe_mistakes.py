@@ -1,9 +1,9 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Two mistakes in a user's overlay that the checks after them would misname.
 
-- The CLIPO mixin listed before NeMo-RL's recipe in `defaults:`: the later parent wins, so the
-  recipe's own settings undo CLIPO's (its leave-one-out baseline, for one), and the preflight
-  would refuse the leave-one-out setting instead of naming the order.
+- The CLIPO mixin listed before NeMo-RL's recipe in `defaults:`: a later parent overrides an
+  earlier one, so the recipe turns NeMo-RL's leave-one-out baseline back on and the preflight
+  would refuse that key instead of naming the order.
 - An overlay over a recipe of another algorithm (SFT, DPO, distillation, ...): the mixin's
   `max_group_size: ${grpo.num_generations_per_prompt}` fails to resolve, and the preflight would
   print that interpolation error instead of "not a GRPO recipe".
@@ -16,15 +16,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from clipo_megatron.nemo_rl.guard.recipes import CLIPO_PREFIX, load_recipe
+from clipo_megatron.nemo_rl.guard.recipes import CLIPO_PREFIX, NEMO_RL_PREFIX, load_recipe
 
-OTHER_ALGORITHMS = {  # a top-level section -> the algorithm whose recipe it marks
+OTHER_ALGORITHMS = {  # a top-level section of NeMo-RL's recipes -> the algorithm it marks
     "sft": "an SFT recipe",
     "dpo": "a DPO recipe",
     "rm": "a reward-model recipe",
     "distillation": "a distillation recipe",
     "ppo": "a PPO recipe",
 }
+A_GRPO_RECIPE = f"{NEMO_RL_PREFIX}examples/configs/grpo_math_1B_megatron.yaml"
 
 
 def _defaults(top: Any) -> list[str]:
@@ -33,35 +34,44 @@ def _defaults(top: Any) -> list[str]:
     return [str(e) for e in entries]
 
 
-def mixin_order_problem(recipe: str | Path, top: Any) -> str | None:
-    """The CLIPO mixin is not the last entry of the overlay's `defaults:`."""
-    names = _defaults(top)
-    mixins = [i for i, n in enumerate(names) if n.startswith(CLIPO_PREFIX)]
-    if not mixins or mixins[-1] == len(names) - 1:
+def _is_mixin(name: str) -> bool:
+    return name.startswith(CLIPO_PREFIX)
+
+
+def mixin_order_problem(recipe: str | Path, names: list[str], raw: dict[str, Any]) -> str | None:
+    """The CLIPO mixin comes before a parent in `names` (the overlay's `defaults:`) and the merged
+    recipe `raw` has the leave-one-out baseline on: the parent after the mixin turned it back on."""
+    from clipo_megatron.nemo_rl.config import leave_one_out_key
+
+    first = next((i for i, n in enumerate(names) if _is_mixin(n)), len(names))
+    after = [n for n in names[first + 1 :] if not _is_mixin(n)]
+    key = leave_one_out_key(raw) if after else None
+    if key is None:
         return None
-    after = [n for i, n in enumerate(names) if i > mixins[-1] and not n.startswith(CLIPO_PREFIX)]
-    fixed = ", ".join([n for n in names if not n.startswith(CLIPO_PREFIX)] + [names[mixins[-1]]])
+    fixed = [n for n in names if not _is_mixin(n)] + [n for n in names if _is_mixin(n)]
     return (
-        f"{recipe}: defaults: lists {names[mixins[-1]]} before {', '.join(after)}: a later parent "
-        "overrides the earlier one, so the recipe would undo CLIPO's settings; list the CLIPO "
-        f"mixin last: defaults: [{fixed}]"
+        f"{recipe}: defaults: lists {names[first]} before {', '.join(after)}, whose settings then "
+        f"override the mixin's ({key}=true comes back); the mixin must come after the recipe: "
+        f"defaults: [{', '.join(fixed)}]"
     )
 
 
-def not_grpo_problem(recipe: str | Path, raw: dict[str, Any]) -> str | None:
-    """The merged (unresolved) recipe has no GRPO group size: a recipe of another algorithm."""
-    if not isinstance(raw, dict) or "clipo" not in raw:  # not a CLIPO overlay: nothing to name
+def not_grpo_problem(recipe: str | Path, names: list[str], raw: dict[str, Any]) -> str | None:
+    """The merged (unresolved) overlay `raw` has no GRPO group size: its recipe (the non-mixin
+    entries of `names`) is one of another algorithm."""
+    if "clipo" not in raw:  # not a CLIPO overlay: nothing to name
         return None
     grpo = raw.get("grpo")
     if isinstance(grpo, dict) and "num_generations_per_prompt" in grpo:
         return None
-    kind = next(
-        (name for key, name in OTHER_ALGORITHMS.items() if key in raw), "another algorithm's"
-    )
+    kind = next((name for key, name in OTHER_ALGORITHMS.items() if key in raw), None)
+    parents = [n for n in names if not _is_mixin(n)]
+    what = ", ".join(parents) if parents else str(recipe)
+    why = f"{kind}: " if kind else ""
     return (
-        f"{recipe}: not a GRPO recipe ({kind}: no grpo.num_generations_per_prompt in its "
-        "defaults chain); CLIPO runs inside NeMo-RL's GRPO: list a GRPO recipe first in "
-        "defaults:, e.g. nemo_rl:examples/configs/recipes/llm/grpo-<model>-megatron.yaml"
+        f"{recipe}: {what} is not a GRPO recipe ({why}no grpo.num_generations_per_prompt); CLIPO "
+        f"runs inside NeMo-RL's GRPO: list a GRPO Megatron recipe before {CLIPO_PREFIX}clipo.yaml "
+        f"in defaults:, e.g. {A_GRPO_RECIPE} (each one's verdict: docs/nemo_rl_recipes.md)"
     )
 
 
@@ -71,7 +81,10 @@ def overlay_mistake(recipe: str | Path, overrides: list[str] | None) -> str | No
     import yaml  # type: ignore[import-untyped]
 
     try:
-        order = mixin_order_problem(recipe, yaml.safe_load(Path(recipe).read_text("utf-8")))
-        return order or not_grpo_problem(recipe, load_recipe(recipe, overrides, resolve=False))
+        names = _defaults(yaml.safe_load(Path(recipe).read_text("utf-8")))
+        raw = load_recipe(recipe, overrides, resolve=False)
     except Exception:
         return None
+    if not isinstance(raw, dict):
+        return None
+    return mixin_order_problem(recipe, names, raw) or not_grpo_problem(recipe, names, raw)
