@@ -1,0 +1,353 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""A tiny Qwen3.5 (`Qwen3_5ForConditionalGeneration`, the class NeMo-RL's Qwen3.5 recipes name) and
+what Megatron-Bridge's Qwen3.5 provider (`qwen35_vl_provider.py`) needs to build its Qwen3VLModel on
+CPU. Test code.
+
+The provider builds TransformerEngine modules only: the language block through Megatron-Core's
+`get_transformer_block_with_experimental_attention_variant_spec` (`_get_backend_spec_provider`:
+TESpecProvider, nothing else), the vision encoder through `get_vit_layer_with_transformer_engine_spec`
+and TE's norm / linears for the patch merger. `cpu_qwen35_provider` replaces the provider's two
+spec builders (instance attributes over `build_language_spec` / `build_vision_encoder_spec`):
+- the language layers: Megatron-Core's own hybrid per-layer builder
+  (`get_transformer_layer_with_experimental_attention_variant_spec`: GatedDeltaNet where
+  `linear_attention_freq` says, gated attention elsewhere) with `CpuBackend`, a BackendSpecProvider
+  of torch modules, and Bridge's own `_patch_standard_attention_specs` (Qwen3VLSelfAttention);
+- TE classes left in a spec (Megatron-Core's TE attention spec, the ViT spec) swapped by `cpu_spec`.
+The GatedDeltaNet's FLA kernels: `clipo_testkit.gdn_reference` (bound by the caller).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+LAYER_TYPES = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 2
+
+
+def tiny_qwen35_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Path:
+    """A random tiny Qwen3_5ForConditionalGeneration + the project's character tokenizer (8
+    layers: 3 gated DeltaNet + 1 gated attention, twice, as Qwen3.5's `layer_types`), saved."""
+    import transformers
+
+    from tests.tiny_models import char_tokenizer
+
+    if (path / "config.json").exists():
+        return path
+    tok = char_tokenizer()
+    n = len(tok)
+    text = dict(
+        vocab_size=n,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=len(LAYER_TYPES),
+        layer_types=LAYER_TYPES,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        linear_conv_kernel_dim=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.25,
+            "mrope_section": [2, 1, 1],
+            "mrope_interleaved": True,
+        },
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    vision = dict(
+        depth=1,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        patch_size=4,
+        temporal_patch_size=2,
+        spatial_merge_size=2,
+        out_hidden_size=hidden,
+        num_position_embeddings=16,
+    )
+    # the image / video / vision-boundary ids: tokens of the character vocabulary no row here uses
+    config = transformers.Qwen3_5Config(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=n - 4,
+        video_token_id=n - 3,
+        vision_start_token_id=n - 2,
+        vision_end_token_id=n - 1,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = transformers.Qwen3_5ForConditionalGeneration(config).float()
+    with torch.no_grad():  # HF initialises the zero-centred norms at 0: draw them, so a norm's
+        # weight (Bridge's RMSNorm2ZeroCentered mapping, the final norm CLIPO hooks) is checked
+        for name, p in model.named_parameters():
+            if "norm" in name and p.dim() == 1:
+                p.normal_(0.0, 0.1)
+    model.eval().save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+class CpuNorm:
+    """TENorm on CPU: RMSNorm / LayerNorm over the last dim, with Megatron-Core's
+    `layernorm_zero_centered_gamma` (y = norm(x) * (1 + w)), which Qwen3.5's norms are."""
+
+    def __new__(cls, config, hidden_size: int, eps: float = 1e-5, **_unused):
+        return _Norm(config, hidden_size, eps)
+
+
+class _Norm(torch.nn.Module):
+    def __init__(self, config, hidden_size: int, eps: float):
+        super().__init__()
+        self.rms = config.normalization == "RMSNorm"
+        self.zero_centered = bool(config.layernorm_zero_centered_gamma)
+        self.eps = eps
+        self.weight = torch.nn.Parameter(
+            torch.zeros(hidden_size) if self.zero_centered else torch.ones(hidden_size)
+        )
+        self.bias = None if self.rms else torch.nn.Parameter(torch.zeros(hidden_size))
+        for p in self.parameters():
+            p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return norm(x, self.weight, self.bias, self.eps, self.rms, self.zero_centered)
+
+
+def norm(x, weight, bias, eps: float, rms: bool, zero_centered: bool) -> torch.Tensor:
+    xf = x.float()
+    if rms:
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    else:
+        y = torch.nn.functional.layer_norm(xf, (x.shape[-1],), eps=eps)
+    w = weight.float() + 1 if zero_centered else weight.float()
+    y = y * w
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)
+
+
+def _column_parallel_linear():
+    from megatron.core.tensor_parallel import ColumnParallelLinear
+
+    return ColumnParallelLinear
+
+
+class CpuLayerNormColumnParallelLinear:
+    """TELayerNormColumnParallelLinear on CPU: the norm (`layer_norm_weight` / `_bias`, TE's
+    names, which Bridge's mappings address) on this rank's tokens, then Megatron-Core's
+    ColumnParallelLinear (its SP gather). The class name holds "LayerNormColumnParallelLinear",
+    which Bridge's AutoMapping reads as fused (norm weights replicated, the rest column)."""
+
+    _cls: type | None = None
+
+    def __new__(cls, input_size: int, output_size: int, *, config, **kwargs):
+        if cls._cls is None:
+            cls._cls = _make_ln_linear(_column_parallel_linear())
+        return cls._cls(input_size, output_size, config=config, **kwargs)
+
+
+def _make_ln_linear(base: type) -> type:
+    class LayerNormColumnParallelLinear(base):  # type: ignore[misc, valid-type]
+        def __init__(self, input_size: int, output_size: int, *, config, **kwargs):
+            kwargs.pop("eps", None)
+            kwargs.pop("normalization", None)
+            super().__init__(input_size, output_size, config=config, **kwargs)
+            self.rms = config.normalization == "RMSNorm"
+            self.zero_centered = bool(config.layernorm_zero_centered_gamma)
+            self.ln_eps = config.layernorm_epsilon
+            init = torch.zeros if self.zero_centered else torch.ones
+            self.layer_norm_weight = torch.nn.Parameter(init(input_size))
+            self.layer_norm_bias = None if self.rms else torch.nn.Parameter(torch.zeros(input_size))
+            for p in (self.layer_norm_weight, self.layer_norm_bias):
+                if p is not None:
+                    p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
+
+        def forward(self, x, *args, **kwargs):
+            y = norm(
+                x, self.layer_norm_weight, self.layer_norm_bias, self.ln_eps, self.rms,
+                self.zero_centered,
+            )  # fmt: skip
+            return super().forward(y, *args, **kwargs)
+
+    return LayerNormColumnParallelLinear
+
+
+def _core_attention() -> type:
+    from tests.nemo_rl.real_worker.thd_attention import ContextParallelSDPAAttention
+
+    return ContextParallelSDPAAttention
+
+
+class CpuBackend:
+    """Megatron-Core's BackendSpecProvider protocol (`models/backends.py`) with the CPU modules:
+    what TESpecProvider returns, TE-free."""
+
+    def linear(self) -> type:
+        return _column_parallel_linear()
+
+    def column_parallel_linear(self) -> type:
+        return _column_parallel_linear()
+
+    def row_parallel_linear(self) -> type:
+        from megatron.core.tensor_parallel import RowParallelLinear
+
+        return RowParallelLinear
+
+    def fuse_layernorm_and_linear(self) -> bool:
+        return True
+
+    def column_parallel_layer_norm_linear(self) -> type:
+        return CpuLayerNormColumnParallelLinear
+
+    def layer_norm(self, rms_norm: bool = False, for_qk: bool = False, has_residual=False):
+        return CpuNorm
+
+    def core_attention(self) -> type:
+        return _core_attention()
+
+    def grouped_mlp_modules(self, moe_use_grouped_gemm: bool):
+        raise NotImplementedError("Qwen3.5 dense: no MoE here")
+
+    def activation_func(self):
+        return None
+
+
+def _te_swaps() -> dict[type, type]:
+    from megatron.core.extensions import transformer_engine as te
+    from megatron.core.tensor_parallel import RowParallelLinear
+
+    return {
+        te.TELayerNormColumnParallelLinear: CpuLayerNormColumnParallelLinear,
+        te.TEColumnParallelLinear: _column_parallel_linear(),
+        te.TERowParallelLinear: RowParallelLinear,
+        te.TENorm: CpuNorm,
+        te.TEDotProductAttention: _core_attention(),
+    }
+
+
+def cpu_spec(spec: Any, swaps: dict[type, type] | None = None) -> Any:
+    """Every TE class in a spec tree (ModuleSpec, submodule dataclasses, lists) swapped for its
+    CPU module, in place; returns the spec."""
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    swaps = _te_swaps() if swaps is None else swaps
+
+    by_id = {id(k): v for k, v in swaps.items()}  # without TE the TE "classes" are MagicMocks
+
+    def swap(value: Any) -> Any:
+        if id(value) in by_id:
+            return by_id[id(value)]
+        if isinstance(value, type):
+            return value
+        if isinstance(value, functools.partial):  # `MLP.as_mlp_submodule` with its submodules
+            kwargs = {k: swap(v) for k, v in value.keywords.items()}
+            return functools.partial(value.func, *value.args, **kwargs)
+        if isinstance(value, ModuleSpec):
+            value.module = swap(value.module)
+            if value.submodules is not None:
+                value.submodules = swap(value.submodules)
+            return value
+        if isinstance(value, list):
+            return [swap(v) for v in value]
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for f in dataclasses.fields(value):
+                setattr(value, f.name, swap(getattr(value, f.name)))
+        return value
+
+    return swap(spec)
+
+
+def _language_spec(provider, vp_stage=None, pp_rank=None):
+    """Bridge's `_qwen35_build_language_block_spec` with CpuBackend for TESpecProvider."""
+    from megatron.bridge.models.qwen_vl import qwen35_vl_provider as bridge_provider
+    from megatron.core.models.gpt import experimental_attention_variant_module_specs as specs
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlockSubmodules,
+        get_num_layers_to_build,
+        get_transformer_layer_offset,
+    )
+
+    from megatron.core.models.gpt import gpt_layer_specs
+
+    backend = CpuBackend()
+    # for this build: the TE-only backend choices (`_get_backend_spec_provider`'s assert; the
+    # standard attention layer's `get_gpt_layer_with_transformer_engine_spec`: TESpecProvider())
+    saved = (specs._get_backend_spec_provider, gpt_layer_specs.TESpecProvider)
+    specs._get_backend_spec_provider = lambda config: backend
+    gpt_layer_specs.TESpecProvider = CpuBackend
+    try:
+        layers = specs.get_transformer_layer_with_experimental_attention_variant_spec(
+            provider, backend=backend
+        )
+    finally:
+        specs._get_backend_spec_provider, gpt_layer_specs.TESpecProvider = saved
+    offset = get_transformer_layer_offset(provider, vp_stage=vp_stage, pp_rank=pp_rank)
+    count = get_num_layers_to_build(provider, vp_stage=vp_stage, pp_rank=pp_rank)
+    block = TransformerBlockSubmodules(
+        layer_specs=[cpu_spec(layers[i]) for i in range(offset, offset + count)],
+        layer_norm=CpuNorm,
+    )
+    bridge_provider._patch_standard_attention_specs(block, bridge_provider.Qwen3VLSelfAttention)
+    return block
+
+
+@contextlib.contextmanager
+def cpu_qwen35_patches() -> Iterator[None]:
+    """While active: FLA's three kernels are `clipo_testkit.gdn_reference`'s in Megatron-Core's
+    gated_delta_net namespace, and Bridge's Qwen3VLModel (which builds its vision encoder itself,
+    `modelling_qwen3_vl/model.py`, from `get_vit_layer_with_transformer_engine_spec` and TE's
+    norm / linears for the patch merger) gets the CPU modules for them."""
+    from megatron.bridge.models.qwen_vl.modelling_qwen3_vl import attention as vl_attention
+    from megatron.bridge.models.qwen_vl.modelling_qwen3_vl import model as vl_model
+    from megatron.core.tensor_parallel import RowParallelLinear
+
+    from clipo_testkit.gdn_reference import bind_into_megatron
+
+    vit_spec = vl_model.get_vit_layer_with_transformer_engine_spec
+    swaps = {
+        "get_vit_layer_with_transformer_engine_spec": lambda: cpu_spec(vit_spec()),
+        "TENorm": CpuNorm,
+        "TEColumnParallelLinear": _column_parallel_linear(),
+        "TERowParallelLinear": RowParallelLinear,
+    }
+    # Qwen3VLSelfAttention asks `isinstance(core_attention, TEDotProductAttention)` (attention.py,
+    # `_qwen_attention_mask_for_core_attention`; without TE the name is a MagicMock): the CPU core
+    # attention stands in for TE's there too
+    targets = [(vl_model, name, value) for name, value in swaps.items()]
+    targets.append((vl_attention, "TEDotProductAttention", _core_attention()))
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in targets]
+    undo = bind_into_megatron()
+    for mod, name, value in targets:
+        setattr(mod, name, value)
+    try:
+        yield
+    finally:
+        for mod, name, value in saved:
+            setattr(mod, name, value)
+        undo()
+
+
+def cpu_qwen35_provider(provider):
+    """The Bridge provider set to build its language model from CPU modules (module docstring);
+    build inside `cpu_qwen35_patches`."""
+    from tests.nemo_rl.real_worker.cpu_patches import CPU_PROVIDER_FIELDS
+
+    for key, value in CPU_PROVIDER_FIELDS.items():
+        if hasattr(provider, key):
+            setattr(provider, key, value)
+    provider.build_language_spec = types.MethodType(_language_spec, provider)
+    return provider
