@@ -41,9 +41,9 @@ def tiny_qwen35_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Path:
     if (path / "config.json").exists():
         return path
     tok = char_tokenizer()
-    n = len(tok)
+    n = len(tok)  # the vision ids sit past the tokenizer's vocabulary: no text row holds one
     text = dict(
-        vocab_size=n,
+        vocab_size=n + 4,
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=len(LAYER_TYPES),
@@ -80,14 +80,13 @@ def tiny_qwen35_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Path:
         out_hidden_size=hidden,
         num_position_embeddings=16,
     )
-    # the image / video / vision-boundary ids: tokens of the character vocabulary no row here uses
     config = transformers.Qwen3_5Config(
         text_config=text,
         vision_config=vision,
-        image_token_id=n - 4,
-        video_token_id=n - 3,
-        vision_start_token_id=n - 2,
-        vision_end_token_id=n - 1,
+        image_token_id=n,
+        video_token_id=n + 1,
+        vision_start_token_id=n + 2,
+        vision_end_token_id=n + 3,
         tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
@@ -275,13 +274,12 @@ def _language_spec(provider, vp_stage=None, pp_rank=None):
     """Bridge's `_qwen35_build_language_block_spec` with CpuBackend for TESpecProvider."""
     from megatron.bridge.models.qwen_vl import qwen35_vl_provider as bridge_provider
     from megatron.core.models.gpt import experimental_attention_variant_module_specs as specs
+    from megatron.core.models.gpt import gpt_layer_specs
     from megatron.core.transformer.transformer_block import (
         TransformerBlockSubmodules,
         get_num_layers_to_build,
         get_transformer_layer_offset,
     )
-
-    from megatron.core.models.gpt import gpt_layer_specs
 
     backend = CpuBackend()
     # for this build: the TE-only backend choices (`_get_backend_spec_provider`'s assert; the
