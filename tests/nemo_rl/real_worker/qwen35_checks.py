@@ -109,8 +109,8 @@ def worker_level(rank: int, world: int, out_dir: str, model_dir: str, packing: b
         tok = worker.tokenizer
         data = batch(tok.pad_token_id, len(tok))
         pack = packing_args(policy) if packing else None
-        shards, _ = data.shard_by_batch_size(world, batch_size=None, sequence_packing_args=pack)
-        shard = shards[rank]
+        shards = data.shard_by_batch_size(world, batch_size=None, sequence_packing_args=pack)
+        shard = (shards[0] if isinstance(shards, tuple) else shards)[rank]  # (shards, bins) packed
         off = worker.get_logprobs(data=shard)["logprobs"]
         worker.clipo_setup(clipo_cfg=CLIPO)
         on = worker.get_logprobs(data=shard)["logprobs"]

@@ -5,13 +5,13 @@ CPU. Test code.
 
 The provider builds TransformerEngine modules only: the language block through Megatron-Core's
 `get_transformer_block_with_experimental_attention_variant_spec` (`_get_backend_spec_provider`:
-TESpecProvider, nothing else), the vision encoder through `get_vit_layer_with_transformer_engine_spec`
-and TE's norm / linears for the patch merger. `cpu_qwen35_provider` replaces the provider's two
-spec builders (instance attributes over `build_language_spec` / `build_vision_encoder_spec`):
-- the language layers: Megatron-Core's own hybrid per-layer builder
-  (`get_transformer_layer_with_experimental_attention_variant_spec`: GatedDeltaNet where
-  `linear_attention_freq` says, gated attention elsewhere) with `CpuBackend`, a BackendSpecProvider
-  of torch modules, and Bridge's own `_patch_standard_attention_specs` (Qwen3VLSelfAttention);
+TESpecProvider, nothing else), and Qwen3VLModel builds its vision encoder itself (`model.py`) from
+`get_vit_layer_with_transformer_engine_spec` and TE's norm / linears for the patch merger.
+`cpu_qwen35_patches` (module globals, for the duration of a build and its forwards) replaces:
+- the language block (Bridge's `_qwen35_build_language_block_spec`): Megatron-Core's own hybrid
+  per-layer builder (`get_transformer_layer_with_experimental_attention_variant_spec`: GatedDeltaNet
+  where `linear_attention_freq` says, gated attention elsewhere) with `CpuBackend`, a
+  BackendSpecProvider of torch modules, and Bridge's own `_patch_standard_attention_specs`;
 - TE classes left in a spec (Megatron-Core's TE attention spec, the ViT spec) swapped by `cpu_spec`.
 The GatedDeltaNet's FLA kernels: `clipo_testkit.gdn_reference` (bound by the caller).
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -309,6 +308,7 @@ def cpu_qwen35_patches() -> Iterator[None]:
     gated_delta_net namespace, and Bridge's Qwen3VLModel (which builds its vision encoder itself,
     `modelling_qwen3_vl/model.py`, from `get_vit_layer_with_transformer_engine_spec` and TE's
     norm / linears for the patch merger) gets the CPU modules for them."""
+    from megatron.bridge.models.qwen_vl import qwen35_vl_provider as bridge_provider
     from megatron.bridge.models.qwen_vl.modelling_qwen3_vl import attention as vl_attention
     from megatron.bridge.models.qwen_vl.modelling_qwen3_vl import model as vl_model
     from megatron.core.tensor_parallel import RowParallelLinear
@@ -327,6 +327,9 @@ def cpu_qwen35_patches() -> Iterator[None]:
     # attention stands in for TE's there too
     targets = [(vl_model, name, value) for name, value in swaps.items()]
     targets.append((vl_attention, "TEDotProductAttention", _core_attention()))
+    # the provider's language block (`build_language_spec` calls it by this module-level name;
+    # NeMo-RL rebuilds the provider from its run_config, so an instance attribute would not last)
+    targets.append((bridge_provider, "_qwen35_build_language_block_spec", _language_spec))
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in targets]
     undo = bind_into_megatron()
     for mod, name, value in targets:
@@ -340,12 +343,11 @@ def cpu_qwen35_patches() -> Iterator[None]:
 
 
 def cpu_qwen35_provider(provider):
-    """The Bridge provider set to build its language model from CPU modules (module docstring);
-    build inside `cpu_qwen35_patches`."""
+    """The provider's fused kernels off (`cpu_patches.CPU_PROVIDER_FIELDS`); build inside
+    `cpu_qwen35_patches`."""
     from tests.nemo_rl.real_worker.cpu_patches import CPU_PROVIDER_FIELDS
 
     for key, value in CPU_PROVIDER_FIELDS.items():
         if hasattr(provider, key):
             setattr(provider, key, value)
-    provider.build_language_spec = types.MethodType(_language_spec, provider)
     return provider
