@@ -98,12 +98,14 @@ def worker_level(rank: int, world: int, out_dir: str, model_dir: str, packing: b
     """NeMo-RL's MegatronPolicyWorker with the CLIPO extension (NeMo-RL's real __init__ through
     Bridge): get_logprobs with CLIPO off, then clipo_setup and get_logprobs with the pooler."""
     from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
+    from clipo_testkit import gdn_reference
     from tests.nemo_rl.real_worker import build
     from tests.nemo_rl.real_worker.qwen35_model import cpu_qwen35_patches
     from tests.nemo_rl.real_worker.scenario import CLIPO, batch, packing_args
 
     out, model = Path(out_dir), Path(model_dir)
     policy = build.contract_policy(model, out, dp=world, packing=packing)
+    segments = _count_segments(gdn_reference)
     with cpu_qwen35_patches():
         worker = build.build_worker(policy, dp=world)
         tok = worker.tokenizer
@@ -127,7 +129,22 @@ def worker_level(rank: int, world: int, out_dir: str, model_dir: str, packing: b
             (worker._clipo.pooled.detach().cpu().double() - ref_pooled).abs().max()
         ),
         "packing": bool(policy["sequence_packing"]["enabled"]),
+        "gdn_max_segments": max(segments),  # sequences in one GDN kernel call (packed: > 1)
         "model_class": type(
             worker.model.module if hasattr(worker.model, "module") else worker.model
         ).__name__,
     }
+
+
+def _count_segments(module) -> list[int]:
+    """Record how many sequences each reference GDN kernel call runs (its `cu_seqlens`)."""
+    seen = [0]
+    inner = module._segments
+
+    def counting(total, cu_seqlens):
+        out = inner(total, cu_seqlens)
+        seen.append(len(out))
+        return out
+
+    module._segments = counting
+    return seen

@@ -76,6 +76,8 @@ def test_nemo_rl_worker_clipo_on_off(model_dir, tmp_path, packing):
     out = run_ranks(worker_level, 1, str(tmp_path), str(model_dir), packing)[0]
     print(f"\n[qwen3.5 worker] {out}")
     assert out["packing"] is packing
+    # packed: the GDN kernels get NeMo-RL's cu_seqlens (several rows a call); unpacked: one row
+    assert (out["gdn_max_segments"] > 1) is packing, out
     assert out["bit_equal"], "CLIPO on changed the logprobs"
     assert out["lp_err"] < TOL, out
     assert out["pooled_err"] < TOL, out
