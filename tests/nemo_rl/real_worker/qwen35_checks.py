@@ -72,7 +72,9 @@ def model_level(rank: int, world: int, model_dir: str) -> dict[str, Any]:
         norm = find_final_norm(model)
         ids, lengths, resp = rows(int(model.language_model.vocab_size) - 4)
         seen: dict[str, torch.Tensor] = {}
-        hook = norm.register_forward_hook(lambda m, i, o: seen.update(h=o))
+        hook = norm.register_forward_hook(  # as the pooler reads a hooked module's output
+            lambda m, i, o: seen.update(h=o[0] if isinstance(o, tuple) else o)
+        )
         with torch.no_grad():
             logits = model(input_ids=ids, position_ids=None, attention_mask=None)
         hook.remove()
@@ -80,6 +82,8 @@ def model_level(rank: int, world: int, model_dir: str) -> dict[str, Any]:
     lp = torch.zeros(ids.shape, dtype=torch.float64)
     lp[:, 1:] = logits[:, :-1].double().log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
     valid = (torch.arange(ids.shape[1])[None] < lengths[:, None]) & (torch.arange(ids.shape[1]) > 0)
+    if "h" not in seen:
+        raise AssertionError(f"find_final_norm's module ({type(norm).__name__}) never ran")
     states = seen["h"].transpose(0, 1)  # [S, B, H] -> [B, S, H]
     pooled = (states * resp[..., None]).sum(1) / resp.sum(1, keepdim=True)
     return {
