@@ -101,6 +101,10 @@ def make_cpu_provider(provider):
         if hasattr(provider, key):
             setattr(provider, key, value)
     provider.transformer_layer_spec = cpu_thd_layer_spec
+    if type(provider).__name__ == "Qwen35VLModelProvider":  # its own spec builders: qwen35_model
+        from tests.nemo_rl.real_worker.qwen35_model import cpu_qwen35_provider
+
+        cpu_qwen35_provider(provider)
     return provider
 
 
