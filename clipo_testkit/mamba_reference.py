@@ -300,19 +300,35 @@ def mamba_split_conv1d_scan_combined(
 def bind_into(mixer_module: ModuleType) -> None:
     """Bind the references into `megatron.core.ssm.mamba_mixer` (CPU tests only).
 
-    `ExtendedRMSNorm` was made at import time from a MagicMock when mamba_ssm is absent, so it
-    is rebuilt over `RMSNormGated` with its own `sharded_state_dict`; the mixer's packing check
-    (installed-version probes of mamba_ssm / causal-conv1d) is answered yes.
+    Without mamba_ssm, `ExtendedRMSNorm` was made at import time over a MagicMock (so it is a
+    Mock, methods and all): it is rebuilt over `RMSNormGated` with Megatron-Core's
+    `sharded_state_dict` (weight sharded along axis 0 over TP), calling the mixer module's own
+    helpers. The mixer's packing check (installed-version probes of mamba_ssm / causal-conv1d) is
+    answered yes.
     """
-    old = mixer_module.ExtendedRMSNorm
-    extended = type(
-        "ExtendedRMSNorm", (RMSNormGated,), {"sharded_state_dict": old.sharded_state_dict}
-    )
+    mm = mixer_module
+
+    class ExtendedRMSNorm(RMSNormGated):
+        def sharded_state_dict(
+            self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None
+        ) -> Any:
+            if not hasattr(self, "tp_group"):
+                self.tp_group = mm.parallel_state.get_tensor_model_parallel_group()
+            state_dict = self.state_dict(prefix="", keep_vars=True)
+            return mm.make_sharded_tensors_for_checkpoint(
+                state_dict,
+                prefix,
+                {"weight": 0},
+                sharded_offsets,
+                tp_group=self.tp_group,
+                dp_cp_group=(metadata or {})["dp_cp_group"],
+            )
+
     for name, value in {
         "causal_conv1d_fn": causal_conv1d_fn,
         "causal_conv1d_update_cuda": causal_conv1d_update,
         "RMSNormGated": RMSNormGated,
-        "ExtendedRMSNorm": extended,
+        "ExtendedRMSNorm": ExtendedRMSNorm,
         "mamba_chunk_scan_combined": mamba_chunk_scan_combined,
         "mamba_split_conv1d_scan_combined": mamba_split_conv1d_scan_combined,
         "HAVE_MAMBA_SSM": True,
