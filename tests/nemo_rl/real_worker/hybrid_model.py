@@ -66,8 +66,23 @@ def tiny_hybrid_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Path:
     # Megatron-Core calls them, at dt_limit (0, inf): the saved model clamps at 0 as they do
     model.config.time_step_min = 0.0
     model.eval().save_pretrained(path)
+    _hub_key_names(path)
     tok.save_pretrained(path)
     return path
+
+
+def _hub_key_names(path: Path) -> None:
+    """transformers 5.8.1 saves the word embeddings as `backbone.embedding.weight` (its rename
+    rule for nemotron_h, reversed); the hub's Nemotron-H checkpoints, and Bridge's mapping, name
+    them `backbone.embeddings.weight`. Bridge finds no source for the Megatron embedding then and
+    leaves it as allocated (|w| ~ 1e35 seen): the file is written in the hub's names (HF loads
+    both)."""
+    from safetensors.torch import load_file, save_file
+
+    file = path / "model.safetensors"
+    state = load_file(file)
+    state["backbone.embeddings.weight"] = state.pop("backbone.embedding.weight")
+    save_file(state, file, metadata={"format": "pt"})
 
 
 def is_hybrid(model_dir: Path) -> bool:
