@@ -18,6 +18,10 @@ What stands in on CPU, and so is not checked here:
 - HF's side runs one Mamba chunk per row (chunk 128 > every length): HF's torch path is wrong
   across chunks (huggingface/transformers#34817; `test_mamba_reference.test_hf_multi_chunk_is_off`).
 Megatron's scan sees the packed rows whole (seq_idx resets the state per sequence).
+
+Seen red (find_final_norm mutated for HybridStack, then restored): the hook on the last Mamba
+layer (`decoder.layers.2`): pooled error 1.36; on the last layer's output before the final norm
+(`decoder.layers.3`): 1.36; logprobs stay at 6.1e-7 in both (the capture does not touch them).
 """
 
 from __future__ import annotations
