@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,9 +60,13 @@ def _object_row(row: Any, where: str) -> dict[str, Any]:
     return row
 
 
-def read_rows(path: str | Path, caps: SizeCaps | None = None) -> list[dict[str, Any]]:
+def read_rows(
+    path: str | Path, caps: SizeCaps | None = None, *, lines: list[int] | None = None
+) -> list[dict[str, Any]]:
     """Rows of a .parquet / .jsonl / .json(l) file as dicts, within `caps` (ValueError naming
-    file:line and the knob otherwise; a row that is not an object is named the same way)."""
+    file:line and the knob otherwise; a row that is not an object is named the same way).
+    A UTF-8 BOM and CRLF line ends (as Windows editors save) read like the clean file. `lines`,
+    when given, receives each jsonl row's 1-based line number (blank lines are skipped)."""
     caps = caps or SizeCaps()
     p = Path(path)
     if not p.is_file():
@@ -88,7 +92,7 @@ def read_rows(path: str | Path, caps: SizeCaps | None = None) -> list[dict[str, 
         return rows
     if p.suffix in (".jsonl", ".json"):
         try:
-            text = p.read_text(encoding="utf-8")
+            text = p.read_text(encoding="utf-8-sig")  # a leading BOM is not part of line 1
         except UnicodeDecodeError as e:  # was a bare UnicodeDecodeError naming no file
             lineno = p.read_bytes()[: e.start].count(b"\n") + 1
             raise ValueError(
@@ -117,6 +121,8 @@ def read_rows(path: str | Path, caps: SizeCaps | None = None) -> list[dict[str, 
             except json.JSONDecodeError as e:
                 raise ValueError(f"{p} line {n} is not JSON: {e}") from None
             rows.append(_object_row(row, f"{p}:{n}"))
+            if lines is not None:
+                lines.append(n)
         return rows
     raise ValueError(f"{p}: unsupported file type {p.suffix!r}; use .parquet or .jsonl")
 
@@ -148,26 +154,34 @@ class EmptyAnswer(ValueError):
     """A row whose answer is empty: every response to it is graded wrong (named, counted)."""
 
 
-def _no_empty_answer(gt: Any, i: int, source: str) -> None:
+def _no_empty_answer(gt: Any, where: str) -> None:
     if gt is None or not clean_answer(gt):
-        raise EmptyAnswer(f"{source} row {i}: its answer is empty ({gt!r:.40})")
+        raise EmptyAnswer(f"{where}: its answer is empty ({gt!r:.40})")
 
 
 def row_to_record(
-    row: dict[str, Any], i: int, spec: DatasetSpec, source: str, *, allow_empty: bool = False
+    row: dict[str, Any],
+    i: int,
+    spec: DatasetSpec,
+    source: str,
+    *,
+    allow_empty: bool = False,
+    where: str | None = None,
 ) -> Record:
     """One row (verl or flat) -> Record with the paper's prompt; ValueError naming the missing
-    field, or `EmptyAnswer` for an empty answer unless `allow_empty`."""
+    field, or `EmptyAnswer` for an empty (or null) answer unless `allow_empty`. `where` names the
+    row in messages (a jsonl's `file:line`; default `<source> row <i>`)."""
+    where = where or f"{source} row {i}"
     if "prompt" in row and "reward_model" in row:  # verl layout
         rm = row["reward_model"]
         gt = rm["ground_truth"] if isinstance(rm, dict) else rm
         if not allow_empty:
-            _no_empty_answer(gt, i, source)
+            _no_empty_answer(gt, where)
         info = row.get("extra_info") or {}
         index = int(info.get("index", i)) if isinstance(info, dict) else i
         return Record(
             build_prompt(_content(row["prompt"]), spec.name),
-            clean_answer(gt),
+            clean_answer("" if gt is None else gt),
             spec.kind,
             str(row.get("data_source") or source),
             index,
@@ -175,13 +189,17 @@ def row_to_record(
         )
     q = next((row[k] for k in _Q if k in row), None)
     a = next((row[k] for k in _A if k in row), None)
+    if a is None and any(k in row for k in _A):  # the column is there, its value null: empty
+        if not allow_empty:
+            raise EmptyAnswer(f"{where}: its answer is empty (null)")
+        a = ""
     if q is None or a is None:
         raise ValueError(
-            f"{source} row {i}: needs a question ({'|'.join(_Q)}) and an answer ({'|'.join(_A)}) "
+            f"{where}: needs a question ({'|'.join(_Q)}) and an answer ({'|'.join(_A)}) "
             f"or the verl columns prompt/reward_model; has {sorted(row)}"
         )
     if not allow_empty:
-        _no_empty_answer(a, i, source)
+        _no_empty_answer(a, where)
     c = next((row[k] for k in _C if k in row), None)
     if spec.kind == "mc":
         if c is not None:
@@ -193,31 +211,38 @@ def row_to_record(
 
 
 def load_file(path: str | Path, spec: DatasetSpec, caps: SizeCaps | None = None) -> list[Record]:
-    rows = read_rows(path, caps)
+    lines: list[int] = []
+    rows = read_rows(path, caps, lines=lines)
     if not rows:
         raise ValueError(f"{path} has no rows")
-    return records_with_answers(enumerate(rows), spec, str(path))
+    label = (lambda i: f"line {lines[i]}") if lines else None  # a jsonl: the editor's line
+    return records_with_answers(enumerate(rows), spec, str(path), label=label)
 
 
 def records_with_answers(
-    rows: Iterable[tuple[int, dict[str, Any]]], spec: DatasetSpec, source: str
+    rows: Iterable[tuple[int, dict[str, Any]]],
+    spec: DatasetSpec,
+    source: str,
+    label: Callable[[int], str] | None = None,
 ) -> list[Record]:
     """Records of (index, row) pairs. Rows with an empty answer are kept as published and
     counted in one line on stderr (the authors' math75 has 2 of 7500: every response to them
     scores 0); a file of nothing else is refused."""
+    label = label or (lambda i: f"row {i}")
     records, empty = [], []
     for i, r in rows:
+        where = f"{source} {label(i)}"
         try:
-            records.append(row_to_record(r, i, spec, source))
+            records.append(row_to_record(r, i, spec, source, where=where))
         except EmptyAnswer:
-            empty.append(i)
-            records.append(row_to_record(r, i, spec, source, allow_empty=True))
+            empty.append(label(i))
+            records.append(row_to_record(r, i, spec, source, allow_empty=True, where=where))
     if empty and len(empty) == len(records):
         raise ValueError(f"{source}: every row's answer is empty; fill the answers in")
     if empty:
-        shown = ", ".join(map(str, empty[:5])) + (" ..." if len(empty) > 5 else "")
+        shown = ", ".join(empty[:5]) + (" ..." if len(empty) > 5 else "")
         print(
-            f"[clipo-megatron] {source}: {len(empty)} row(s) with an empty answer (row {shown}): "
+            f"[clipo-megatron] {source}: {len(empty)} row(s) with an empty answer ({shown}): "
             "every response to them scores 0",
             file=sys.stderr,
         )

@@ -50,7 +50,7 @@ def test_empty_answers_are_counted_in_one_line(tmp_path, capsys, no_model):
         train.main(argv)
     err = capsys.readouterr().err
     assert (
-        f"{data}: 2 row(s) with an empty answer (row 1, 3): every response to them scores 0"
+        f"{data}: 2 row(s) with an empty answer (line 2, line 4): every response to them scores 0"
     ) in err
 
 

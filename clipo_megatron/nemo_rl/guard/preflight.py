@@ -42,6 +42,7 @@ from clipo_megatron.nemo_rl.guard.preflight_data import (
 )
 from clipo_megatron.nemo_rl.guard.preflight_parallel import check_parallel
 from clipo_megatron.nemo_rl.guard.preflight_resume import check_resume_clipo
+from clipo_megatron.nemo_rl.guard.recipe_mistakes import overlay_mistake
 from clipo_megatron.nemo_rl.guard.recipes import (
     NEMO_RL_PREFIX,
     ParentNotFound,
@@ -187,6 +188,10 @@ def preflight(
     wrong = _wrong_command(recipe)
     if wrong:
         report.problems.append(wrong)
+        return report
+    mistake = overlay_mistake(recipe, overrides)
+    if mistake:
+        report.problems.append(mistake)
         return report
     try:
         config = load_recipe(recipe, overrides)

@@ -206,8 +206,26 @@ def load_recipe(
         add = key.startswith("+")
         key = key.lstrip("+")
         if not add and OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
-            raise ValueError(
-                f"override {ov!r}: key {key!r} is not in the recipe; write +{ov} to add it"
-            )
+            raise ValueError(_missing_override_line(cfg, ov, key))
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([ov.lstrip("+")]))
     return OmegaConf.to_container(cfg, resolve=resolve)  # type: ignore[return-value]
+
+
+def _missing_override_line(cfg: Any, override: str, key: str) -> str:
+    """A dotted override of a key the recipe lacks: the key it most likely misspells, else how to
+    add a new one."""
+    from omegaconf import OmegaConf
+
+    from clipo_megatron.core.key_names import closest
+
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    siblings = [str(k) for k in node.keys()] if OmegaConf.is_dict(node) else []
+    guess = closest(leaf, siblings)
+    if guess:
+        meant = f"{parent}.{guess}" if parent else guess
+        return (
+            f"override {override!r}: key {key!r} is not in the recipe; did you mean {meant}? "
+            f"(write +{override} only to add a new key)"
+        )
+    return f"override {override!r}: key {key!r} is not in the recipe; write +{override} to add it"
