@@ -38,7 +38,7 @@ def tiny_gptoss_model(path: Path, *, hidden: int = 64, layers: int = 2, seed: in
     config = transformers.GptOssConfig(
         vocab_size=len(tok),
         hidden_size=hidden,
-        intermediate_size=32,
+        intermediate_size=48,  # 2I != H: Bridge tells gate_up_proj's orientation by shape
         head_dim=16,
         num_hidden_layers=layers,
         num_attention_heads=4,
