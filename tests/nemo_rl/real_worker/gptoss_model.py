@@ -27,7 +27,8 @@ EXPERTS, TOP_K, SLIDING_WINDOW = 4, 2, 6
 def tiny_gptoss_model(path: Path, *, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
     """A random tiny gpt-oss (4 experts, top-2, window 6, alternating sliding / full layers) + the
     project's character tokenizer, saved for AutoBridge. The sinks, the router and every bias are
-    drawn non-zero (HF initialises sinks and router at zero: a missing sink would not show)."""
+    drawn non-zero (HF initialises sinks and router at zero: a missing sink would not show), every
+    weight a bf16 value (below)."""
     import transformers
 
     from tests.tiny_models import char_tokenizer
@@ -63,6 +64,11 @@ def tiny_gptoss_model(path: Path, *, hidden: int = 64, layers: int = 2, seed: in
             layer.mlp.router.bias.normal_(0.0, 0.1)
             for name in ("gate_up_proj_bias", "down_proj_bias"):
                 getattr(layer.mlp.experts, name).normal_(0.0, 0.02)
+        # Bridge's gpt-oss provider imports in bf16 (gpt_oss_bridge.py: `params_dtype =
+        # torch.bfloat16`), so NeMo-RL's HF -> Megatron checkpoint rounds every weight to bf16:
+        # weights that bf16 holds exactly keep the fp32 comparison with HF exact
+        for p in model.parameters():
+            p.copy_(p.bfloat16().float())
     model.eval().save_pretrained(path)
     tok.save_pretrained(path)
     return path
