@@ -103,7 +103,11 @@ def _bridge_model(model_dir: str):
     tensor_parallel.model_parallel_cuda_manual_seed(1)
     bridge = AutoBridge.from_hf_pretrained(model_dir)
     provider = bridge.to_megatron_provider(load_weights=False)  # CPU spec: cpu_patches
-    provider.params_dtype, provider.bf16, provider.pipeline_dtype = torch.float32, False, torch.float32
+    provider.params_dtype, provider.bf16, provider.pipeline_dtype = (
+        torch.float32,
+        False,
+        torch.float32,
+    )
     provider.finalize()
     provider._pg_collection = ProcessGroupCollection.use_mpu_process_groups()
     model = provider.provide()
@@ -181,7 +185,9 @@ def worker_on_off(rank: int, world: int, out_dir: str, model_dir: str, packing: 
     shard = (shard[0] if isinstance(shard, tuple) else shard)[rank]
     res: dict[str, Any] = {"off": worker.get_logprobs(data=shard)["logprobs"].double()}
     core = worker.model.module if hasattr(worker.model, "module") else worker.model
-    res["attention"] = sorted({type(m).__name__ for m in core.modules() if "Attention" in type(m).__name__})
+    res["attention"] = sorted(
+        {type(m).__name__ for m in core.modules() if "Attention" in type(m).__name__}
+    )
     worker.clipo_setup(clipo_cfg=scenario.CLIPO)
     res["on"] = worker.get_logprobs(data=shard)["logprobs"].double()
     res["rows"] = shard[SAMPLE_IDX_KEY].clone()

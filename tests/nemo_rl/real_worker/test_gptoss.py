@@ -106,18 +106,31 @@ def test_sink_window_attention_matches_hf_eager(gptoss_dir, layer):
             max_seqlen_q=s,
             max_seqlen_kv=s,
         )
-        pq, pk, pv = (torch.cat([t[i : i + 1, :, :n] for i, n in enumerate(lens)], 2) for t in (q, k, v))
+        pq, pk, pv = (
+            torch.cat([t[i : i + 1, :, :n] for i, n in enumerate(lens)], 2) for t in (q, k, v)
+        )
         packed = _ours(ours, pq, pk, pv, packed_seq_params=psp)[0]
         alone = torch.cat(
-            [hf_eager(attn, cfg, *(t[i : i + 1, :, :n] for t in (q, k, v)))[0] for i, n in enumerate(lens)]
+            [
+                hf_eager(attn, cfg, *(t[i : i + 1, :, :n] for t in (q, k, v)))[0]
+                for i, n in enumerate(lens)
+            ]
         )
         packed_err = float((packed - alone).abs().max())
         # the window and the sink matter on these lengths (a model without them is far off)
-        no_sink = float((want - hf_eager(_without_sinks(attn), cfg, q, k, v, pad))[valid].abs().max())
-    print(f"\n[gptoss] attention layer {layer}: padded {padded_err:.2e}, packed {packed_err:.2e}, "
-          f"without the sink {no_sink:.2e}")
+        no_sink = float(
+            (want - hf_eager(_without_sinks(attn), cfg, q, k, v, pad))[valid].abs().max()
+        )
+        window, ours.window_left = ours.window_left, None  # the full layer's attention
+        no_window = float((_ours(ours, q, k, v, attention_mask=mask) - want)[valid].abs().max())
+        ours.window_left = window
+    print(
+        f"\n[gptoss] attention layer {layer}: padded {padded_err:.2e}, packed {packed_err:.2e}, "
+        f"without the sink {no_sink:.2e}, without the window {no_window:.2e}"
+    )
     assert padded_err <= ATTN_BOUND and packed_err <= ATTN_BOUND, (padded_err, packed_err)
     assert no_sink > 1e-2
+    assert (no_window > 1e-2) == (layer == 0), no_window  # the window cuts these rows
 
 
 def _without_sinks(attn):
@@ -152,7 +165,9 @@ def test_bridge_gptoss_matches_hf(gptoss_dir):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("packing", [False, pytest.param(True, marks=FULL)], ids=["padded", "packed"])
+@pytest.mark.parametrize(
+    "packing", [False, pytest.param(True, marks=FULL)], ids=["padded", "packed"]
+)
 def test_worker_gptoss_clipo_on_equals_off(gptoss_dir, tmp_path, packing):
     """NeMo-RL's worker: CLIPO off == on bit for bit, both == HF, pooled == HF."""
     from tests.nemo_rl.real_worker.gptoss_checks import hf_reference, worker_on_off
@@ -172,6 +187,8 @@ def test_worker_gptoss_clipo_on_equals_off(gptoss_dir, tmp_path, packing):
         for j, (row, n) in enumerate(zip(out["rows"].tolist(), out["lengths"].tolist()))
     )
     pooled = float((out["pooled"] - want["pooled"][out["pooled_rows"]]).abs().max())
-    print(f"\n[gptoss] NeMo-RL worker ({'packed' if packing else 'padded'}) vs HF: "
-          f"logprobs {lp:.2e}, pooled {pooled:.2e}; CLIPO on == off")
+    print(
+        f"\n[gptoss] NeMo-RL worker ({'packed' if packing else 'padded'}) vs HF: "
+        f"logprobs {lp:.2e}, pooled {pooled:.2e}; CLIPO on == off"
+    )
     assert lp <= BOUND and pooled <= BOUND, (lp, pooled)
