@@ -72,7 +72,8 @@ def hf_eager(attn, cfg, q, k, v, pad_mask: torch.Tensor | None = None) -> torch.
 
 
 def hf_reference(model_dir: Path, data) -> dict[str, torch.Tensor]:
-    """`scenario.hf_reference` with HF's eager attention (the sinks' path) asked for by name."""
+    """`scenario.hf_reference` with HF's eager attention (the sinks' path) asked for by name, and
+    the routers' smallest top-2 margin."""
     import transformers
 
     from tests.nemo_rl.real_worker import scenario
@@ -81,7 +82,9 @@ def hf_reference(model_dir: Path, data) -> dict[str, torch.Tensor]:
         model_dir, dtype=torch.float32, attn_implementation="eager"
     ).eval()
     lp = torch.zeros(data["input_ids"].shape, dtype=torch.float64)
-    pooled = []
+    pooled, logits = [], []
+    for layer in hf.model.layers:  # every router's logits, for the near-tie check
+        layer.mlp.router.register_forward_hook(lambda _m, _i, o: logits.append(o[0]))
     with torch.no_grad():
         for i in range(scenario.B):
             n = int(data["input_lengths"][i])
@@ -90,7 +93,14 @@ def hf_reference(model_dir: Path, data) -> dict[str, torch.Tensor]:
             logp = out.logits[0, :-1].double().log_softmax(-1)
             lp[i, 1:n] = logp.gather(-1, ids[0, 1:, None])[:, 0]
             pooled.append(out.hidden_states[-1][0][data["token_mask"][i, :n].bool()].mean(0))
-    return {"logprobs": lp, "pooled": torch.stack(pooled)}
+    top = torch.cat(logits).topk(3, dim=-1).values  # [tokens, 3]
+    return {
+        "logprobs": lp,
+        "pooled": torch.stack(pooled),
+        # the smallest gap between a token's 2nd and 3rd expert logit: top-2 routing flips
+        # under a rounding difference (fp64 router in the recipe, fp32 in HF) only below ~1e-6
+        "router_gap": float((top[:, 1] - top[:, 2]).min()),
+    }
 
 
 def _bridge_model(model_dir: str):
@@ -183,8 +193,18 @@ def worker_on_off(rank: int, world: int, out_dir: str, model_dir: str, packing: 
     kw = {"sequence_packing_args": scenario.packing_args(policy)} if packing else {}
     shard = data.shard_by_batch_size(world, batch_size=None, **kw)
     shard = (shard[0] if isinstance(shard, tuple) else shard)[rank]
-    res: dict[str, Any] = {"off": worker.get_logprobs(data=shard)["logprobs"].double()}
     core = worker.model.module if hasattr(worker.model, "module") else worker.model
+    calls = {"thd": 0, "all": 0}
+
+    def count(_m, args, kwargs):  # did NeMo-RL hand the attention a packed (THD) stream?
+        calls["all"] += 1
+        calls["thd"] += (kwargs.get("packed_seq_params") or (args[6:] or [None])[0]) is not None
+
+    for m in core.modules():
+        if type(m).__name__ == "SinkWindowAttention":
+            m.register_forward_pre_hook(count, with_kwargs=True)
+    res: dict[str, Any] = {"off": worker.get_logprobs(data=shard)["logprobs"].double()}
+    res["calls"] = calls
     res["attention"] = sorted(
         {type(m).__name__ for m in core.modules() if "Attention" in type(m).__name__}
     )

@@ -100,6 +100,7 @@ class SinkWindowAttention(ContextParallelSDPAAttention):
 
     def __init__(self, config, layer_number, *args, pg_collection=None, **kwargs):
         super().__init__(config, layer_number, *args, pg_collection=pg_collection, **kwargs)
+        self.tp_group = getattr(pg_collection, "tp", None)
         from megatron.core.transformer.utils import is_layer_window_attention
 
         window = is_layer_window_attention(
@@ -159,7 +160,12 @@ class SinkWindowAttention(ContextParallelSDPAAttention):
 
         state = self.state_dict(prefix="", keep_vars=True)
         return make_sharded_tensors_for_checkpoint(
-            state, prefix, {"softmax_offset": 0}, sharded_offsets
+            state,
+            prefix,
+            {"softmax_offset": 0},
+            sharded_offsets,
+            tp_group=self.tp_group,
+            dp_cp_group=(metadata or {}).get("dp_cp_group"),
         )
 
 
