@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 import torch
+from megatron.core.tensor_parallel import RowParallelLinear
 
 from tests.nemo_rl.real_worker.thd_attention import ContextParallelSDPAAttention, slot_mask
 
@@ -169,6 +170,28 @@ class SinkWindowAttention(ContextParallelSDPAAttention):
         )
 
 
+class ExpertRowParallelLinear(RowParallelLinear):
+    """Megatron-Core's RowParallelLinear whose output is a tensor of its own (a clone), for the
+    experts' fc2 (registered with Bridge as a row-parallel module in `cpu_gptoss_layer_spec`).
+
+    With biased experts Megatron-Core's `MLP.forward` adds the weighted bias in place
+    (`transformer/mlp.py:353`, `output += output_bias... * per_token_scale...`) to what
+    RowParallelLinear returns; at expert TP 1 that is its input handed through
+    `_ReduceFromModelParallelRegion` as-is, a custom Function's view, and autograd refuses the
+    in-place add in `train` ("Output 0 of _ReduceFromModelParallelRegion is a view and is being
+    modified inplace"). GPU runs take TE's grouped GEMM (`TEGroupedMLP`), not this path."""
+
+    def forward(self, *args, **kwargs):
+        out, bias = super().forward(*args, **kwargs)
+        return out.clone(), bias
+
+
+def _submodules(spec):
+    """A spec's submodules: a ModuleSpec's, or a `functools.partial(Module, submodules=...)`'s
+    (Megatron-Core's MoE specs at this pin)."""
+    return spec.submodules if hasattr(spec, "submodules") else spec.keywords["submodules"]
+
+
 def cpu_gptoss_layer_spec(config):
     """`moe_model.cpu_moe_layer_spec` (SequentialMLP experts, SP-capable norms) with the sink /
     window attention, registered with Bridge's weight mapping as column-parallel (the sink splits
@@ -178,10 +201,18 @@ def cpu_gptoss_layer_spec(config):
     from tests.nemo_rl.real_worker.moe_model import cpu_moe_layer_spec
 
     AutoMapping.register_module_type("SinkWindowAttention", "column")
+    AutoMapping.register_module_type("ExpertRowParallelLinear", "row")
 
     spec = cpu_moe_layer_spec(config)
     spec.submodules.self_attention.submodules.core_attention = SinkWindowAttention
+    _submodules(_submodules(spec.submodules.mlp).experts).linear_fc2 = ExpertRowParallelLinear
     return spec
 
 
-__all__ = ["SinkWindowAttention", "cpu_gptoss_layer_spec", "slot_mask", "tiny_gptoss_model"]
+__all__ = [
+    "ExpertRowParallelLinear",
+    "SinkWindowAttention",
+    "cpu_gptoss_layer_spec",
+    "slot_mask",
+    "tiny_gptoss_model",
+]

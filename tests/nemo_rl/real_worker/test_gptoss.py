@@ -17,7 +17,9 @@ The checks:
 - NeMo-RL's own MegatronPolicyWorker with the CLIPO extension, built by NeMo-RL's `__init__`
   (Bridge's HF import, its checkpoint): `get_logprobs` with CLIPO off (before `clipo_setup`: no
   hook) bit-equal to CLIPO on, both equal HF's, and CLIPO's pooled rows equal HF's. The recipe
-  runs `sequence_packing: enabled: false`: the CI case is padded; packed is `contract_full`.
+  runs `sequence_packing: enabled: false`: the CI case is padded; packed is `contract_full`;
+- (`contract_full`) TP 2 + SP against TP 1 through `layouts.layout_methods` (logprobs, pooled
+  rows, CLIPO's head step, one NeMo-RL `train` step): the sinks split by head over TP.
 Routing near-ties: the router runs in fp64 in NeMo-RL's recipe (`moe_router_dtype`), fp32 in HF;
 a token whose 2nd and 3rd expert logits lie within ~1e-6 could route differently and break the
 1e-5 bound without a bug. The tests assert the batch's smallest such gap (HF's routers) is above
@@ -31,6 +33,9 @@ CPU stand-ins (debts; what each hides):
   the grouped GEMM's weight layout (`linear_fc1.weight<N>`) is mapped by Bridge but not loaded;
 - no `bias_activation_fusion` (the fused clamped quick-GELU GLU `weighted_bias_quick_geglu_impl`):
   Megatron-Core's unfused `glu` runs the same formula; the fused kernel is not checked;
+- the experts' fc2 returns a clone of its output (`gptoss_model.ExpertRowParallelLinear`):
+  Megatron-Core's in-place bias add on a custom Function's view (`mlp.py:353`) fails `train` on
+  the SequentialMLP path (GPU runs take TEGroupedMLP); a clone hides nothing numerically;
 - `moe_permute_fusion` off (TE's permutation kernel); fp32 throughout (the recipe is bf16);
 - the unit check's attention config is ours (`gptoss_checks.attention_pair`), built with Bridge's
   window formula; the model checks take Bridge's provider as it comes.
@@ -203,3 +208,23 @@ def test_worker_gptoss_clipo_on_equals_off(gptoss_dir, tmp_path, packing):
     )
     assert want["router_gap"] > ROUTER_GAP, f"a routing near-tie: {want['router_gap']}"
     assert lp <= BOUND and pooled <= BOUND, (lp, pooled)
+
+
+@FULL
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_gptoss_tp2_sp_equals_tp1(gptoss_dir, tmp_path_factory):
+    """The recipe's TP + SP in small (it runs TP 4 + SP, EP 8): `layouts.layout_methods` (logprobs
+    with the pooler, CLIPO's head step, one NeMo-RL `train` step, logprobs again) at TP 2 + SP
+    against TP 1, the MoE keys of `moe_model.moe_policy`; the sinks split by head over TP
+    (Bridge's column mapping), each rank's heads with their own sink and its gradient."""
+    from tests.nemo_rl.real_worker.layouts import Layout
+    from tests.nemo_rl.real_worker.moe_checks import check_all
+    from tests.nemo_rl.real_worker.test_layouts import FP32, Runs
+
+    runs = Runs(gptoss_dir, tmp_path_factory, set())
+    layout = Layout(tp=2, sp=True)
+    ref, out = runs.measured(Layout()), runs.measured(layout)
+    fine = FP32["norm_weight"]
+    errs = check_all(out, ref, layout, FP32, shared=False, weights=fine, head=fine)
+    print(f"\n[gptoss] {layout.name} vs TP 1: {errs}")
