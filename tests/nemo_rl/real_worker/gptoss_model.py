@@ -113,6 +113,10 @@ class SinkWindowAttention(ContextParallelSDPAAttention):
         self.softmax_offset: torch.nn.Parameter | None = None
         if config.softmax_type == "learnable":
             self.softmax_offset = torch.nn.Parameter(torch.zeros(self.heads))
+            # split by head over TP: counted on every TP rank in the grad norm, never all-reduced
+            from megatron.core.tensor_parallel import set_tensor_model_parallel_attributes
+
+            set_tensor_model_parallel_attributes(self.softmax_offset, True, 0, 1)
         elif config.softmax_type != "vanilla":
             raise ValueError(f"softmax_type {config.softmax_type!r} is not implemented on CPU")
 
