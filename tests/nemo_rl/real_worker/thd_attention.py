@@ -122,6 +122,12 @@ def cpu_thd_layer_spec(config=None, *_args, **_kwargs):
     run sequence parallel (a provider's `transformer_layer_spec` callable: Bridge calls it with the
     provider's config; an MoE config gets `moe_model.cpu_moe_layer_spec`). The block's final
     norm: `cpu_patches` (`sp_block_norm`)."""
+    if getattr(config, "softmax_type", "vanilla") != "vanilla" or getattr(
+        config, "window_size", None
+    ):  # gpt-oss: sinks and sliding windows
+        from tests.nemo_rl.real_worker.gptoss_model import cpu_gptoss_layer_spec
+
+        return cpu_gptoss_layer_spec(config)
     if getattr(config, "num_moe_experts", None):
         from tests.nemo_rl.real_worker.moe_model import cpu_moe_layer_spec
 
