@@ -15,8 +15,18 @@ the model's seed gives no near-tie (`_routing_margin`: the smallest gap between 
 expert score and between the two groups' scores over every token of the batch, printed; a tie
 within fp32 noise would pick other experts on the two sides and is refused, not tolerated).
 
+EP 2 against EP 1 (DP 2, `contract_full`): the experts sharded and the tokens dispatched by the
+recipes' alltoall over gloo, held as `test_moe_layouts` holds its models.
+
 What stands in on CPU (debts; `mla_model.py` says what each hides): the core attention (torch
 SDPA, TE's THD output layout), torch RMSNorms for TENorm, SequentialMLP for grouped GEMM.
+Not run here: MTP (`mtp_num_layers`: Bridge builds the MTP block with TE's spec,
+`gpt_provider.mtp_block_spec(use_transformer_engine=True)`, and HF's DeepSeek-V3 carries no MTP
+weights to compare against), the Moonlight recipes' unpacked sequences.
+
+Broken on purpose (2026-12-04), the CI case goes red: CLIPO's hook on the last decoder layer's
+output instead of the final norm, `pooled 1.29e+00` against 1e-5 (logprobs 4.8e-07, untouched);
+on the first (dense) layer's output, `pooled 1.29e+00`.
 """
 
 from __future__ import annotations
@@ -128,3 +138,23 @@ def test_mla_clipo_on_and_off_give_the_same_policy_numbers(mla_dir, runs):
             assert torch.equal(a[key], b[key]), (rank, key)
         assert "pooled" in a and "pooled" not in b  # CLIPO was on / off
     print(f"\n[mla] CLIPO on == off: {on[0]['train']}")
+
+
+@FULL
+@pytest.mark.multiprocess
+def test_mla_ep2_equals_ep1(mla_dir, runs):
+    """EP 2 against EP 1 at DP 2 (`test_moe_layouts`' reference: EP is carved out of DP, so DP 2 at
+    EP 1 isolates what expert parallelism changes): every rank's logprobs, pooled rows, r_CL, loss
+    and grad norm (`test_layouts.check_layout`, fp32 bounds), the routed and shared experts' and
+    the router's weights after the step, CLIPO's head. The router is frozen and no load-balancing
+    loss is on (the Moonlight recipes'), so there are no MoE metrics to compare."""
+    from tests.nemo_rl.real_worker.moe_checks import check_experts, check_head, merged
+    from tests.nemo_rl.real_worker.test_layouts import FP32, check_layout
+
+    layout, ref_layout = Layout(dp=2, ep=2), Layout(dp=2)
+    ref, out = runs(mla_dir, ref_layout), runs(mla_dir, layout)
+    fine = FP32["norm_weight"]
+    errs = check_layout(out, merged(ref), layout, FP32)
+    errs["experts"] = check_experts(out, ref, fine, shared=True)
+    errs["head"] = check_head(out, ref[0], fine)
+    print(f"\n[mla] {layout.name} vs {ref_layout.name}: {errs}")
