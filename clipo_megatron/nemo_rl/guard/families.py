@@ -44,8 +44,7 @@ HYBRID = Part(
 )
 MLA = Part(
     "multi-latent attention (DeepSeek-V3 / Moonlight / GLM)",
-    None,
-    "no MLA model has run inside NeMo-RL's worker",
+    "tests/nemo_rl/real_worker/test_mla_model.py",
 )
 DSA = Part("DeepSeek sparse attention (GLM-5.1)", None, "its indexer kernels are GPU-only")
 GATED_DELTANET = Part(
