@@ -23,6 +23,7 @@
 # Megatron policy worker with the CLIPO extension (tests/nemo_rl/real_worker), setup_response_data,
 # Logger and CheckpointManager, for every objective with CLIPO on and off (docs/nemo_rl.md).
 set -euo pipefail
+CALLER_PWD=$(pwd)  # --preflight reads --config and key=value paths from where it was called
 cd "$(dirname "$0")/.."
 if [ -z "${NEMO_RL_SRC:-}" ] || [ ! -f "${NEMO_RL_SRC}/nemo_rl/__init__.py" ]; then
   echo "NEMO_RL_SRC must point at a NeMo-RL checkout (git clone https://github.com/NVIDIA-NeMo/RL);" >&2
@@ -129,7 +130,10 @@ print(f"[test_nemo_rl] recognised as NeMo-RL {f.name or '(unsupported)'}: versio
 EOF
 if [ "${1:-}" = "--preflight" ]; then  # the preflight with NeMo-RL importable: all its checks on a laptop
   shift
-  NEMO_RL_ROOT=${NEMO_RL_ROOT:-$NEMO_RL_SRC} exec "$VENV/bin/python" examples/run_grpo_clipo.py \
+  repo=$(pwd)
+  case $VENV in /*) py=$VENV/bin/python ;; *) py=$repo/$VENV/bin/python ;; esac
+  cd "$CALLER_PWD"
+  NEMO_RL_ROOT=${NEMO_RL_ROOT:-$NEMO_RL_SRC} exec "$py" "$repo/examples/run_grpo_clipo.py" \
     --validate-only --no-cluster-env "$@"
 fi
 if [ "${1:-}" = "--bench" ]; then  # a bench in this environment (bench_real_worker_capture.py unless named)

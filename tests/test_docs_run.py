@@ -106,3 +106,29 @@ def test_a_documented_command_runs_as_written(command, tmp_path):
     argv = PROGRAMS[words[0]] + words[1:]
     out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, f"{command}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+
+
+SNAPSHOT = ROOT.parent / "shared" / "upstream" / "NeMo-RL-7ea279a"
+NEMO_RL = Path(os.environ.get("NEMO_RL_SRC") or SNAPSHOT)
+A_RECIPE = "grpo-qwen3-30ba3b-8n8g-megatron"  # any GRPO Megatron recipe stands for <recipe>
+OVERLAY = re.compile(r"```yaml\n(# my_recipe\.yaml\n.*?<recipe>.*?)```", re.S)
+
+
+@pytest.mark.parametrize("guide", ["README.md", "docs/nemo_rl.md"])
+def test_the_opening_overlay_and_preflight_run_as_written(guide, tmp_path):
+    """The two-line overlay and the preflight each guide opens with (issue 51), over a real
+    NeMo-RL recipe; the laptop's `--no-cluster-env` added, the only change."""
+    if not (NEMO_RL / "examples" / "configs" / "recipes" / "llm").is_dir():
+        pytest.skip(
+            f"needs NeMo-RL's recipes: set NEMO_RL_SRC or lay the 7ea279a source at {SNAPSHOT}"
+        )
+    text = (ROOT / guide).read_text(encoding="utf-8")
+    overlay = OVERLAY.search(text)
+    command = next(c for c in shell_lines(text) if "my_recipe.yaml --validate-only" in c)
+    assert overlay and "clipo_megatron:clipo.yaml" in overlay.group(1), guide
+    (tmp_path / "my_recipe.yaml").write_text(overlay.group(1).replace("<recipe>", A_RECIPE))
+    words = shlex.split(command)
+    argv = PROGRAMS[words[0]] + [str(ROOT / words[1]), *words[2:], "--no-cluster-env"]
+    env = dict(os.environ, HOME=str(tmp_path), NEMO_RL_ROOT=str(NEMO_RL), PYTHONPATH=str(ROOT))
+    out = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.startswith("preflight OK"), out.stderr[-2000:]

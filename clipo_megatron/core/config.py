@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from clipo_megatron.core.bounds import ROLLOUTS_PER_PROMPT, Range
+from clipo_megatron.core.key_names import unknown_keys_line
 from clipo_megatron.core.method_bounds import (
     METHOD_CHOICES,
     METHOD_KEY,
@@ -148,7 +149,7 @@ class CLIPOConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(cfg) - known)
         if unknown:
-            raise ValueError(f"unknown CLIPO config keys {unknown}; valid keys: {sorted(known)}")
+            raise ValueError(unknown_keys_line("clipo.method.", unknown, known))
         return cls(**cfg)
 
     def to_dict(self) -> dict[str, Any]:
@@ -261,15 +262,15 @@ class ClipoBlock:
 
     @classmethod
     def from_dict(cls, cfg: dict[str, Any] | None) -> Self:
-        """Build from a plain / OmegaConf mapping; unknown keys are named with the valid ones."""
+        """Build from a plain / OmegaConf mapping; an unknown key is named with the one meant."""
         cfg = dict(cfg or {})
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(cfg) - known)
         if unknown:
-            raise ValueError(
-                f"unknown clipo.* keys {unknown}; valid keys: {sorted(known)} "
-                "(method knobs go under clipo.method)"
-            )
+            method_keys = {f.name for f in dataclasses.fields(CLIPOConfig)}
+            moved = [k for k in unknown if k in method_keys]
+            where = f" ({', '.join(moved)}: a method knob, under clipo.method)" if moved else ""
+            raise ValueError(unknown_keys_line("clipo.", unknown, known) + where)
         method = cfg.pop("method", None)
         m = method if isinstance(method, CLIPOConfig) else CLIPOConfig.from_dict(method)
         return cls(method=m, **cfg)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,9 +60,15 @@ def _object_row(row: Any, where: str) -> dict[str, Any]:
     return row
 
 
-def read_rows(path: str | Path, caps: SizeCaps | None = None) -> list[dict[str, Any]]:
+def read_rows(
+    path: str | Path, caps: SizeCaps | None = None, *, labels: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Rows of a .parquet / .jsonl / .json(l) file as dicts, within `caps` (ValueError naming
-    file:line and the knob otherwise; a row that is not an object is named the same way)."""
+    file:line and the knob otherwise; a row that is not an object is named the same way).
+    A UTF-8 BOM and CRLF line ends (as Windows editors save) read like the clean file. `labels`,
+    when given, receives how each row is named in messages, counted from 1 as an editor counts:
+    `line 3` of a jsonl (blank lines skipped but counted), `row 3` of a parquet, `item 3` of a
+    JSON array."""
     caps = caps or SizeCaps()
     p = Path(path)
     if not p.is_file():
@@ -81,14 +87,17 @@ def read_rows(path: str | Path, caps: SizeCaps | None = None) -> list[dict[str, 
         except Exception as e:  # pyarrow's many error types: one line naming the file
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             raise ValueError(f"{p}: not a readable parquet file ({reason})") from None
-        for i, row in enumerate(rows):
+        # pandas reads a null cell as NaN (or pd.NA): None, as in a jsonl, not the answer "nan"
+        rows = [{k: None if _is_null(v, pd.NA) else v for k, v in r.items()} for r in rows]
+        for i, row in enumerate(rows, 1):
             size = len(json.dumps(row, default=str))
             if size > caps.max_row_chars:
                 raise _row_too_long(f"{p} row {i}", size, caps)
+        _label(labels, "row", range(1, len(rows) + 1))
         return rows
     if p.suffix in (".jsonl", ".json"):
         try:
-            text = p.read_text(encoding="utf-8")
+            text = p.read_text(encoding="utf-8-sig")  # a leading BOM is not part of line 1
         except UnicodeDecodeError as e:  # was a bare UnicodeDecodeError naming no file
             lineno = p.read_bytes()[: e.start].count(b"\n") + 1
             raise ValueError(
@@ -100,14 +109,16 @@ def read_rows(path: str | Path, caps: SizeCaps | None = None) -> list[dict[str, 
                 items = json.loads(text)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{p}:{e.lineno}: not JSON ({e.msg})") from None
-            for i, row in enumerate(items):
+            for i, row in enumerate(items, 1):
                 _object_row(row, f"{p} item {i}")
                 size = len(json.dumps(row))
                 if size > caps.max_row_chars:
                     raise _row_too_long(f"{p} item {i}", size, caps)
+            _label(labels, "item", range(1, len(items) + 1))
             return items
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
+        rows, numbers = [], []
+        for n, line in enumerate(text.split("\n"), 1):  # not splitlines: U+2028 is JSON text
+            line = line.removesuffix("\r")
             if not line.strip():
                 continue
             if len(line) > caps.max_row_chars:  # before parsing it
@@ -117,8 +128,19 @@ def read_rows(path: str | Path, caps: SizeCaps | None = None) -> list[dict[str, 
             except json.JSONDecodeError as e:
                 raise ValueError(f"{p} line {n} is not JSON: {e}") from None
             rows.append(_object_row(row, f"{p}:{n}"))
+            numbers.append(n)
+        _label(labels, "line", numbers)
         return rows
     raise ValueError(f"{p}: unsupported file type {p.suffix!r}; use .parquet or .jsonl")
+
+
+def _is_null(v: Any, na: Any) -> bool:
+    return v is na or (isinstance(v, float) and v != v)
+
+
+def _label(labels: list[str] | None, word: str, numbers: Iterable[int]) -> None:
+    if labels is not None:
+        labels.extend(f"{word} {n}" for n in numbers)
 
 
 def _content(prompt: Any) -> str:
@@ -148,40 +170,52 @@ class EmptyAnswer(ValueError):
     """A row whose answer is empty: every response to it is graded wrong (named, counted)."""
 
 
-def _no_empty_answer(gt: Any, i: int, source: str) -> None:
+def _no_empty_answer(gt: Any, where: str) -> None:
     if gt is None or not clean_answer(gt):
-        raise EmptyAnswer(f"{source} row {i}: its answer is empty ({gt!r:.40})")
+        raise EmptyAnswer(f"{where}: its answer is empty ({gt!r:.40})")
 
 
 def row_to_record(
-    row: dict[str, Any], i: int, spec: DatasetSpec, source: str, *, allow_empty: bool = False
+    row: dict[str, Any],
+    i: int,
+    spec: DatasetSpec,
+    source: str,
+    *,
+    allow_empty: bool = False,
+    where: str | None = None,
 ) -> Record:
     """One row (verl or flat) -> Record with the paper's prompt; ValueError naming the missing
-    field, or `EmptyAnswer` for an empty answer unless `allow_empty`."""
+    field, or `EmptyAnswer` for an empty (or null) answer unless `allow_empty`. `where` names the
+    row in messages (`<file> line 3`; default `<source> index <i>`)."""
+    where = where or f"{source} index {i}"
     if "prompt" in row and "reward_model" in row:  # verl layout
         rm = row["reward_model"]
         gt = rm["ground_truth"] if isinstance(rm, dict) else rm
         if not allow_empty:
-            _no_empty_answer(gt, i, source)
+            _no_empty_answer(gt, where)
         info = row.get("extra_info") or {}
         index = int(info.get("index", i)) if isinstance(info, dict) else i
         return Record(
             build_prompt(_content(row["prompt"]), spec.name),
-            clean_answer(gt),
+            clean_answer("" if gt is None else gt),
             spec.kind,
             str(row.get("data_source") or source),
             index,
             spec.name,
         )
-    q = next((row[k] for k in _Q if k in row), None)
-    a = next((row[k] for k in _A if k in row), None)
-    if q is None or a is None:
+    q = next((row[k] for k in _Q if row.get(k) is not None), None)
+    a = next((row[k] for k in _A if row.get(k) is not None), None)
+    if q is None or (a is None and not any(k in row for k in _A)):
+        named = [k for k in _Q if k in row]  # a question column whose value is null
         raise ValueError(
-            f"{source} row {i}: needs a question ({'|'.join(_Q)}) and an answer ({'|'.join(_A)}) "
+            f"{where}: its question ({named[0]}) is null; fill it in or drop the row"
+            if q is None and named
+            else f"{where}: needs a question ({'|'.join(_Q)}) and an answer ({'|'.join(_A)}) "
             f"or the verl columns prompt/reward_model; has {sorted(row)}"
         )
-    if not allow_empty:
-        _no_empty_answer(a, i, source)
+    if not allow_empty:  # an answer column whose value is null is an empty answer
+        _no_empty_answer(a, where)
+    a = "" if a is None else a
     c = next((row[k] for k in _C if k in row), None)
     if spec.kind == "mc":
         if c is not None:
@@ -193,31 +227,38 @@ def row_to_record(
 
 
 def load_file(path: str | Path, spec: DatasetSpec, caps: SizeCaps | None = None) -> list[Record]:
-    rows = read_rows(path, caps)
+    labels: list[str] = []
+    rows = read_rows(path, caps, labels=labels)
     if not rows:
         raise ValueError(f"{path} has no rows")
-    return records_with_answers(enumerate(rows), spec, str(path))
+    return records_with_answers(enumerate(rows), spec, str(path), label=labels.__getitem__)
 
 
 def records_with_answers(
-    rows: Iterable[tuple[int, dict[str, Any]]], spec: DatasetSpec, source: str
+    rows: Iterable[tuple[int, dict[str, Any]]],
+    spec: DatasetSpec,
+    source: str,
+    label: Callable[[int], str] | None = None,
 ) -> list[Record]:
     """Records of (index, row) pairs. Rows with an empty answer are kept as published and
     counted in one line on stderr (the authors' math75 has 2 of 7500: every response to them
-    scores 0); a file of nothing else is refused."""
+    scores 0); a file of nothing else is refused. `label(index)` names a row in messages
+    (`read_rows`'s labels; default `index <i>`, a hub dataset's own 0-based index)."""
+    label = label or (lambda i: f"index {i}")
     records, empty = [], []
     for i, r in rows:
+        where = f"{source} {label(i)}"
         try:
-            records.append(row_to_record(r, i, spec, source))
+            records.append(row_to_record(r, i, spec, source, where=where))
         except EmptyAnswer:
-            empty.append(i)
-            records.append(row_to_record(r, i, spec, source, allow_empty=True))
+            empty.append(label(i))
+            records.append(row_to_record(r, i, spec, source, allow_empty=True, where=where))
     if empty and len(empty) == len(records):
         raise ValueError(f"{source}: every row's answer is empty; fill the answers in")
     if empty:
-        shown = ", ".join(map(str, empty[:5])) + (" ..." if len(empty) > 5 else "")
+        shown = ", ".join(empty[:5]) + (" ..." if len(empty) > 5 else "")
         print(
-            f"[clipo-megatron] {source}: {len(empty)} row(s) with an empty answer (row {shown}): "
+            f"[clipo-megatron] {source}: {len(empty)} row(s) with an empty answer ({shown}): "
             "every response to them scores 0",
             file=sys.stderr,
         )

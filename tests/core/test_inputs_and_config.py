@@ -89,5 +89,8 @@ def test_config_defaults_and_from_dict():
     assert CLIPOConfig(reward_lambda=0.5, loss_type="softnn").lam == 0.5
     cfg = CLIPOConfig.from_dict({"temperature": 0.02, "embed_dim": 2048})
     assert cfg.temperature == 0.02 and cfg.embed_dim == 2048
-    with pytest.raises(ValueError, match=r"unknown CLIPO config keys \['temprature'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown key clipo\.method\.temprature \(did you mean clipo\.method\.temperature\?\)",
+    ):
         CLIPOConfig.from_dict({"temprature": 0.02})

@@ -108,7 +108,7 @@ def test_flat_parquet(tmp_path):
 def test_bad_rows_and_files_are_clear_errors(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps({"text": "no question"}) + "\n")
-    with pytest.raises(ValueError, match="row 0: needs a question"):
+    with pytest.raises(ValueError, match="line 1: needs a question"):
         load_dataset("gsm8k", source=str(p))
     p.write_text("{not json\n")
     with pytest.raises(ValueError, match="line 1 is not JSON"):

@@ -139,8 +139,10 @@ def test_overrides():
         ["clipo.method.temperature=0.02", "grpo.max_num_steps=20", "+clipo.method.extra={a: 1}"],
     )
     assert cfg["clipo"]["method"]["temperature"] == 0.02 and cfg["grpo"]["max_num_steps"] == 20
-    with pytest.raises(ValueError, match=r"not in the recipe; write \+"):
+    with pytest.raises(ValueError, match=r"did you mean clipo\.method\.temperature\?"):
         load_recipe(CONFIGS / "track1_qwen3b.yaml", ["clipo.method.temprature=0.02"])
+    with pytest.raises(ValueError, match=r"not in the recipe; write \+grpo\.zzz=1 to add it"):
+        load_recipe(CONFIGS / "track1_qwen3b.yaml", ["grpo.zzz=1"])  # nothing close: how to add
     with pytest.raises(ValueError, match="key.path=value"):
         load_recipe(CONFIGS / "track1_qwen3b.yaml", ["clipo.method.temperature"])
 
@@ -230,7 +232,7 @@ def _base():
             ),
             "asymmetric",
         ),
-        (lambda c: c["clipo"].update(objectve="dapo"), "unknown clipo"),
+        (lambda c: c["clipo"].update(objectve="dapo"), "did you mean clipo.objective"),
         (lambda c: c["clipo"]["method"].update(temperature=0), "temperature"),
         (lambda c: c["clipo"].update(objective="ppo"), "objective"),
         (lambda c: c["loss_fn"].update(token_level_loss=False), "aggregates token-mean"),
@@ -249,7 +251,7 @@ def _base():
             ),
             "loss_fn.use_on_policy_kl_approximation=True",
         ),
-        (lambda c: c["clipo"].update(capture="hook"), "unknown clipo"),
+        (lambda c: c["clipo"].update(capture="hook"), "unknown key clipo.capture"),
         (  # issue item 6: no prev-logprob pass, nothing captured
             lambda c: c["loss_fn"].update(force_on_policy_ratio=True),
             r"skip the prev-logprob pass .* set loss_fn.force_on_policy_ratio=false",

@@ -68,30 +68,48 @@ def test_each_family_and_feature_is_read_from_the_recipe(nemo_rl_root, recipe):
     assert families.parts_of(config) == [family, *features]
 
 
-@needs_recipes
-def test_the_ok_line_names_what_clipo_has_not_run_with(nemo_rl_root, tmp_path, capsys):
-    overlay = tmp_path / "my_recipe.yaml"
-    overlay.write_text(
-        f"defaults:\n  - {RECIPES / 'grpo-nemotron3-super-120BA12B-8n4g-megatron.yaml'}\n"
-        "  - clipo_megatron:clipo.yaml\n"
-    )
+def _ok_line(overlay: Path, capsys) -> str:
     spec = importlib.util.spec_from_file_location("run", ROOT / "examples/run_grpo_clipo.py")
     cli = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cli)
     assert cli.main(["--config", str(overlay), "--validate-only", "--no-cluster-env"]) == 0
     (line,) = capsys.readouterr().out.splitlines()
-    assert line.startswith(
+    return line
+
+
+def _overlay(tmp_path: Path, recipe: str) -> Path:
+    overlay = tmp_path / "my_recipe.yaml"
+    overlay.write_text(f"defaults:\n  - {RECIPES / recipe}\n  - clipo_megatron:clipo.yaml\n")
+    return overlay
+
+
+@needs_recipes
+def test_the_ok_line_names_what_clipo_has_not_run_with(nemo_rl_root, tmp_path, capsys):
+    line = _ok_line(_overlay(tmp_path, "grpo-nemotron3-super-120BA12B-8n4g-megatron.yaml"), capsys)
+    assert line.startswith(  # MoE has run: not named between the two
         "preflight OK (accepted; CLIPO has not run with hybrid Mamba (Nemotron-H / Nemotron 3): "
-    )
-    assert "; MTP: " in line and "MoE" not in line.split("):")[0]  # MoE has run: not named
-    if importlib.util.find_spec("nemo_rl") is None:  # the laptop: NeMo-RL's checks said skipped
-        assert line.endswith(families_skipped())
+        f"{families.HYBRID.why_not}; MTP: {families.MTP.why_not}): "
+    ), line
 
 
-def families_skipped() -> str:
-    from clipo_megatron.nemo_rl.guard.preflight import SKIPPED_WITHOUT_NEMO_RL
+@needs_recipes
+def test_a_dense_recipe_clipo_has_run_with_keeps_the_plain_ok_line(nemo_rl_root, tmp_path, capsys):
+    line = _ok_line(_overlay(tmp_path, "grpo-llama3.2-1b-instruct-1n8g-megatron.yaml"), capsys)
+    assert line.startswith("preflight OK: "), line
 
-    return SKIPPED_WITHOUT_NEMO_RL
+
+@needs_recipes
+def test_the_laptop_ok_line_names_nemo_rls_checks_that_did_not_run(
+    nemo_rl_root, tmp_path, capsys, monkeypatch
+):
+    from clipo_megatron.nemo_rl.guard import preflight
+
+    monkeypatch.setattr(preflight, "nemo_rl_importable", lambda: False)
+    line = _ok_line(_overlay(tmp_path, "grpo-llama3.2-1b-instruct-1n8g-megatron.yaml"), capsys)
+    assert line.endswith(preflight.SKIPPED_WITHOUT_NEMO_RL), line
+    for check in ("version", "seams", "MasterConfig", "NeMo-RL is not importable"):
+        assert check in line, check
+    assert "scripts/test_nemo_rl.sh --preflight" in line
 
 
 def test_a_recipe_clipo_has_run_with_keeps_the_plain_ok_line():
@@ -101,9 +119,39 @@ def test_a_recipe_clipo_has_run_with_keeps_the_plain_ok_line():
     assert families.not_run(config) == [f"MTP: {families.MTP.why_not}"]
 
 
+def test_training_cuda_graphs_are_named():
+    config = {"policy": {"model_name": "meta-llama/Llama-3.2-1B", "megatron_cfg": {}}}
+    for impl in (None, "none"):
+        config["policy"]["megatron_cfg"]["cuda_graph_impl"] = impl
+        assert families.not_run(config) == []
+    config["policy"]["megatron_cfg"]["cuda_graph_impl"] = "local"
+    assert families.not_run(config) == [f"training CUDA graphs: {families.CUDA_GRAPHS.why_not}"]
+
+
 def test_every_part_that_ran_names_a_test_that_exists():
     parts = [p for p, _ in families.FAMILY_RULES + families.FEATURE_RULES] + [families.DENSE]
     for part in parts:
         assert part.ran or part.why_not, part.name
-        for test in (part.ran_in or "").split(","):
-            assert not test or (ROOT / test.strip()).is_file(), (part.name, test)
+        for test in filter(None, (t.strip() for t in (part.ran_in or "").split(","))):
+            path, _, name = test.partition("::")
+            assert name, (part.name, test, "path::name")
+            source = (ROOT / path).read_text(encoding="utf-8")
+            assert f"def {name}(" in source, (part.name, test)
+
+
+def test_the_docs_table_is_the_record():
+    doc = (ROOT / "docs" / "nemo_rl.md").read_text(encoding="utf-8")
+    assert families.markdown_table() in doc, (
+        "regenerate: python -m clipo_megatron.nemo_rl.guard.families"
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "ep"),
+    [("my-org/my-model", 2), ("Qwen/Qwen3-30B-A3B", 1), ("my-org/my-moe", 1)],
+)
+def test_moe_is_read_from_expert_parallelism_or_the_models_name(model, ep):
+    config = {"policy": {"model_name": model, "megatron_cfg": {"expert_model_parallel_size": ep}}}
+    assert families.parts_of(config) == [families.DENSE, families.MOE]
+    config["policy"]["model_name"], config["policy"]["megatron_cfg"] = "Qwen/Qwen3-8B", {}
+    assert families.parts_of(config) == [families.DENSE]

@@ -69,6 +69,17 @@ def test_each_recipe_gets_its_documented_verdict(verdicts):
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_counts_say_how_many_accepted_recipes_clipo_has_run_with_in_full():
+    accepted = [row for row in documented().values() if row[2] == "accepted"]
+    full = sum("✗" not in row[3] for row in accepted)
+    text = DOC.read_text(encoding="utf-8")
+    assert f"| accepted | {len(accepted)} (" in text
+    assert (
+        f"every model family and feature of {full} of them; the other {len(accepted) - full} use"
+        in text
+    ), (len(accepted), full)
+
+
 def test_no_recipe_of_another_loop_is_accepted(verdicts):
     """Only recipes of the loops CLIPO's driver runs (grpo_train, async_grpo_train,
     grpo_train_sync) pass; the SingleController's do not."""
@@ -91,7 +102,8 @@ def test_every_refusal_is_one_line_naming_its_key(verdicts):
 def _guide_overlay() -> str:
     """The first YAML block of docs/nemo_rl.md ("CLIPO in your NeMo-RL recipe"), as written."""
     text = (ROOT / "docs" / "nemo_rl.md").read_text(encoding="utf-8")
-    return text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    section = text.split("## CLIPO in your NeMo-RL recipe", 1)[1]  # the opening's names <recipe>
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_guides_one_step_switch_keeps_every_nemo_rl_key(tmp_path, monkeypatch):

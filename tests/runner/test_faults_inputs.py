@@ -147,10 +147,10 @@ def test_read_rows_caps_json_arrays_and_parquet(tmp_path):
     caps = SizeCaps(max_row_chars=200)
     arr = tmp_path / "rows.json"
     arr.write_text(json.dumps([ROW, 7]))
-    with pytest.raises(ValueError, match=r"rows.json item 1: a row must be a JSON object"):
+    with pytest.raises(ValueError, match=r"rows.json item 2: a row must be a JSON object"):
         read_rows(arr)
     pq = tmp_path / "rows.parquet"
     pd.DataFrame({"question": ["a?", "b" * 300], "answer": ["1", "2"]}).to_parquet(pq)
-    with pytest.raises(ValueError, match=r"rows.parquet row 1: a row of 3\d\d characters, over"):
+    with pytest.raises(ValueError, match=r"rows.parquet row 2: a row of 3\d\d characters, over"):
         read_rows(pq, caps)
     assert len(read_rows(pq)) == 2  # the default cap

@@ -37,7 +37,7 @@ def test_jsonl_rows_and_errors(tmp_path):
     assert len(jsonl_problems(f, 1)) == 1
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"q": "x"}) + "\n")
-    with pytest.raises(ValueError, match="row 0: needs a question"):
+    with pytest.raises(ValueError, match="line 1: needs a question"):
         jsonl_problems(bad, 0)
     with pytest.raises(FileNotFoundError, match="local jsonl"):
         jsonl_problems(tmp_path / "missing.jsonl", 1)

@@ -39,7 +39,7 @@ def test_unparsable_eval_file_is_named(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"text": "no question key"}) + "\n")
     line = _error(capsys, [f"eval.path={bad}", f"output.dir={tmp_path / 'o'}"])
-    assert f"eval.path={bad}" in line and "row 0: needs" in line
+    assert f"eval.path={bad}" in line and "line 1: needs" in line
 
 
 @pytest.mark.parametrize(

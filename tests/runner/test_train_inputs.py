@@ -50,7 +50,7 @@ def test_empty_answers_are_counted_in_one_line(tmp_path, capsys, no_model):
         train.main(argv)
     err = capsys.readouterr().err
     assert (
-        f"{data}: 2 row(s) with an empty answer (row 1, 3): every response to them scores 0"
+        f"{data}: 2 row(s) with an empty answer (line 2, line 4): every response to them scores 0"
     ) in err
 
 
@@ -96,3 +96,21 @@ def test_config_that_is_not_yaml_never_echoes_the_file(tmp_path, capsys, content
     assert len(lines) == 1, lines
     assert said in lines[0], lines[0]
     assert "for x in a b" not in lines[0] and "goes on and on" not in lines[0]
+
+
+def test_a_file_saved_with_a_bom_and_crlf_trains_like_the_clean_one(tmp_path, capsys, no_model):
+    data = _rows(tmp_path / "d.jsonl", [str(i) for i in range(12)])  # issue 51: "not JSON"
+    data.write_bytes(b"\xef\xbb\xbf" + data.read_bytes().replace(b"\n", b"\r\n"))
+    with pytest.raises(ModelBuilt):  # every input check passed; the model load is next
+        train.main([*QUIET, f"output.dir={tmp_path / 'run'}", f"data.path={data}"])
+
+
+def test_a_null_answer_is_named_by_its_line(tmp_path, capsys, no_model):
+    data = _rows(tmp_path / "d.jsonl", [str(i) for i in range(12)])
+    rows = data.read_text().splitlines()
+    rows[2] = json.dumps({"question": "What is 2 + 1?", "answer": None})
+    data.write_text("\n".join(rows) + "\n")
+    with pytest.raises(ModelBuilt):
+        train.main([*QUIET, f"output.dir={tmp_path / 'run'}", f"data.path={data}"])
+    err = capsys.readouterr().err
+    assert f"{data}: 1 row(s) with an empty answer (line 3): every response" in err

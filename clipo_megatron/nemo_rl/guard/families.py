@@ -24,7 +24,7 @@ class Part:
     """A model family or a training feature, and CLIPO's record with it."""
 
     name: str
-    ran_in: str | None  # the test in which CLIPO ran with it (None: it has not)
+    ran_in: str | None  # the tests (path::name, comma-separated) in which CLIPO ran with it
     why_not: str = ""  # why it has not, in one clause
 
     @property
@@ -32,19 +32,20 @@ class Part:
         return self.ran_in is not None
 
 
-DENSE = Part("GPTModel (Llama, Qwen2.5, Qwen3)", "tests/nemo_rl/test_contract.py")
+DENSE = Part(
+    "GPTModel (Llama, Qwen2.5, Qwen3)",
+    "tests/nemo_rl/test_contract.py::test_grpo_train, "
+    "tests/nemo_rl/real_worker/test_layouts.py::test_layout_equals_tp1",
+)
 MOE = Part(
-    "MoE", "tests/nemo_rl/real_worker/test_moe_layouts.py, tests/nemo_rl/test_contract_moe.py"
+    "MoE",
+    "tests/nemo_rl/real_worker/test_moe_layouts.py::test_moe_layout_equals_ep1, "
+    "tests/nemo_rl/test_contract_moe.py::test_moe_ep2_in_grpo_train",
 )
-HYBRID = Part(
-    "hybrid Mamba (Nemotron-H / Nemotron 3)",
-    None,
-    "its final norm is found (HybridModel decoder.final_norm) but no Nemotron-H model has run "
-    "inside NeMo-RL's worker: Mamba's scan and conv kernels are GPU-only",
-)
+HYBRID = Part("hybrid Mamba (Nemotron-H / Nemotron 3)", None, "not yet run inside NeMo-RL's worker")
 MLA = Part(
     "multi-latent attention (DeepSeek-V3 / Moonlight / GLM)",
-    "tests/nemo_rl/real_worker/test_mla_model.py",
+    "tests/nemo_rl/real_worker/test_mla_model.py::test_mla_logprobs_and_pooled_rows_match_hugging_face",
 )
 DSA = Part("DeepSeek sparse attention (GLM-5.1)", None, "its indexer kernels are GPU-only")
 GATED_DELTANET = Part(
@@ -73,6 +74,11 @@ MEGATRON_GENERATION = Part(
     "Megatron generation backend", None, "Megatron-Core's inference engine is CUDA-only"
 )
 MOONCAKE = Part("TransferQueue on mooncake", None, "mooncake needs libcuda / libibverbs")
+CUDA_GRAPHS = Part(
+    "training CUDA graphs",
+    None,
+    "CUDA graphs need a GPU",
+)
 
 _MOE_NAME = re.compile(r"\d+(\.\d+)?b-?a\d+(\.\d+)?b|moonlight|deepseek|dsv3|glm-5|gpt-oss|-moe")
 
@@ -120,6 +126,10 @@ FEATURE_RULES: tuple[tuple[Part, Callable[[dict[str, Any]], bool]], ...] = (
             and "mooncake" in str(_get(c, "data_plane.backend", ""))
         ),
     ),
+    (
+        CUDA_GRAPHS,
+        lambda c: str(_get(c, "policy.megatron_cfg.cuda_graph_impl", "none") or "none") != "none",
+    ),
 )
 
 
@@ -138,6 +148,19 @@ def not_run(config: dict[str, Any]) -> list[str]:
 def record(config: dict[str, Any]) -> str:
     """The verdict table's cell: each part with a check mark (ran, and where) or a cross."""
     return "; ".join(
-        f"{p.name} ✓ ({p.ran_in.split(',')[0].rsplit('/', 1)[-1]})" if p.ran_in else f"{p.name} ✗"
+        f"{p.name} ✓ ({p.ran_in.split('::')[0].rsplit('/', 1)[-1]})" if p.ran_in else f"{p.name} ✗"
         for p in parts_of(config)
     )
+
+
+def markdown_table() -> str:
+    """The record as docs/nemo_rl.md shows it (a test holds the doc to this)."""
+    rows = ["| family or feature | CLIPO has run with it | the test, or why not |", "|---|---|---|"]
+    for part in [DENSE] + [p for p, _ in FAMILY_RULES + FEATURE_RULES]:
+        tests = ", ".join(f"`{t.strip()}`" for t in (part.ran_in or "").split(",") if t.strip())
+        rows.append(f"| {part.name} | {'yes' if part.ran else 'no'} | {tests or part.why_not} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -42,8 +42,10 @@ from clipo_megatron.nemo_rl.guard.preflight_data import (
 )
 from clipo_megatron.nemo_rl.guard.preflight_parallel import check_parallel
 from clipo_megatron.nemo_rl.guard.preflight_resume import check_resume_clipo
+from clipo_megatron.nemo_rl.guard.recipe_mistakes import overlay_mistake
 from clipo_megatron.nemo_rl.guard.recipes import (
     NEMO_RL_PREFIX,
+    BadOverride,
     ParentNotFound,
     load_recipe,
     nemo_rl_root,
@@ -188,6 +190,10 @@ def preflight(
     if wrong:
         report.problems.append(wrong)
         return report
+    mistake = overlay_mistake(recipe, overrides)
+    if mistake:
+        report.problems.append(mistake)
+        return report
     try:
         config = load_recipe(recipe, overrides)
         derived = interpolated_keys(load_recipe(recipe, overrides, resolve=False))
@@ -202,7 +208,7 @@ def _load_problem(recipe: str | Path, e: Exception) -> str:
     (NeMo Gym recipes read $HF_HOME) names the key and the variable."""
     import re
 
-    if isinstance(e, ParentNotFound):  # already one line naming NEMO_RL_ROOT and the parent
+    if isinstance(e, ParentNotFound | BadOverride):  # already one line naming the fix
         return str(e)
     unset = re.search(r"Environment variable '([^']+)' not found", str(e))
     if unset:

@@ -43,14 +43,15 @@ def read_columns(path: Path) -> list[str]:
         import pyarrow.parquet as pq
 
         return list(pq.read_schema(path).names)
+    # utf-8-sig: a Windows editor's BOM is not part of the first column (NeMo-RL's reader skips it)
     if suffix == ".jsonl":
-        with path.open() as f:
+        with path.open(encoding="utf-8-sig") as f:
             return list(json.loads(f.readline() or "{}"))
     if suffix == ".json":
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
         return list((data[0] if isinstance(data, list) and data else data) or {})
     if suffix == ".csv":
-        with path.open() as f:
+        with path.open(encoding="utf-8-sig") as f:
             return [c.strip() for c in f.readline().strip().split(",")]
     raise ValueError(f"cannot read columns of a {suffix} file")
 

@@ -149,6 +149,10 @@ class ParentNotFound(ValueError):
     """A recipe's `nemo_rl:` parent could not be found and the recipe needs it (one line)."""
 
 
+class BadOverride(ValueError):
+    """A dotted override that is malformed or names a key the recipe lacks (one line)."""
+
+
 def _check_skipped(cfg: Any, skipped: list) -> None:
     """ParentNotFound when a `nemo_rl:` parent was skipped and the merged recipe lacks a
     MasterConfig section: said before any key resolves (else the first error names a key that
@@ -201,13 +205,31 @@ def load_recipe(
     _check_skipped(cfg, skipped)
     for ov in overrides or []:
         if "=" not in ov:
-            raise ValueError(f"override {ov!r} must look like key.path=value")
+            raise BadOverride(f"override {ov!r} must look like key.path=value")
         key, _ = ov.split("=", 1)
         add = key.startswith("+")
         key = key.lstrip("+")
         if not add and OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
-            raise ValueError(
-                f"override {ov!r}: key {key!r} is not in the recipe; write +{ov} to add it"
-            )
+            raise BadOverride(_missing_override_line(cfg, ov, key))
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([ov.lstrip("+")]))
     return OmegaConf.to_container(cfg, resolve=resolve)  # type: ignore[return-value]
+
+
+def _missing_override_line(cfg: Any, override: str, key: str) -> str:
+    """A dotted override of a key the recipe lacks: the key it most likely misspells, else how to
+    add a new one."""
+    from omegaconf import OmegaConf
+
+    from clipo_megatron.core.key_names import closest
+
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    siblings = [str(k) for k in node.keys()] if OmegaConf.is_dict(node) else []
+    guess = closest(leaf, siblings)
+    if guess:
+        meant = f"{parent}.{guess}" if parent else guess
+        return (
+            f"override {override}: {key} is not in the recipe; did you mean {meant}? "
+            f"(+{override} would add it as a new key)"
+        )
+    return f"override {override}: {key} is not in the recipe; write +{override} to add it"

@@ -101,6 +101,14 @@ def make_cpu_provider(provider):
         if hasattr(provider, key):
             setattr(provider, key, value)
     provider.transformer_layer_spec = cpu_thd_layer_spec
+    if type(provider).__name__ == "Qwen35VLModelProvider":  # its own spec builders: qwen35_model
+        from tests.nemo_rl.real_worker.qwen35_model import cpu_qwen35_provider
+
+        cpu_qwen35_provider(provider)
+    if hasattr(provider, "hybrid_stack_spec"):  # Nemotron-H: Bridge's HybridModelProvider
+        from tests.nemo_rl.real_worker.hybrid_model import cpu_hybrid_stack_spec
+
+        provider.hybrid_stack_spec = cpu_hybrid_stack_spec
     return provider
 
 
@@ -254,6 +262,9 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
     from tests.nemo_rl.real_worker.thd_attention import SequenceParallelTorchNorm
 
     put(transformer_block, "LayerNormImpl", SequenceParallelTorchNorm)
+    import megatron.core.models.hybrid.hybrid_block as hybrid_block
+
+    put(hybrid_block, "TENorm", SequenceParallelTorchNorm)  # HybridStack's final norm
     if not emulated:  # the emulated CUDA's tensors report CUDA type strings already
         put(torch.Tensor, "type", _cuda_type_string(torch.Tensor.type))
     import megatron.core.optimizer.distrib_optimizer as distrib_optimizer
