@@ -45,8 +45,7 @@ MOE = Part(
 HYBRID = Part("hybrid Mamba (Nemotron-H / Nemotron 3)", None, "not yet run inside NeMo-RL's worker")
 MLA = Part(
     "multi-latent attention (DeepSeek-V3 / Moonlight / GLM)",
-    None,
-    "no MLA model has run inside NeMo-RL's worker",
+    "tests/nemo_rl/real_worker/test_mla_model.py::test_mla_logprobs_and_pooled_rows_match_hugging_face",
 )
 DSA = Part("DeepSeek sparse attention (GLM-5.1)", None, "its indexer kernels are GPU-only")
 GATED_DELTANET = Part(

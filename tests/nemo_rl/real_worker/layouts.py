@@ -99,10 +99,12 @@ def layout_policy(policy: dict[str, Any], layout: Layout) -> dict[str, Any]:
         "overlap_param_gather": overlap,
         "grad_reduce_in_fp32": layout.bf16,
     }
-    from tests.nemo_rl.real_worker import moe_model
+    from tests.nemo_rl.real_worker import mla_model, moe_model
 
     if moe_model.is_moe(Path(policy["model_name"])):  # the MoE recipes' keys, EP `layout.ep`
         policy = moe_model.moe_policy(policy, ep=layout.ep)
+    elif mla_model.is_mla(Path(policy["model_name"])):  # the Moonlight recipes' MoE keys
+        policy = mla_model.mla_policy(policy, ep=layout.ep)
     return policy
 
 

@@ -120,8 +120,13 @@ class SequenceParallelTorchNorm:
 def cpu_thd_layer_spec(config=None, *_args, **_kwargs):
     """Megatron-Core's local GPT layer spec with the packed-capable SDPA attention and norms that
     run sequence parallel (a provider's `transformer_layer_spec` callable: Bridge calls it with the
-    provider's config; an MoE config gets `moe_model.cpu_moe_layer_spec`). The block's final
+    provider's config; an MoE config gets `moe_model.cpu_moe_layer_spec`, an MLA one
+    `mla_model.cpu_mla_block_spec`). The block's final
     norm: `cpu_patches` (`sp_block_norm`)."""
+    if getattr(config, "multi_latent_attention", False):  # DeepSeek-V3 / Moonlight (MLA)
+        from tests.nemo_rl.real_worker.mla_model import cpu_mla_block_spec
+
+        return cpu_mla_block_spec(config)
     if getattr(config, "softmax_type", "vanilla") != "vanilla" or getattr(
         config, "window_size", None
     ):  # gpt-oss: sinks and sliding windows
