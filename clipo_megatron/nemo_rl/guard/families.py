@@ -42,7 +42,10 @@ MOE = Part(
     "tests/nemo_rl/real_worker/test_moe_layouts.py::test_moe_layout_equals_ep1, "
     "tests/nemo_rl/test_contract_moe.py::test_moe_ep2_in_grpo_train",
 )
-HYBRID = Part("hybrid Mamba (Nemotron-H / Nemotron 3)", None, "not yet run inside NeMo-RL's worker")
+HYBRID = Part(
+    "hybrid Mamba (Nemotron-H / Nemotron 3)",
+    "tests/nemo_rl/real_worker/test_hybrid_worker.py::test_hybrid_worker_matches_hf",
+)
 MLA = Part(
     "multi-latent attention (DeepSeek-V3 / Moonlight / GLM)",
     "tests/nemo_rl/real_worker/test_mla_model.py::test_mla_logprobs_and_pooled_rows_match_hugging_face",
@@ -50,14 +53,16 @@ MLA = Part(
 DSA = Part("DeepSeek sparse attention (GLM-5.1)", None, "its indexer kernels are GPU-only")
 GATED_DELTANET = Part(
     "gated DeltaNet in Bridge's Qwen3VLModel (Qwen3.5)",
-    None,
-    "gated DeltaNet's kernels (fla) are GPU-only; the VL wrapper's text model is where the capture "
-    "looks, but no Qwen3.5 model has run inside NeMo-RL's worker",
+    "tests/nemo_rl/real_worker/test_qwen35.py::test_nemo_rl_worker_clipo_on_off",
 )
 GPT_OSS = Part(
     "gpt-oss (attention sinks, sliding windows)",
+    "tests/nemo_rl/real_worker/test_gptoss.py::test_worker_gptoss_clipo_on_equals_off",
+)
+MOE_IN_FAMILY = Part(
+    "MoE layers in a hybrid Mamba or gated DeltaNet stack",
     None,
-    "attention with sinks is TransformerEngine's; no gpt-oss model has run inside NeMo-RL's worker",
+    "those families' CPU cases have no MoE layer yet (MoE has run in GPTModel, MLA and gpt-oss)",
 )
 
 MTP = Part("MTP", None, "the decoder's final norm runs before the MTP block; not run with MTP on")
@@ -96,6 +101,11 @@ def _model(config: dict[str, Any]) -> str:
     return str(_get(config, "policy.model_name", "") or "").lower()
 
 
+def _moe(config: dict[str, Any]) -> bool:
+    ep = int(_get(config, "policy.megatron_cfg.expert_model_parallel_size", 1) or 1)
+    return ep > 1 or bool(_MOE_NAME.search(_model(config)))
+
+
 FAMILY_RULES: tuple[tuple[Part, Callable[[dict[str, Any]], bool]], ...] = (
     (HYBRID, lambda c: bool(re.search(r"nemotron-(h|3|nano-\d+b-v2|nano-9b)", _model(c)))),
     (MLA, lambda c: bool(re.search(r"deepseek|dsv3|moonlight|kimi|glm-5", _model(c)))),
@@ -105,11 +115,12 @@ FAMILY_RULES: tuple[tuple[Part, Callable[[dict[str, Any]], bool]], ...] = (
 )
 
 FEATURE_RULES: tuple[tuple[Part, Callable[[dict[str, Any]], bool]], ...] = (
+    (MOE, lambda c: _moe(c)),
     (
-        MOE,
+        MOE_IN_FAMILY,
         lambda c: (
-            int(_get(c, "policy.megatron_cfg.expert_model_parallel_size", 1) or 1) > 1
-            or bool(_MOE_NAME.search(_model(c)))
+            _moe(c)
+            and any(used(c) for part, used in FAMILY_RULES if part in (HYBRID, GATED_DELTANET))
         ),
     ),
     (MTP, lambda c: int(_get(c, "policy.megatron_cfg.mtp_num_layers", 0) or 0) > 0),
