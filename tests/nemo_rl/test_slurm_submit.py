@@ -22,7 +22,7 @@ from tests.nemo_rl.test_slurm import _fake_cluster, copy_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = ROOT.parent / "shared" / "upstream" / "NeMo-RL-7ea279a"
-NEMO_RL = Path(os.environ.get("NEMO_RL_SRC") or SNAPSHOT)
+NEMO_RL = Path(os.environ.get("NEMO_RL_SRC") or SNAPSHOT).resolve()  # the scripts resolve links
 EIGHT_NODES = "examples/configs/recipes/llm/grpo-qwen3-30ba3b-8n8g-megatron.yaml"
 needs_nemo_rl = pytest.mark.skipif(
     not (NEMO_RL / EIGHT_NODES).is_file() or not (NEMO_RL / "ray.sub").is_file(),
