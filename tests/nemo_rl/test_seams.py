@@ -425,3 +425,50 @@ def test_train_args_from_setup_reads_setups_order():
     )] == ["policy_generation", "dataloader", "val_dataloader", "tokenizer", "loss_fn",
            "task_to_env", "val_envs", "logger", "checkpointer", "grpo_save_state",
            "master_config"]  # fmt: skip
+
+
+def _defined(path: Path, dotted: str) -> bool:
+    """`dotted` (`Class`, `Class.method` or `function`) is defined at module level in `path`."""
+    scope: list[ast.stmt] = ast.parse(path.read_text(encoding="utf-8")).body
+    for part in dotted.split("."):
+        found = [
+            n
+            for n in scope
+            if (
+                isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.name == part
+            )
+            or (
+                isinstance(n, ast.Assign) and any(getattr(t, "id", None) == part for t in n.targets)
+            )
+        ]
+        if not found:
+            return False
+        scope = getattr(found[0], "body", [])
+    return True
+
+
+def test_every_fix_names_files_and_symbols_that_exist():
+    """A fix message sends the reader to a file and a symbol in it (`Sym (file.py)` or
+    `file.py (Sym)`): both must exist, so a moved module turns this red, not a user's search."""
+    import re
+
+    from clipo_megatron.nemo_rl import adapter_tq
+
+    here = (
+        ROOT / "clipo_megatron" / "nemo_rl"
+    )  # seams.check prints "fix (in clipo_megatron/nemo_rl/)"
+    named = re.compile(r"([\w.]+) \(([\w./]+\.py)\)|([\w./]+\.py) \(([\w.]+)\)|([\w./]+\.py)")
+    tables = (*seams.SEAMS, *adapter.SEAMS, *adapter.ASYNC_SEAMS, *adapter_tq.TQ_SEAMS)
+    wrong, checked = [], 0
+    for seam in tables:
+        for m in named.finditer(seam.fix):
+            symbol, rel = (m[1], m[2]) if m[2] else (m[4], m[3]) if m[3] else (None, m[5])
+            path = (here / rel).resolve()
+            checked += 1
+            if not path.is_file():
+                wrong.append(f"{seam.name}: {rel} does not exist")
+            elif symbol and not _defined(path, symbol):
+                wrong.append(f"{seam.name}: {symbol} is not defined in {rel}")
+    assert checked >= len(tables), "the fix messages name fewer files than there are seams"
+    assert not wrong, wrong

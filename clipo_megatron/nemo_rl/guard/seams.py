@@ -66,7 +66,7 @@ SEAMS: tuple[Seam, ...] = (
         "models/megatron/data.py",
         "ProcessedMicrobatch",
         "fields data_dict and cu_seqlens_padded",
-        "MicrobatchPooler.tee (../megatron/microbatch_pooler.py) reads them",
+        "MicrobatchPooler.tee (../megatron/pooling/microbatch_pooler.py) reads them",
         check_microbatch,
     ),  # fmt: skip
     Seam(
@@ -75,7 +75,8 @@ SEAMS: tuple[Seam, ...] = (
         f"{WORKER_CLS}.__init__",
         "self.model and self.megatron_cfg"
         " set in __init__, self.megatron_cfg.model read as the TransformerConfig",
-        f"_clipo_model_config ({_W}) and ClipoWorkerMixin.get_logprobs read them",
+        f"ClipoMegatronPolicyWorkerImpl._clipo_model_config ({_W}) and ClipoWorkerMixin.get_logprobs "
+        "(worker.py) read them",
         check_worker_attrs,
     ),  # fmt: skip
     Seam(
@@ -83,7 +84,7 @@ SEAMS: tuple[Seam, ...] = (
         WORKER,
         WORKER_CLS,
         "no member named like ClipoWorkerMixin's own",
-        "rename the clashing ClipoWorkerMixin member (worker.py)",
+        "rename the clashing member of ClipoWorkerMixin (worker.py)",
         check_no_clash,
     ),
     Seam(
