@@ -64,6 +64,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         "--verbose", action="store_true", help="with --validate-only: print the resolved config"
     )
     p.add_argument(
+        "--seams",
+        action="store_true",
+        help="with --validate-only: list the NeMo-RL names CLIPO rebinds for the recipe's loop "
+        "and the seams in NeMo-RL's source it relies on",
+    )
+    p.add_argument(
         "--print-config",
         type=Path,
         metavar="FILE",
@@ -130,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         if args.verbose:
             print(resolved)
+        if args.seams:
+            from clipo_megatron.nemo_rl.guard.seams import seam_list
+            from clipo_megatron.nemo_rl.loops import loop_of
+
+            print("\n".join(seam_list(loop_of(config))))
         print(
             ok_line(
                 args.config,

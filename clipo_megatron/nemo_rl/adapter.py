@@ -38,6 +38,40 @@ ESTIMATOR = "_create_advantage_estimator"
 ITERATOR = "get_microbatch_iterator"
 _HERE = "adapter.py"
 
+
+@dataclass(frozen=True)
+class Rebinding:
+    """A module-level name of NeMo-RL that CLIPO rebinds while a `with` of `binder` is open and
+    restores when it closes (also on an exception); `--seams` lists them (`guard/seams.py`)."""
+
+    rel: str  # NeMo-RL's file, under nemo_rl/
+    name: str
+    binder: str  # the context manager that binds and restores it, `file.py` here
+    loops: tuple[str, ...]  # the loops that run with it bound
+    span: str  # how long it stays bound
+
+    @property
+    def module(self) -> str:
+        return "nemo_rl." + self.rel.removesuffix(".py").replace("/", ".")
+
+
+REBINDINGS: tuple[Rebinding, ...] = (
+    Rebinding(
+        GRPO,
+        ESTIMATOR,
+        f"advantage_estimator_installed ({_HERE})",
+        ("grpo_train", "async_grpo_train"),
+        "for the whole loop (driver.run)",
+    ),
+    Rebinding(
+        WORKER,
+        ITERATOR,
+        f"microbatches_teed ({_HERE})",
+        ("grpo_train", "async_grpo_train", "grpo_train_sync"),
+        "inside each worker, for one get_logprobs call (ClipoWorkerMixin.get_logprobs)",
+    ),
+)  # fmt: skip; grpo_train_sync's own estimator name: adapter_tq.TQ_REBINDINGS
+
 # ----------------------------------------------------------------- 1. the advantage estimator
 
 

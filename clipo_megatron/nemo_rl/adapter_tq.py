@@ -29,6 +29,7 @@ from typing import Any
 from clipo_megatron.nemo_rl.adapter import (
     ESTIMATOR,
     GrpoTrainArgs,
+    Rebinding,
     method_calls,
     train_args_fit,
     train_arguments,
@@ -138,3 +139,10 @@ SEAMS_OF_TQ_POLICY = tuple(
 
 # Checked by the preflight for a recipe grpo_train_sync runs (loops.GRPO_TRAIN_SYNC) only.
 TQ_SEAMS: tuple[Seam, ...] = (SYNC_SEAM, PRESHARDED_SEAM, *SEAMS_OF_TQ_POLICY)
+
+TQ_REBINDINGS: tuple[Rebinding, ...] = (  # grpo_sync imports the estimator's name: its own copy
+    Rebinding(
+        GRPO_SYNC, ESTIMATOR, "advantage_estimator_installed (adapter.py)", (SYNC_TRAIN,),
+        "for the whole loop (driver.run)",
+    ),
+)  # fmt: skip

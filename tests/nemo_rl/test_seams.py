@@ -459,7 +459,7 @@ def test_every_fix_names_files_and_symbols_that_exist():
         ROOT / "clipo_megatron" / "nemo_rl"
     )  # seams.check prints "fix (in clipo_megatron/nemo_rl/)"
     named = re.compile(r"([\w.]+) \(([\w./]+\.py)\)|([\w./]+\.py) \(([\w.]+)\)|([\w./]+\.py)")
-    tables = (*seams.SEAMS, *adapter.SEAMS, *adapter.ASYNC_SEAMS, *adapter_tq.TQ_SEAMS)
+    tables = (*seams.all_seams(), *adapter.ASYNC_SEAMS, *adapter_tq.TQ_SEAMS)  # imports' too
     wrong, checked = [], 0
     for seam in tables:
         for m in named.finditer(seam.fix):

@@ -98,3 +98,19 @@ def test_help_shows_the_overrides_and_each_example_loads(cli, capsys, monkeypatc
     assert ["clipo.enabled=true", "policy.megatron_cfg.tensor_model_parallel_size=2"] in [
         cli.parse_args(a)[1] for a in examples
     ]
+
+
+@pytest.mark.parametrize("loop_key", [None, "grpo.async_grpo.enabled", "data_plane.enabled"])
+def test_seams_lists_the_recipes_rebindings_then_the_ok_line(cli, capsys, monkeypatch, loop_key):
+    config = {"grpo": {"max_num_steps": 7, "async_grpo": {"enabled": loop_key is not None
+              and loop_key.startswith("grpo")}}, "data_plane": {"enabled": loop_key == "data_plane.enabled"}}  # fmt: skip
+    report = pf.Report(config=config, clipo=ClipoNemoRLConfig.from_dict({}))
+    monkeypatch.setattr(pf, "preflight", lambda *a, **k: report)
+    assert cli.main(["--config", str(RECIPE), "--validate-only", "--seams"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    loop = {None: "grpo_train", "grpo.async_grpo.enabled": "async_grpo_train"}.get(
+        loop_key, "grpo_train_sync"
+    )
+    assert out[0].startswith(f"CLIPO rebinds 2 NeMo-RL names for {loop}")
+    assert any("get_microbatch_iterator: by microbatches_teed (adapter.py)" in x for x in out)
+    assert out[-1].startswith("preflight OK: ")

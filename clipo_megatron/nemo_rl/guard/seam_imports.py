@@ -44,5 +44,7 @@ def import_seams(root: Path = _INTEGRATION) -> tuple[Seam, ...]:
                     and str(node.module).split(".")[0] == "nemo_rl"):  # fmt: skip
                 for a in node.names:
                     key = (str(node.module), a.name)
-                    seams.setdefault(key, import_seam(*key, f"{path.name}:{node.lineno}"))
+                    seams.setdefault(
+                        key, import_seam(*key, f"{path.relative_to(root).as_posix()}:{node.lineno}")
+                    )
     return tuple(seams.values())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from clipo_megatron.nemo_rl import adapter
 from clipo_megatron.nemo_rl.guard.seam_checks import (
@@ -190,6 +191,25 @@ SEAMS: tuple[Seam, ...] = (
 def all_seams() -> list[Seam]:
     """The integration's seams (`SEAMS`), the adapter's rebindings, every NeMo-RL import."""
     return [*SEAMS, *adapter.SEAMS, *import_seams()]
+
+
+def seam_list(loop: Any) -> list[str]:
+    """What `run_grpo_clipo.py --seams` prints for a recipe of `loop` (`loops.Loop`): each NeMo-RL
+    name CLIPO rebinds, by what and for how long (restored when its `with` closes), then each seam
+    the preflight reads in NeMo-RL's source before a run of that loop."""
+    from clipo_megatron.nemo_rl.adapter_tq import TQ_REBINDINGS
+    from clipo_megatron.nemo_rl.guard.preflight import loop_seams_of
+
+    bound = [r for r in (*adapter.REBINDINGS, *TQ_REBINDINGS) if loop.name in r.loops]
+    seams = [*all_seams(), *loop_seams_of(loop)]
+    return [
+        f"CLIPO rebinds {len(bound)} NeMo-RL names for {loop.name}, each restored when its "
+        "`with` closes:",
+        *(f"  {r.module}.{r.name}: by {r.binder}, {r.span}" for r in bound),
+        f"and relies on {len(seams)} seams in NeMo-RL's source, checked before the run "
+        "(fix paths under clipo_megatron/nemo_rl/):",
+        *(f"  {s.name}: nemo_rl/{s.rel} {s.symbol}; fix: {s.fix}" for s in seams),
+    ]
 
 
 def _line(seam: Seam, expect: str, where: str, found: str) -> str:
