@@ -348,7 +348,7 @@ def test_the_transferqueue_loops_seams_in_the_checkout():
 def test_the_preflight_reads_the_transferqueue_seams_for_its_recipes_only():
     from clipo_megatron.nemo_rl import loops
     from clipo_megatron.nemo_rl.adapter import ASYNC_SEAMS
-    from clipo_megatron.nemo_rl.guard.preflight import loop_seams_of
+    from clipo_megatron.nemo_rl.guard.seams import loop_seams_of
 
     assert loop_seams_of(loops.GRPO_TRAIN_SYNC) == adapter_tq.TQ_SEAMS
     assert loop_seams_of(loops.ASYNC_GRPO_TRAIN) == ASYNC_SEAMS

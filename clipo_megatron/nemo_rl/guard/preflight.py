@@ -50,7 +50,7 @@ from clipo_megatron.nemo_rl.guard.recipes import (
     load_recipe,
     nemo_rl_root,
 )
-from clipo_megatron.nemo_rl.loops import ASYNC_GRPO_TRAIN, GRPO_TRAIN_SYNC, loop_of, loop_problems
+from clipo_megatron.nemo_rl.loops import loop_of, loop_problems
 from clipo_megatron.nemo_rl.recipe_keys import interpolated_keys, knob_problems
 from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
 
@@ -107,6 +107,8 @@ def check_nemo_rl(config: dict[str, Any]) -> list[str]:
         return [f"NeMo-RL: {line}" for line in e.lines]
     except UnsupportedNemoRLError as e:
         return [f"NeMo-RL: {_one_line(e)}"]
+    from clipo_megatron.nemo_rl.guard.seams import loop_seams_of
+
     loop_seams = loop_seams_of(loop_of(config))  # the other loops' own seams, for their recipes
     if loop_seams:
         from clipo_megatron.nemo_rl.guard.seams import check_installed
@@ -122,19 +124,6 @@ def check_nemo_rl(config: dict[str, Any]) -> list[str]:
     except ValidationError as e:
         return [_pydantic_line(err) for err in e.errors()]
     return []
-
-
-def loop_seams_of(loop: Any) -> tuple:
-    """The seams only a recipe of `loop` depends on (async_grpo_train's, grpo_train_sync's)."""
-    if loop is ASYNC_GRPO_TRAIN:
-        from clipo_megatron.nemo_rl.adapter import ASYNC_SEAMS
-
-        return ASYNC_SEAMS
-    if loop is GRPO_TRAIN_SYNC:
-        from clipo_megatron.nemo_rl.adapter_tq import TQ_SEAMS
-
-        return TQ_SEAMS
-    return ()
 
 
 def _pydantic_line(err: Any) -> str:  # a pydantic ErrorDetails (a TypedDict)

@@ -36,6 +36,7 @@ from clipo_megatron.nemo_rl.guard.seam_checks import (
     check_worker_class,
 )
 from clipo_megatron.nemo_rl.guard.seam_imports import import_seams
+from clipo_megatron.nemo_rl.loops import ASYNC_GRPO_TRAIN, GRPO_TRAIN_SYNC
 from clipo_megatron.source_match import Seam, Source, method_seam, moved_seams
 
 _W, _P = "worker_extension.py", "policy.py (ClipoPolicyMixin)"
@@ -193,12 +194,24 @@ def all_seams() -> list[Seam]:
     return [*SEAMS, *adapter.SEAMS, *import_seams()]
 
 
+def loop_seams_of(loop: Any) -> tuple[Seam, ...]:
+    """The seams only a recipe of `loop` depends on (async_grpo_train's, grpo_train_sync's)."""
+    if loop is ASYNC_GRPO_TRAIN:
+        from clipo_megatron.nemo_rl.adapter import ASYNC_SEAMS
+
+        return ASYNC_SEAMS
+    if loop is GRPO_TRAIN_SYNC:
+        from clipo_megatron.nemo_rl.adapter_tq import TQ_SEAMS
+
+        return TQ_SEAMS
+    return ()
+
+
 def seam_list(loop: Any) -> list[str]:
     """What `run_grpo_clipo.py --seams` prints for a recipe of `loop` (`loops.Loop`): each NeMo-RL
     name CLIPO rebinds, by what and for how long (restored when its `with` closes), then each seam
     the preflight reads in NeMo-RL's source before a run of that loop."""
     from clipo_megatron.nemo_rl.adapter_tq import TQ_REBINDINGS
-    from clipo_megatron.nemo_rl.guard.preflight import loop_seams_of
 
     bound = [r for r in (*adapter.REBINDINGS, *TQ_REBINDINGS) if loop.name in r.loops]
     seams = [*all_seams(), *loop_seams_of(loop)]
