@@ -7,7 +7,7 @@ causal-conv1d package), `RMSNorm as RMSNormGated`, `mamba_chunk_scan_combined` a
 None or a MagicMock, and a Nemotron-H (HybridModel) cannot run on a machine without CUDA. These
 are plain-torch stand-ins with the kernels' signatures, written from the Mamba-2 paper's SSD
 "minimal" chunked scan (Dao & Gu 2024, Listing 1), for tests to bind into the mixer's namespace
-(`bind_into`). They are checked against Hugging Face NemotronH's own torch path
+(`clipo_testkit.mamba_binding.bind_into`). They are checked against Hugging Face NemotronH's own torch path
 (`NemotronHMamba2Mixer.torch_forward`, `Zamba2RMSNormGated`) in
 tests/nemo_rl/real_worker/test_mamba_reference.py. Packed rows (`seq_idx`, [b, l]) are exact:
 each run of one sequence is scanned from a zero state and the conv taps never cross it.
@@ -19,7 +19,6 @@ conv input [b, d, l] and weight [d, w].
 from __future__ import annotations
 
 import math
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -295,46 +294,3 @@ def mamba_split_conv1d_scan_combined(
     if outproj_weight is not None:
         y = F.linear(y, outproj_weight, outproj_bias)
     return y
-
-
-def bind_into(mixer_module: ModuleType) -> None:
-    """Bind the references into `megatron.core.ssm.mamba_mixer` (CPU tests only).
-
-    Without mamba_ssm, `ExtendedRMSNorm` was made at import time over a MagicMock (so it is a
-    Mock, methods and all): it is rebuilt over `RMSNormGated` with Megatron-Core's
-    `sharded_state_dict` (weight sharded along axis 0 over TP), calling the mixer module's own
-    helpers. The mixer's packing check (installed-version probes of mamba_ssm / causal-conv1d) is
-    answered yes.
-    """
-    mm = mixer_module
-
-    class ExtendedRMSNorm(RMSNormGated):
-        def sharded_state_dict(
-            self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None
-        ) -> Any:
-            if not hasattr(self, "tp_group"):
-                self.tp_group = mm.parallel_state.get_tensor_model_parallel_group()
-            state_dict = self.state_dict(prefix="", keep_vars=True)
-            return mm.make_sharded_tensors_for_checkpoint(
-                state_dict,
-                prefix,
-                {"weight": 0},
-                sharded_offsets,
-                tp_group=self.tp_group,
-                dp_cp_group=(metadata or {})["dp_cp_group"],
-            )
-
-    for name, value in {
-        "causal_conv1d_fn": causal_conv1d_fn,
-        "causal_conv1d_update_cuda": causal_conv1d_update,
-        "RMSNormGated": RMSNormGated,
-        "ExtendedRMSNorm": ExtendedRMSNorm,
-        "mamba_chunk_scan_combined": mamba_chunk_scan_combined,
-        "mamba_split_conv1d_scan_combined": mamba_split_conv1d_scan_combined,
-        "HAVE_MAMBA_SSM": True,
-        "_check_mamba_sequence_packing_support": lambda for_inference_not_training=True: (
-            True,
-            None,
-        ),
-    }.items():
-        setattr(mixer_module, name, value)

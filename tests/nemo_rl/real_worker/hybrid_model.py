@@ -97,7 +97,7 @@ def bind_kernels() -> None:
     """The CPU references into Megatron-Core's MambaMixer namespace (idempotent)."""
     import megatron.core.ssm.mamba_mixer as mamba_mixer
 
-    from clipo_testkit.mamba_reference import bind_into
+    from clipo_testkit.mamba_binding import bind_into
 
     if not getattr(mamba_mixer, "_clipo_cpu_reference", False):
         bind_into(mamba_mixer)
