@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.token_counting, in the parent and in each child
+sys.path.insert(0, str(ROOT))  # clipo_testkit.token_counting, in the parent and in each child
 PROMPTS, N, MAX_TOKENS, SEED, TEMPERATURE, TOP_P = 6, 8, 24, 1234, 1.0, 1.0
 
 
@@ -84,7 +84,7 @@ def _generator(backend: str, path: str, export_dir: Path):
 
 def _counter(gen, tok, backend: str, prompts):
     from clipo_megatron.generation.rollouts import chat_text
-    from tests.token_counting import HFTokenCounter, VLLMTokenCounter
+    from clipo_testkit.token_counting import HFTokenCounter, VLLMTokenCounter
 
     if backend == "vllm":
         return VLLMTokenCounter(gen.llm)

@@ -30,7 +30,7 @@ import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.token_counting
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # clipo_testkit.token_counting
 
 
 def matmul_peak_flops(n: int = 2048, repeats: int = 5) -> float:
@@ -88,7 +88,7 @@ def run_phase(run, steps: int, phase: str):
     probe = StepProbe(run)
     counter = nullcontext(None)
     if hasattr(run.gen, "llm"):
-        from tests.token_counting import VLLMTokenCounter
+        from clipo_testkit.token_counting import VLLMTokenCounter
 
         counter = VLLMTokenCounter(run.gen.llm)
     hist, counts = [], []

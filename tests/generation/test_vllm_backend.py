@@ -172,7 +172,7 @@ def _sample(gen, prompts, n, *, share: bool, seed: int, temperature=1.0, max_tok
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from tests.token_counting import VLLMTokenCounter
+    from clipo_testkit.token_counting import VLLMTokenCounter
 
     ids = gen.generate(prompts, 1, sampling=Sampling(0.0, 1.0), max_tokens=1, seed=0).prompt_ids
     params = SamplingParams(

@@ -1,6 +1,6 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Count the tokens a generator actually computes: prompt (prefill) vs generated (decode)
-(test and benchmark code: the product never counts).
+(the test kit: tests and benchmarks count, the product never does).
 
 Timings alone cannot show whether the G rollouts of a prompt share its prefill; these
 counters read it off the engine itself (vLLM's scheduler) or off the model's forward
