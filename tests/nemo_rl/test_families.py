@@ -38,6 +38,10 @@ CASES = {  # recipe -> (family, features)
         [families.MOE, families.FP8],
     ),
     "grpo-qwen3.5-9b-1n8g-megatron.yaml": (families.GATED_DELTANET, []),
+    "grpo-qwen3.5-35ba3b-2n8g-megatron-ep16tp2cp2.yaml": (
+        families.GATED_DELTANET,
+        [families.MOE, families.MOE_IN_GATED_DELTANET],
+    ),
     "grpo-gptoss-20b-8n8g-megatron.yaml": (families.GPT_OSS, [families.MOE]),
     "grpo-qwen3-30ba3b-8n8g-megatron.yaml": (families.DENSE, [families.MOE]),
     "grpo-llama3.2-1b-instruct-1n8g-megatron.yaml": (families.DENSE, []),

@@ -60,9 +60,13 @@ GPT_OSS = Part(
     "tests/nemo_rl/real_worker/test_gptoss.py::test_worker_gptoss_clipo_on_equals_off",
 )
 MOE_IN_FAMILY = Part(
-    "MoE layers in a hybrid Mamba or gated DeltaNet stack",
+    "MoE layers in a hybrid Mamba stack",
     None,
-    "those families' CPU cases have no MoE layer yet (MoE has run in GPTModel, MLA and gpt-oss)",
+    "its CPU case has no MoE layer yet (MoE has run in GPTModel, MLA, gpt-oss and Qwen3.5)",
+)
+MOE_IN_GATED_DELTANET = Part(
+    "MoE layers in a gated DeltaNet stack (Qwen3.5 MoE)",
+    "tests/nemo_rl/real_worker/test_qwen35_moe.py::test_nemo_rl_worker_qwen35_moe_clipo_on_off",
 )
 
 MTP = Part("MTP", None, "the decoder's final norm runs before the MTP block; not run with MTP on")
@@ -116,12 +120,10 @@ FAMILY_RULES: tuple[tuple[Part, Callable[[dict[str, Any]], bool]], ...] = (
 
 FEATURE_RULES: tuple[tuple[Part, Callable[[dict[str, Any]], bool]], ...] = (
     (MOE, lambda c: _moe(c)),
+    (MOE_IN_FAMILY, lambda c: _moe(c) and any(u(c) for p, u in FAMILY_RULES if p is HYBRID)),
     (
-        MOE_IN_FAMILY,
-        lambda c: (
-            _moe(c)
-            and any(used(c) for part, used in FAMILY_RULES if part in (HYBRID, GATED_DELTANET))
-        ),
+        MOE_IN_GATED_DELTANET,
+        lambda c: _moe(c) and any(u(c) for p, u in FAMILY_RULES if p is GATED_DELTANET),
     ),
     (MTP, lambda c: int(_get(c, "policy.megatron_cfg.mtp_num_layers", 0) or 0) > 0),
     (LORA, lambda c: bool(_get(c, "policy.megatron_cfg.peft.enabled", False))),

@@ -1,10 +1,12 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """The Qwen3.5 checks, run in a spawned rank (`spawn.run_ranks`): Bridge's Qwen3VLModel built from
-the tiny Hugging Face checkpoint (`qwen35_model`), alone and inside NeMo-RL's MegatronPolicyWorker,
-against Hugging Face's Qwen3_5ForConditionalGeneration on the same rows. Test code."""
+the tiny Hugging Face checkpoint (`qwen35_model`, `qwen35_moe_model`), alone and inside NeMo-RL's
+MegatronPolicyWorker, against Hugging Face's model of the checkpoint's architecture
+(Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration) on the same rows. Test code."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +16,21 @@ import torch
 @torch.no_grad()
 def hf_reference(model_dir: Path, ids: torch.Tensor, lengths, resp: torch.Tensor) -> dict:
     """Per row alone: token logprobs [B, S] (0 at position 0 and past the length) and the mean of
-    HF's final-norm output (`model.language_model.norm`) over the row's response tokens [B, H]."""
+    HF's final-norm output (`model.language_model.norm`) over the row's response tokens [B, H];
+    MoE: the smallest gap between a token's 2nd and 3rd router logit over every layer
+    (`router_gap`: top-2 flips under a rounding difference only below ~1e-6)."""
     import transformers
 
-    hf = transformers.Qwen3_5ForConditionalGeneration.from_pretrained(
-        model_dir, dtype=torch.float32
-    ).eval()
+    arch = _config(model_dir)["architectures"][0]
+    hf = getattr(transformers, arch).from_pretrained(model_dir, dtype=torch.float32).eval()
     seen: dict[str, torch.Tensor] = {}
     hook = hf.model.language_model.norm.register_forward_hook(lambda m, i, o: seen.update(h=o))
+    routers: list[torch.Tensor] = []
+    hooks = [hook] + [
+        layer.mlp.gate.register_forward_hook(lambda _m, _i, o: routers.append(o[0]))
+        for layer in hf.model.language_model.layers
+        if hasattr(layer.mlp, "gate")
+    ]
     lp = torch.zeros(ids.shape, dtype=torch.float64)
     pooled = []
     try:
@@ -32,8 +41,19 @@ def hf_reference(model_dir: Path, ids: torch.Tensor, lengths, resp: torch.Tensor
             lp[i, 1:n] = logits.log_softmax(-1).gather(-1, row[0, 1:, None])[:, 0]
             pooled.append(seen["h"][0][resp[i, :n].bool()].mean(0))
     finally:
-        hook.remove()
-    return {"logprobs": lp, "pooled": torch.stack(pooled)}
+        for h in hooks:
+            h.remove()
+    top = torch.cat(routers).topk(3, dim=-1).values if routers else None  # [tokens, 3]
+    gap = float((top[:, 1] - top[:, 2]).min()) if top is not None else float("inf")
+    return {"logprobs": lp, "pooled": torch.stack(pooled), "router_gap": gap}
+
+
+def _config(model_dir) -> dict:
+    return json.loads((Path(model_dir) / "config.json").read_text())
+
+
+def is_moe(model_dir) -> bool:
+    return bool(_config(model_dir)["text_config"].get("num_experts"))
 
 
 def rows(vocab: int, seed: int = 3):
@@ -95,7 +115,19 @@ def model_level(rank: int, world: int, model_dir: str) -> dict[str, Any]:
             type(layer.self_attention).__name__ == "GatedDeltaNet"
             for layer in model.language_model.decoder.layers
         ),
+        "moe_layers": _moe_layers(model.language_model.decoder.layers),
+        "router_gap": ref["router_gap"],
     }
+
+
+def _moe_layers(layers) -> list[str]:
+    """Per MoE layer: `<MoE layer>/<experts>/<shared experts, gated or not>` class names."""
+    return [
+        f"{type(m).__name__}/{type(m.experts).__name__}/{type(m.shared_experts).__name__}"
+        + ("+gate" if getattr(m.shared_experts, "use_shared_expert_gate", False) else "")
+        for m in (layer.mlp for layer in layers)
+        if hasattr(m, "router")
+    ]
 
 
 def worker_level(rank: int, world: int, out_dir: str, model_dir: str, packing: bool) -> dict:
@@ -109,6 +141,10 @@ def worker_level(rank: int, world: int, out_dir: str, model_dir: str, packing: b
 
     out, model = Path(out_dir), Path(model_dir)
     policy = build.contract_policy(model, out, dp=world, packing=packing)
+    if is_moe(model):  # the MoE recipes' keys, CPU-ready, EP 1 (moe_model.moe_policy)
+        from tests.nemo_rl.real_worker.moe_model import moe_policy
+
+        policy = moe_policy(policy, ep=1)
     segments = _count_segments(gdn_reference)
     with cpu_qwen35_patches():
         worker = build.build_worker(policy, dp=world)
@@ -133,6 +169,7 @@ def worker_level(rank: int, world: int, out_dir: str, model_dir: str, packing: b
             (worker._clipo.pooled.detach().cpu().double() - ref_pooled).abs().max()
         ),
         "packing": bool(policy["sequence_packing"]["enabled"]),
+        "router_gap": ref["router_gap"],
         "gdn_max_segments": max(segments),  # sequences in one GDN kernel call (packed: > 1)
         "model_class": type(
             worker.model.module if hasattr(worker.model, "module") else worker.model

@@ -4,7 +4,8 @@ only (the Qwen3.5 language block and the ViT: `qwen35_model`). Test code.
 
 - `CpuNorm`: TENorm (RMSNorm / LayerNorm, Megatron-Core's `layernorm_zero_centered_gamma`);
 - `CpuLayerNormColumnParallelLinear`: TELayerNormColumnParallelLinear (TE's parameter names);
-- `CpuBackend`: Megatron-Core's BackendSpecProvider protocol with these (TESpecProvider's choices);
+- `CpuBackend`: Megatron-Core's BackendSpecProvider protocol with these (TESpecProvider's choices;
+  MoE experts as SequentialMLP);
 - `cpu_spec`: every TE class left in a spec tree swapped for its CPU module.
 Core attention: `thd_attention.ContextParallelSDPAAttention` (causal, packed-capable).
 """
@@ -136,7 +137,13 @@ class CpuBackend:
         return core_attention()
 
     def grouped_mlp_modules(self, moe_use_grouped_gemm: bool):
-        raise NotImplementedError("Qwen3.5 dense: no MoE here")
+        """The routed experts as Megatron-Core's SequentialMLP (LocalSpecProvider's): grouped
+        GEMM is TE's / CUTLASS's, GPU-only (`moe_grouped_gemm: false`, cpu_patches)."""
+        from megatron.core.models.backends import LocalSpecProvider
+
+        if moe_use_grouped_gemm:
+            raise NotImplementedError("grouped GEMM is GPU-only: set moe_grouped_gemm false")
+        return LocalSpecProvider().grouped_mlp_modules(False)
 
     def activation_func(self):
         return None
