@@ -32,7 +32,11 @@ loaded 2-core box): model level logprobs 1.7e-7, pooled 3.0e-7, router gap 6.8e-
 logprobs 5.2e-7, pooled 3.3e-7 (8 rows a GDN kernel call); unpacked 5.2e-7 / 3.6e-7; router gap
 over the worker's batch 4.6e-4; CLIPO on == off bit-equal both ways.
 
-Mutations seen red (final_norm.py, each restored): (pending)
+Mutations seen red (final_norm.py `_norm_of` returning a layer for the Qwen3VL text model, each
+restored): the hook on the last decoder layer (`decoder.layers[-1]`, the residual stream before the
+final norm): model level red (`norm_is_language_final` False; pooled 1.94), worker `[packed]` red
+("assert 2.101795956492424 < 1e-05", pooled_err; logprobs unchanged, 5.2e-7); pooled rows from a
+non-final layer (`decoder.layers[-2]`): worker `[packed]` red ("assert 2.1224395986646414 < 1e-05").
 """
 
 from __future__ import annotations
