@@ -147,6 +147,39 @@ def _map_mtp_input_norm() -> None:
     nh.NemotronHBridge.mapping_registry = mapping_registry
 
 
+# Megatron's MTP parameter (repeated layer: outer 0) <- the HF tensor Bridge maps into it
+MTP_SOURCES = {
+    "eh_proj.weight": "mtp.layers.0.eh_proj.weight",
+    "enorm.weight": "mtp.layers.0.enorm.weight",
+    "hnorm.weight": "mtp.layers.0.hnorm.weight",
+    "final_layernorm.weight": "mtp.layers.1.final_layernorm.weight",
+    "mtp_model_layer.layers.0.input_layernorm.weight": "mtp.layers.0.norm.weight",
+    "mtp_model_layer.layers.0.self_attention.linear_proj.weight": "mtp.layers.0.mixer.o_proj.weight",
+    "mtp_model_layer.layers.1.pre_mlp_layernorm.weight": "mtp.layers.1.norm.weight",
+    "mtp_model_layer.layers.1.mlp.linear_fc1.weight": "mtp.layers.1.mixer.up_proj.weight",
+    "mtp_model_layer.layers.1.mlp.linear_fc2.weight": "mtp.layers.1.mixer.down_proj.weight",
+}
+QKV = "mtp_model_layer.layers.0.self_attention.linear_qkv.weight"
+
+
+def imported_mtp_error(mtp_state: dict[str, torch.Tensor], model_dir: Path) -> float:
+    """Max |Megatron - checkpoint| over the MTP block as Bridge imported it; the fused QKV
+    (Bridge interleaves q, k, v per query group) as the same set of rows. inf if one is missing."""
+    from safetensors.torch import load_file
+
+    hf = load_file(Path(model_dir) / "model.safetensors")
+    got = {k.split("mtp.layers.0.", 1)[-1]: v for k, v in mtp_state.items()}
+    if set(got) != {*MTP_SOURCES, QKV}:
+        return float("inf")
+    err = max(float((got[k] - hf[src]).abs().max()) for k, src in MTP_SOURCES.items())
+    want = torch.cat([hf[f"mtp.layers.0.mixer.{x}_proj.weight"] for x in "qkv"])
+    rows = got[QKV]
+    if rows.shape != want.shape:
+        return float("inf")
+    order = [t[torch.argsort(t[:, 0])] for t in (rows, want)]
+    return max(err, float((order[0] - order[1]).abs().max()))
+
+
 def mtp_params(worker) -> dict[str, torch.Tensor]:
     """The worker model's MTP parameters (`mtp.*`), detached to CPU."""
     return {
