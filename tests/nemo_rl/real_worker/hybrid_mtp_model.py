@@ -189,11 +189,31 @@ def mtp_params(worker) -> dict[str, torch.Tensor]:
     }
 
 
+def grpo_batch(data, rows: torch.Tensor, logprobs: torch.Tensor, head: dict) -> None:
+    """The GRPO train fields on `data` (row order): on-policy logprobs (the CLIPO-on pass) as
+    prev / generation / reference logprobs, and per row the advantage r + r_CL minus its prompt
+    group's mean (r: `scenario.CORRECT`; r_CL: the head step's rewards)."""
+    from tests.nemo_rl.real_worker import scenario
+
+    lp = torch.zeros_like(logprobs, dtype=torch.float32)
+    lp[rows] = logprobs.float()
+    r = scenario.CORRECT.float()
+    r[head["sample_idx"]] += head["rewards"].float()
+    groups = scenario.GROUPS
+    mean = torch.zeros(int(groups.max()) + 1).index_add_(0, groups, r) / torch.bincount(groups)
+    adv = (r - mean[groups])[:, None].expand_as(lp).clone()
+    for key in ("prev_logprobs", "generation_logprobs", "reference_policy_logprobs"):
+        data[key] = lp.clone()
+    data["advantages"] = adv
+
+
 def mtp_worker_run(rank: int, world: int, out_dir: str, model_dir: str) -> dict:
     """One rank: NeMo-RL's worker with MTP on (MTP_CFG in megatron_cfg); get_logprobs with CLIPO
-    off, then on; CLIPO's head step; one `train` step (NeMo-RL's NLLLossFn, the MTP loss on)."""
-    from nemo_rl.algorithms.loss.loss_functions import NLLLossFn
+    off, then on; CLIPO's head step; one `train` step (the MTP loss on) with NeMo-RL's GRPO loss
+    (`ClippedPGLossFn`) on advantages of r + r_CL (`grpo_batch`)."""
+    from nemo_rl.algorithms.loss.loss_functions import ClippedPGLossConfig, ClippedPGLossFn
 
+    from clipo_megatron.nemo_rl.loss_functions import policy_loss_config
     from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
     from tests.nemo_rl.real_worker import build, scenario
 
@@ -221,11 +241,16 @@ def mtp_worker_run(rank: int, world: int, out_dir: str, model_dir: str) -> dict:
     }
     head = worker.clipo_head_step(correct=scenario.CORRECT, group_ids=scenario.GROUPS, step=1)
     res["head_metrics"] = {k: float(v) for k, v in head["metrics"].items()}
+    grpo_batch(data, shard[SAMPLE_IDX_KEY], on, head)
+    res["advantages"] = data["advantages"][:, 0].clone()
     before = mtp_params(worker)
     shards = data.shard_by_batch_size(world, batch_size=scenario.B, sequence_packing_args=pack)
     shards = shards[0] if isinstance(shards, tuple) else shards
     out = worker.train(
-        data=shards[rank], loss_fn=NLLLossFn(), gbs=scenario.B, mbs=scenario.B // world
+        data=shards[rank],
+        loss_fn=ClippedPGLossFn(ClippedPGLossConfig(**policy_loss_config("grpo"))),
+        gbs=scenario.B,
+        mbs=scenario.B // world,
     )
     after = mtp_params(worker)
     res["mtp_before"] = before

@@ -13,8 +13,9 @@ Checked: NeMo-RL's `get_logprobs` equals HF's forward logprobs (the main head; t
 in Megatron's forward and leaves them alone); the rows CLIPO pools equal the mean of HF's
 `model.norm_f` output over each row's response tokens (the hook is on the MAIN decoder's final
 norm, `decoder.final_norm`, not an MTP layer's `final_layernorm`); CLIPO on vs off: logprobs
-bit-equal; CLIPO's head step; one NeMo-RL `train` step with CLIPO on and the MTP loss on, whose
-MTP metrics are reported and MTP weights move. Every MTP weight Bridge imported equals the
+bit-equal; CLIPO's head step; one NeMo-RL `train` step with the MTP loss on and NeMo-RL's GRPO
+loss (`ClippedPGLossFn`) on advantages of r + r_CL (the head step's rewards), whose MTP metrics
+are reported and MTP weights move. Every MTP weight Bridge imported equals the
 checkpoint's tensor (an unmapped weight would be left as allocated).
 
 What stands in on CPU (`hybrid_mtp_model.cpu_mtp_stand_ins` says why, file:line at the pins): as
@@ -26,7 +27,8 @@ the MTP attention's input norm that it makes for `AutoMapping`s only. Not run: T
 with MTP, bf16, an MoE layer inside the MTP block (Super's pattern), `mtp_detach_heads: true`.
 
 Seen (2026-12-04, NeMo-RL 7ea279a, fp32): logprobs 6.1e-7, pooled 4.8e-7, hooked
-`decoder.final_norm`; train loss 4.6433, grad norm 3.2137, mtp_1_loss 4.6498, mtp_2_loss 4.6555.
+`decoder.final_norm`; every MTP weight as the checkpoint holds it (0); the GRPO train step: loss
+-0.0479, grad norm 1.3972, mtp_1_loss 4.6498, mtp_2_loss 4.6555, 10 of 10 MTP tensors moved.
 Seen red (find_final_norm returning the first MTP layer's `final_layernorm`, then restored): 1
 failed: the hook fires once per MTP depth (the repeated layer runs twice per forward), the
 pooler's second call raises "final-norm hook fired with no pending microbatch".
@@ -98,6 +100,7 @@ def test_mtp_worker_matches_hf_and_trains(sources, tmp_path):
     assert lp_err <= TOL and perr <= TOL, (lp_err, perr)
     assert mtp_err == 0.0, mtp_err  # every MTP tensor from the checkpoint, none as allocated
     assert r["mtp_moved"] > 0
+    assert r["advantages"].abs().sum() > 0 and r["head_metrics"]["clipo/head_updated"] == 1.0
     mtp = train["mtp_metrics"]
     losses = [mtp.get(f"mtp_{i}_loss") for i in (1, 2)]
     assert all(v is not None and math.isfinite(v) and v > 0 for v in losses), mtp
