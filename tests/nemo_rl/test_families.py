@@ -93,9 +93,11 @@ def _overlay(tmp_path: Path, recipe: str) -> Path:
 @needs_recipes
 def test_the_ok_line_names_what_clipo_has_not_run_with(nemo_rl_root, tmp_path, capsys):
     line = _ok_line(_overlay(tmp_path, "grpo-nemotron3-super-120BA12B-8n4g-megatron.yaml"), capsys)
-    assert line.startswith(  # the hybrid family and MoE have run, MoE inside the hybrid stack not
-        f"preflight OK (accepted; CLIPO has not run with {families.MOE_IN_FAMILY.name}: "
-        f"{families.MOE_IN_FAMILY.why_not}; MTP: {families.MTP.why_not}): "
+    assert (
+        line.startswith(  # the hybrid family, MoE and MTP have run, MoE inside the hybrid stack not
+            f"preflight OK (accepted; CLIPO has not run with {families.MOE_IN_FAMILY.name}: "
+            f"{families.MOE_IN_FAMILY.why_not}): "
+        )
     ), line
 
 
@@ -122,8 +124,10 @@ def test_the_laptop_ok_line_names_nemo_rls_checks_that_did_not_run(
 def test_a_recipe_clipo_has_run_with_keeps_the_plain_ok_line():
     config = {"policy": {"model_name": "Qwen/Qwen2.5-7B-Instruct", "megatron_cfg": {}}}
     assert families.not_run(config) == []
-    config["policy"]["megatron_cfg"]["mtp_num_layers"] = 1
-    assert families.not_run(config) == [f"MTP: {families.MTP.why_not}"]
+    config["policy"]["megatron_cfg"]["mtp_num_layers"] = 1  # MTP has run (test_hybrid_mtp.py)
+    assert families.parts_of(config)[-1] is families.MTP and families.not_run(config) == []
+    config["policy"]["megatron_cfg"]["peft"] = {"enabled": True}
+    assert families.not_run(config) == [f"LoRA: {families.LORA.why_not}"]
 
 
 def test_training_cuda_graphs_are_named():

@@ -69,7 +69,10 @@ MOE_IN_GATED_DELTANET = Part(
     "tests/nemo_rl/real_worker/test_qwen35_moe.py::test_nemo_rl_worker_qwen35_moe_clipo_on_off",
 )
 
-MTP = Part("MTP", None, "the decoder's final norm runs before the MTP block; not run with MTP on")
+MTP = Part(
+    "MTP",
+    "tests/nemo_rl/real_worker/test_hybrid_mtp.py::test_mtp_worker_matches_hf_and_trains",
+)
 LORA = Part("LoRA", None, "Bridge's LoRA layers are TransformerEngine's; not run on CPU")
 FP8 = Part("FP8 training", None, "needs TransformerEngine's FP8 kernels on a GPU")
 MODELOPT = Part(
