@@ -156,6 +156,9 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
 
     shards = data.shard_by_batch_size(layout.dp, batch_size=scenario.B, sequence_packing_args=pack)
     shards = shards[0] if isinstance(shards, tuple) else shards
+    from tests.nemo_rl.real_worker import grad_dump
+
+    res["grads"] = grad_dump.record_step(worker)  # each parameter's part of the grad norm
     train_out = worker.train(
         data=shards[where["dp"]], loss_fn=NLLLossFn(), gbs=scenario.B, mbs=scenario.B // layout.dp
     )
@@ -174,6 +177,7 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
     from tests.nemo_rl.real_worker.moe_model import expert_weights
 
     res["experts"] = expert_weights(worker)  # MoE: after the step's param gather, as norm_weight
+    res["values"] = grad_dump.values(worker)  # every parameter after the step
     if worker._clipo is not None:  # the head after its step: one head on every rank
         res["head"] = worker.clipo_head_state()["head"]
     return res
