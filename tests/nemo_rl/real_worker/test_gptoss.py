@@ -212,12 +212,13 @@ def test_worker_gptoss_clipo_on_equals_off(gptoss_dir, tmp_path, packing):
 
 @pytest.fixture(scope="module")
 def tp_runs(gptoss_dir, tmp_path_factory):
-    """TP 1 and TP 2 + SP, each run once for the module (`test_layouts.Runs`)."""
+    """TP 1 (the default) and TP 2 + SP, each run once for the module (`test_layouts.Runs`),
+    recording `grad_dump`'s per-parameter step."""
     from tests.nemo_rl.real_worker.layouts import Layout
     from tests.nemo_rl.real_worker.test_layouts import Runs
 
     runs = Runs(gptoss_dir, tmp_path_factory, set())
-    return lambda layout=None: runs.measured(layout or Layout())
+    return lambda layout=None: runs.measured(layout or Layout(grads=True))
 
 
 # Known gap (2026-12-04; `test_gptoss_tp2_sp_grad_norm_accounting` holds the explanation): at TP 2
@@ -248,7 +249,7 @@ def test_gptoss_tp2_sp_equals_tp1(tp_runs):
     from tests.nemo_rl.real_worker.moe_checks import check_all
     from tests.nemo_rl.real_worker.test_layouts import FP32
 
-    layout = Layout(tp=2, sp=True)
+    layout = Layout(tp=2, sp=True, grads=True)
     ref, out = tp_runs(), tp_runs(layout)
     fine = FP32["norm_weight"]
     errs = check_all(out, ref, layout, FP32, shared=False, weights=fine, head=fine)
@@ -268,7 +269,8 @@ def test_gptoss_tp2_sp_grad_norm_accounting(tp_runs):
     from tests.nemo_rl.real_worker.layouts import Layout
     from tests.nemo_rl.real_worker.test_layouts import FP32
 
-    res = accounting(tp_runs(Layout(tp=2, sp=True)), tp_runs(), FP32["rel"], FP32["norm_weight"])
+    out = tp_runs(Layout(tp=2, sp=True, grads=True))
+    res = accounting(out, tp_runs(), FP32["rel"], FP32["norm_weight"])
     print(f"\n[gptoss] tp2-sp grad norm accounting: {res}")
     want = [
         f"decoder.layers.{i}.mlp.experts.local_experts.{e}.linear_fc2.bias"
