@@ -32,6 +32,7 @@ class Layout:
     emulated: bool = False  # under `clipo_testkit.emulated_cuda` instead of host mode
     ep: int = 1  # expert parallel (an MoE model; carved out of DP, as Megatron-Core lays it out)
     clipo: bool = True  # False: the same calls with CLIPO off (no pooler, no head step)
+    grads: bool = False  # record `grad_dump`'s per-parameter step (grads, TP attributes, values)
 
     @property
     def world(self) -> int:
@@ -156,6 +157,10 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
 
     shards = data.shard_by_batch_size(layout.dp, batch_size=scenario.B, sequence_packing_args=pack)
     shards = shards[0] if isinstance(shards, tuple) else shards
+    from tests.nemo_rl.real_worker import grad_dump
+
+    if layout.grads:  # each parameter's part of the grad norm, recorded at the step
+        res["grads"] = grad_dump.record_step(worker)
     train_out = worker.train(
         data=shards[where["dp"]], loss_fn=NLLLossFn(), gbs=scenario.B, mbs=scenario.B // layout.dp
     )
@@ -174,6 +179,8 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
     from tests.nemo_rl.real_worker.moe_model import expert_weights
 
     res["experts"] = expert_weights(worker)  # MoE: after the step's param gather, as norm_weight
+    if layout.grads:
+        res["values"] = grad_dump.values(worker)  # every parameter after the step
     if worker._clipo is not None:  # the head after its step: one head on every rank
         res["head"] = worker.clipo_head_state()["head"]
     return res
