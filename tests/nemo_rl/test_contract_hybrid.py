@@ -65,7 +65,7 @@ def build_hybrid_contract_model(path: Path) -> Path:
         char_tokenizer(), pattern=NANO_PATTERN, chunk=CHUNK, use_cache=False, **MAMBA
     )
     with hf_mixer_on_reference():
-        build_contract_model(path, SHARED, k=6, config=config)  # the 6 prompts the run draws
+        build_contract_model(path, SHARED, k=4, steps=80, config=config)  # 2 cores: steps 1-2
     hub_checkpoint(path)
     return path
 
