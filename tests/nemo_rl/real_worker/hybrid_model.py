@@ -115,7 +115,7 @@ def _reference_mixer_forward(self, hidden_states, *_a, **_k):
     x = x.reshape(b, s, h, -1)
     B, C = (t.reshape(b, s, g, n).repeat_interleave(h // g, dim=2) for t in (B, C))
     A = -torch.exp(self.A_log.float())
-    y, _ = ref.ssd_minimal(x * dt[..., None], A * dt, B, C, 64)
+    y, _ = ref.ssd_minimal(x * dt[..., None], A * dt, B, C, 128)
     y = (y + x * self.D[:, None]).reshape(b, s, d) * F.silu(z)
     eps = getattr(self.norm, "variance_epsilon", 1e-5)
     return self.out_proj(ref.rmsnorm_gated(y, self.norm.weight, None, eps, d // g, False))
