@@ -17,7 +17,12 @@ across Mamba chunks (huggingface/transformers#34817): the model's chunk (512) is
 row the check recomputes, and the fine-tune runs HF's mixers on the reference scan
 (`hybrid_model.hf_mixer_on_reference`), which is exact across chunks.
 
-RESULTS (filled in from the runs; docs/validation.md 2026-12-04).
+Record (2026-12-04, 2 shared cores; docs/validation.md): passed, 7 min 37 s with the model
+cached; clipo/loss 1.63437, 1.98406, 1.98623; loss 0.0515, 0.09956; router aux loss 0.5149, 0.5081;
+pooled rows vs HF 2.4e-7; advantages to 3.3e-7; step 3 after the resume exact.
+Seen red (find_final_norm mutated for HybridStack, then restored): the hook on the last Mamba
+layer (`decoder.layers.0`): pooled error 1.06; on the last layer's output before the final norm
+(`decoder.layers.3`, MoE): 0.538.
 """
 
 from __future__ import annotations
