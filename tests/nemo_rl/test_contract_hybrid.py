@@ -1,9 +1,11 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """The hybrid family (Nemotron-H / Nemotron 3 Nano: Mamba-2 + attention + MoE, Megatron-Core's
 `HybridModel` imported by Bridge's `NemotronHBridge`) inside NeMo-RL's real `grpo_train`: a tiny
-NemotronH of Nemotron 3 Nano's shape (layers "ME*E": Mamba-2, MoE, attention, MoE; 4 routed experts, top-2, a shared expert, the sigmoid router with its expert bias), fine-tuned as
-the dense contract model is, at EP 2 on two of NeMo-RL's Megatron workers (the Nano recipes'
-expert parallelism; the token dispatcher's all-to-all over gloo, as `test_contract_moe.py`).
+NemotronH of Nemotron 3 Nano's shape (layers "ME*E": Mamba-2, MoE, attention, MoE; 4 routed
+experts, top-2, a shared expert, the sigmoid router with its expert bias), fine-tuned as the dense
+contract model is (the run's 6 prompts, 100 steps), at EP 2 on two of NeMo-RL's Megatron workers
+(the Nano recipes' expert parallelism; the token dispatcher's all-to-all over gloo, as
+`test_contract_moe.py`).
 
 3 steps (a head-only warm-up, a checkpoint at step 2), CLIPO's four checks on every step (the
 pooled rows against HF's `norm_f` output on step 1), then a resume from step 2 in fresh actors that
