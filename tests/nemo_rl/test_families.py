@@ -25,11 +25,11 @@ needs_recipes = pytest.mark.skipif(
 CASES = {  # recipe -> (family, features)
     "grpo-nanov3-30BA3B-2n8g-megatron-pack-cp.yaml": (
         families.HYBRID,
-        [families.MOE, families.MOE_IN_FAMILY],
+        [families.MOE, families.MOE_IN_HYBRID],
     ),
     "grpo-nemotron3-super-120BA12B-8n4g-megatron.yaml": (
         families.HYBRID,
-        [families.MOE, families.MOE_IN_FAMILY, families.MTP],
+        [families.MOE, families.MOE_IN_HYBRID, families.MTP],
     ),
     "grpo-nano-v2-12b-1n8g-megatron.yaml": (families.HYBRID, []),
     "grpo-dapomath17k-dsv3-megatron.yaml": (families.MLA, [families.MOE]),
@@ -92,18 +92,24 @@ def _overlay(tmp_path: Path, recipe: str) -> Path:
 
 @needs_recipes
 def test_the_ok_line_names_what_clipo_has_not_run_with(nemo_rl_root, tmp_path, capsys):
-    line = _ok_line(_overlay(tmp_path, "grpo-nemotron3-super-120BA12B-8n4g-megatron.yaml"), capsys)
-    assert (
-        line.startswith(  # the hybrid family, MoE and MTP have run, MoE inside the hybrid stack not
-            f"preflight OK (accepted; CLIPO has not run with {families.MOE_IN_FAMILY.name}: "
-            f"{families.MOE_IN_FAMILY.why_not}): "
-        )
+    line = _ok_line(_overlay(tmp_path, "grpo-moonlight-16ba3b-4n8g-megatron-fp8-e2e.yaml"), capsys)
+    assert line.startswith(  # MLA and MoE have run, FP8 training not
+        f"preflight OK (accepted; CLIPO has not run with FP8 training: {families.FP8.why_not}): "
     ), line
 
 
 @needs_recipes
-def test_a_dense_recipe_clipo_has_run_with_keeps_the_plain_ok_line(nemo_rl_root, tmp_path, capsys):
-    line = _ok_line(_overlay(tmp_path, "grpo-llama3.2-1b-instruct-1n8g-megatron.yaml"), capsys)
+@pytest.mark.parametrize(
+    "recipe",  # dense; and hybrid Mamba + MoE in the stack + MTP, each run (the record)
+    [
+        "grpo-llama3.2-1b-instruct-1n8g-megatron.yaml",
+        "grpo-nemotron3-super-120BA12B-8n4g-megatron.yaml",
+    ],
+)
+def test_a_recipe_that_has_run_in_full_gets_the_plain_ok_line(
+    nemo_rl_root, tmp_path, capsys, recipe
+):
+    line = _ok_line(_overlay(tmp_path, recipe), capsys)
     assert line.startswith("preflight OK: "), line
 
 

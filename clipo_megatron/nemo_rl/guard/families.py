@@ -44,7 +44,8 @@ MOE = Part(
 )
 HYBRID = Part(
     "hybrid Mamba (Nemotron-H / Nemotron 3)",
-    "tests/nemo_rl/real_worker/test_hybrid_worker.py::test_hybrid_worker_matches_hf",
+    "tests/nemo_rl/real_worker/test_hybrid_worker.py::test_hybrid_worker_matches_hf, "
+    "tests/nemo_rl/test_contract_hybrid.py::test_hybrid_moe_ep2_in_grpo_train",
 )
 MLA = Part(
     "multi-latent attention (DeepSeek-V3 / Moonlight / GLM)",
@@ -59,10 +60,9 @@ GPT_OSS = Part(
     "gpt-oss (attention sinks, sliding windows)",
     "tests/nemo_rl/real_worker/test_gptoss.py::test_worker_gptoss_clipo_on_equals_off",
 )
-MOE_IN_FAMILY = Part(
+MOE_IN_HYBRID = Part(  # grpo_train at EP 2 with a checkpoint and an exact resume
     "MoE layers in a hybrid Mamba stack",
-    None,
-    "its CPU case has no MoE layer yet (MoE has run in GPTModel, MLA, gpt-oss and Qwen3.5)",
+    "tests/nemo_rl/test_contract_hybrid.py::test_hybrid_moe_ep2_in_grpo_train",
 )
 MOE_IN_GATED_DELTANET = Part(
     "MoE layers in a gated DeltaNet stack (Qwen3.5 MoE)",
@@ -121,13 +121,15 @@ FAMILY_RULES: tuple[tuple[Part, Callable[[dict[str, Any]], bool]], ...] = (
     (GPT_OSS, lambda c: "gpt-oss" in _model(c)),
 )
 
+
+def _family(config: dict[str, Any], family: Part) -> bool:
+    return any(used(config) for part, used in FAMILY_RULES if part is family)
+
+
 FEATURE_RULES: tuple[tuple[Part, Callable[[dict[str, Any]], bool]], ...] = (
     (MOE, lambda c: _moe(c)),
-    (MOE_IN_FAMILY, lambda c: _moe(c) and any(u(c) for p, u in FAMILY_RULES if p is HYBRID)),
-    (
-        MOE_IN_GATED_DELTANET,
-        lambda c: _moe(c) and any(u(c) for p, u in FAMILY_RULES if p is GATED_DELTANET),
-    ),
+    (MOE_IN_HYBRID, lambda c: _moe(c) and _family(c, HYBRID)),
+    (MOE_IN_GATED_DELTANET, lambda c: _moe(c) and _family(c, GATED_DELTANET)),
     (MTP, lambda c: int(_get(c, "policy.megatron_cfg.mtp_num_layers", 0) or 0) > 0),
     (LORA, lambda c: bool(_get(c, "policy.megatron_cfg.peft.enabled", False))),
     (FP8, lambda c: bool(_get(c, "policy.megatron_cfg.fp8_cfg.enabled", False))),

@@ -16,12 +16,46 @@ What stands in on CPU (the test module's docstring holds the record):
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
 
 PATTERN = ["mamba", "attention", "mamba", "mlp"]  # HF's layers_block_type ("M*M-")
 HF_CHUNK = 128  # > every row's length: HF's torch path is wrong across chunks (transformers#34817)
+
+
+def hybrid_config(tok, *, pattern=PATTERN, hidden: int = 64, chunk: int = HF_CHUNK, **overrides):
+    """An HF NemotronHConfig of the tiny shape; `pattern` may hold "moe" layers (Nemotron 3 Nano's
+    "E": 4 routed experts, top-2, a shared expert, the sigmoid router with its expert bias)."""
+    import transformers
+
+    shape = dict(ssm_state_size=16, mamba_num_heads=8) | overrides
+    return transformers.NemotronHConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        layers_block_type=list(pattern),
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=2 * hidden,
+        mamba_head_dim=16,
+        n_groups=2,
+        conv_kernel=4,
+        chunk_size=chunk,
+        use_mamba_kernels=False,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_shared_experts=1,
+        moe_intermediate_size=hidden,
+        moe_shared_expert_intermediate_size=hidden,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **shape,
+    )
 
 
 def tiny_hybrid_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Path:
@@ -33,27 +67,7 @@ def tiny_hybrid_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Path:
     if (path / "config.json").exists():
         return path
     tok = char_tokenizer()
-    config = transformers.NemotronHConfig(
-        vocab_size=len(tok),
-        hidden_size=hidden,
-        layers_block_type=PATTERN,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=2 * hidden,
-        ssm_state_size=16,
-        mamba_num_heads=8,
-        mamba_head_dim=16,
-        n_groups=2,
-        conv_kernel=4,
-        chunk_size=HF_CHUNK,
-        use_mamba_kernels=False,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
+    config = hybrid_config(tok, hidden=hidden)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config).float()
     with torch.no_grad():  # HF's init leaves D = 1, norms at 1, A_log = log(1..h): draw them
@@ -62,13 +76,62 @@ def tiny_hybrid_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Path:
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
             elif name.endswith(".A_log"):
                 p.copy_(torch.rand_like(p) * 1.5 - 1.0)
-    # HF's torch path clamps dt at time_step_min (its init's lower bound); the kernels, as
-    # Megatron-Core calls them, at dt_limit (0, inf): the saved model clamps at 0 as they do
-    model.config.time_step_min = 0.0
     model.eval().save_pretrained(path)
-    _hub_key_names(path)
+    hub_checkpoint(path)
     tok.save_pretrained(path)
     return path
+
+
+def hub_checkpoint(path: Path) -> None:
+    """A saved NemotronH made what Bridge imports as the kernels compute: the hub's key names
+    (`_hub_key_names`), and dt clamped at 0 -- HF's torch path clamps dt at time_step_min (its
+    init's lower bound); the kernels, as Megatron-Core calls them, at dt_limit (0, inf)."""
+    import json
+
+    _hub_key_names(path)
+    file = path / "config.json"
+    config = json.loads(file.read_text())
+    config["time_step_min"] = 0.0
+    file.write_text(json.dumps(config, indent=2))
+
+
+def _reference_mixer_forward(self, hidden_states, *_a, **_k):
+    """HF's Mamba-2 mixer computed from `mamba_reference`'s pieces (the conv, the SSD chunked
+    scan over the whole batch at once, the gated norm), as Megatron-Core's training path composes
+    the kernels: exact across chunks and memory-light, for fine-tuning on rows longer than HF's
+    torch path can afford in one chunk. Right-padded rows, no cache."""
+    import torch.nn.functional as F
+
+    from clipo_testkit import mamba_reference as ref
+
+    d, g, n, h = self.intermediate_size, self.n_groups, self.ssm_state_size, self.num_heads
+    z, xbc, dt = torch.split(self.in_proj(hidden_states), [d, d + 2 * g * n, h], dim=-1)
+    xbc = ref.causal_conv1d_fn(
+        xbc.transpose(1, 2), self.conv1d.weight[:, 0, :], self.conv1d.bias, activation="silu"
+    ).transpose(1, 2)
+    x, B, C = torch.split(xbc, [d, g * n, g * n], dim=-1)
+    b, s = x.shape[:2]
+    dt = F.softplus(dt + self.dt_bias).clamp(min=0.0)  # [b, s, h]
+    x = x.reshape(b, s, h, -1)
+    B, C = (t.reshape(b, s, g, n).repeat_interleave(h // g, dim=2) for t in (B, C))
+    A = -torch.exp(self.A_log.float())
+    y, _ = ref.ssd_minimal(x * dt[..., None], A * dt, B, C, 128)
+    y = (y + x * self.D[:, None]).reshape(b, s, d) * F.silu(z)
+    eps = getattr(self.norm, "variance_epsilon", 1e-5)
+    return self.out_proj(ref.rmsnorm_gated(y, self.norm.weight, None, eps, d // g, False))
+
+
+@contextlib.contextmanager
+def hf_mixer_on_reference():
+    """HF NemotronH's Mamba-2 mixers run `_reference_mixer_forward` inside the block."""
+    from transformers.models.nemotron_h import modeling_nemotron_h as hf
+
+    original = hf.NemotronHMamba2Mixer.forward
+    hf.NemotronHMamba2Mixer.forward = _reference_mixer_forward
+    try:
+        yield
+    finally:
+        hf.NemotronHMamba2Mixer.forward = original
 
 
 def _hub_key_names(path: Path) -> None:

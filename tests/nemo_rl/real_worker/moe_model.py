@@ -98,7 +98,11 @@ def is_moe(model_dir: Path) -> bool:
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     # transformers 5 writes Qwen3-MoE's `num_experts` as `num_local_experts`; ERNIE's moe_num_experts
     keys = ("num_experts", "num_local_experts", "moe_num_experts")
-    return any(cfg.get(k) for k in keys)
+    # NemotronH always writes n_routed_experts: MoE when its layer pattern holds an "E" layer
+    hybrid_moe = "moe" in (cfg.get("layers_block_type") or []) or "E" in str(
+        cfg.get("hybrid_override_pattern") or ""
+    )
+    return any(cfg.get(k) for k in keys) or (cfg.get("model_type") == "nemotron_h" and hybrid_moe)
 
 
 def moe_policy(policy: dict[str, Any], *, ep: int, dispatcher: str = "alltoall") -> dict[str, Any]:
