@@ -7,7 +7,8 @@ and `handle_torch_function` pops the mode for the duration of the call: the whol
 `torch.autograd.backward` when `deallocate_pipeline_outputs` is False (Bridge's MLAModelProvider,
 `patch_lines.PATCHES` "backward_in_mode"), and a backward that places a tensor on
 `torch.cuda.current_device()` (the MoE all-to-all's, tensor_parallel/mappings.py) then asks for a
-CUDA device; `Tensor.backward` is routed the same way. `_CudaToCpuThroughBackward` runs such a call as torch's own `backward` does after its
+CUDA device; `Tensor.backward` is routed the same way. `_CudaToCpuThroughBackward` runs such a
+call as torch's own `backward` does after its
 override check, with the mode pushed back on: the same engine call, the mode held inside it.
 """
 
