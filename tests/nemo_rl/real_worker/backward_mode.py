@@ -8,8 +8,7 @@ and `handle_torch_function` pops the mode for the duration of the call: the whol
 `patch_lines.PATCHES` "backward_in_mode"), and a backward that places a tensor on
 `torch.cuda.current_device()` (the MoE all-to-all's, tensor_parallel/mappings.py) then asks for a
 CUDA device; `Tensor.backward` is routed the same way. `_CudaToCpuThroughBackward` runs such a
-call as torch's own `backward` does after its
-override check, with the mode pushed back on: the same engine call, the mode held inside it.
+call as torch's own `backward` does after its override check, with the mode pushed back on: the same engine call, the mode held inside it.
 """
 
 from __future__ import annotations
