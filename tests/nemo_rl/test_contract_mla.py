@@ -52,9 +52,9 @@ pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow, pytest.mark.contract_full]
 
 # Not yet exact (run 2026-12-04): the three steps and CLIPO's checks pass, the resumed step 3
 # repeats the rollouts and rewards but its pooled states differ by 6.4e-6 (not bit-equal). Not
-# found yet; a lead: with ETP 1 at TP 2 the experts' distributed-optimizer shards span the expert-DP group
-# (size 2), where the dense contract's TP 2 case has none. Only that difference is an xfail (every
-# other failure, CLIPO's checks included, stays red); an exact resume passes.
+# found yet; a lead: with ETP 1 at TP 2 the experts' distributed-optimizer shards span the
+# expert-DP group (size 2), where the dense contract's TP 2 case has none. Only that difference is
+# an xfail (every other failure, CLIPO's checks included, stays red); an exact resume passes.
 RESUME_NOT_EXACT = "first differs at pooled"
 LAYOUTS = {  # TP 2 + SP, the distributed optimizer overlapped (EP 2 here: not run yet)
     "tp2-sp-distopt": Layout(tp=2, sp=True, dist_opt=True),

@@ -1,14 +1,15 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """The CPU worker's device-literal mode kept on inside `torch.autograd.backward` (test code).
 
-torch (>= 2.13) routes `torch.autograd.backward` through `__torch_function__` when a mode is on,
-and `handle_torch_function` pops the mode for the duration of the call: the whole backward pass
-(every autograd Function's `backward`) then runs without it. Megatron-Core's schedule calls
+torch (>= 2.13) routes `torch.autograd.backward` through `__torch_function__` when a mode is on, and
+`handle_torch_function` pops the mode for the duration of the call: the whole backward pass (every
+autograd Function's `backward`) then runs without it. Megatron-Core's schedule calls
 `torch.autograd.backward` when `deallocate_pipeline_outputs` is False (Bridge's MLAModelProvider,
 `patch_lines.PATCHES` "backward_in_mode"), and a backward that places a tensor on
 `torch.cuda.current_device()` (the MoE all-to-all's, tensor_parallel/mappings.py) then asks for a
-CUDA device; `Tensor.backward` is routed the same way. `_CudaToCpuThroughBackward` runs such a
-call as torch's own `backward` does after its override check, with the mode pushed back on: the same engine call, the mode held inside it.
+CUDA device; `Tensor.backward` is routed the same way. `_CudaToCpuThroughBackward` runs such a call
+as torch's own `backward` does after its override check, with the mode pushed back on: the same
+engine call, the mode held inside it.
 """
 
 from __future__ import annotations
