@@ -44,10 +44,12 @@ def first_problems(data_dir: Path, k: int) -> list[tuple[list[int], str]]:
 
 
 def build_contract_model(
-    path: Path, data_dir: Path, *, k: int = 8, steps: int = 200, config=None
+    path: Path, data_dir: Path, *, k: int = 8, steps: int = 200, config=None, prepare=None
 ) -> Path:
     """Save the fine-tuned tiny model + tokenizer to `path` (an HF model directory). `config`: an
-    HF config of another architecture (the MoE contract case's Qwen3-MoE); a tiny Llama if None."""
+    HF config of another architecture (the MoE contract case's Qwen3-MoE); a tiny Llama if None.
+    `prepare(model)`: run on the initialised model before the fine-tune (the MLA case's expert
+    bias, a buffer the fine-tune leaves as set)."""
     import transformers
 
     tok = char_tokenizer()
@@ -57,6 +59,8 @@ def build_contract_model(
         model = transformers.LlamaForCausalLM(tiny_llama_config(tok, hidden=64)).float()
     else:
         model = transformers.AutoModelForCausalLM.from_config(config).float()
+    if prepare is not None:
+        prepare(model)
     rows = []  # each prompt with its answer and the next prompt's (a wrong one), after each lead-in
     for i, (ids, answer) in enumerate(problems):
         for lead in LEAD_INS:

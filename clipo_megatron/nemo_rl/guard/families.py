@@ -49,7 +49,9 @@ HYBRID = Part(
 )
 MLA = Part(
     "multi-latent attention (DeepSeek-V3 / Moonlight / GLM)",
-    "tests/nemo_rl/real_worker/test_mla_model.py::test_mla_logprobs_and_pooled_rows_match_hugging_face",
+    "tests/nemo_rl/real_worker/test_mla_model.py::test_mla_logprobs_and_pooled_rows_match_hugging_face, "
+    "tests/nemo_rl/real_worker/test_mla_model.py::test_mla_ep2_equals_ep1, "
+    "tests/nemo_rl/test_contract_mla.py::test_mla_in_grpo_train",
 )
 DSA = Part("DeepSeek sparse attention (GLM-5.1)", None, "its indexer kernels are GPU-only")
 GATED_DELTANET = Part(

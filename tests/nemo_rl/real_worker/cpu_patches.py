@@ -174,7 +174,7 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
     from megatron.bridge import AutoBridge
     from nemo_rl.models.megatron import setup as nrl_setup
 
-    from clipo_megatron.runner.model.cpu_shims import _CudaToCpu
+    from tests.nemo_rl.real_worker.backward_mode import _CudaToCpuThroughBackward
 
     saved: list[tuple[object, str, object]] = []
 
@@ -283,7 +283,7 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
         if hasattr(mod, "clip_grad_by_total_norm_fp32"):
             put(mod, "clip_grad_by_total_norm_fp32", _cpu_clip_grad_by_total_norm_fp32)
     if not emulated:
-        stack.enter_context(_CudaToCpu())
+        stack.enter_context(_CudaToCpuThroughBackward())  # held inside autograd.backward too
     try:
         with stack:
             yield

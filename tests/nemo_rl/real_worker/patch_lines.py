@@ -174,6 +174,14 @@ PATCHES = (
         "all_to_all_single; a host tensor is left as it is, and gloo's all_to_all_single refuses "
         "a tensor of split sizes: a host tensor takes the same path (the copy a no-op)",
     ),
+    Patch(
+        "backward_in_mode",
+        "mcore:pipeline_parallel/schedules.py",
+        "torch.autograd.backward(output_tensor[0], grad_tensors=output_tensor_grad[0])",
+        "with deallocate_pipeline_outputs False (MLAModelProvider's) the schedule calls "
+        "torch.autograd.backward, which torch routes through the device-literal mode and runs "
+        "with the mode popped: the mode is pushed back for the engine call (backward_mode.py)",
+    ),
 )
 
 

@@ -188,10 +188,10 @@ def _in_device_mode(fn):
 
     @functools.wraps(fn)
     def wrapped(self, *a, **k):
-        from clipo_megatron.runner.model.cpu_shims import _CudaToCpu
         from clipo_testkit.emulated_cuda import emulated_cuda_on_this_thread
+        from tests.nemo_rl.real_worker.backward_mode import _CudaToCpuThroughBackward
 
-        with emulated_cuda_on_this_thread() if self.emulated else _CudaToCpu():
+        with emulated_cuda_on_this_thread() if self.emulated else _CudaToCpuThroughBackward():
             return fn(self, *a, **k)
 
     return wrapped

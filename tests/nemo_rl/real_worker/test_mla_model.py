@@ -15,8 +15,10 @@ the model's seed gives no near-tie (`_routing_margin`: the smallest gap between 
 expert score and between the two groups' scores over every token of the batch, printed; a tie
 within fp32 noise would pick other experts on the two sides and is refused, not tolerated).
 
-EP 2 against EP 1 (DP 2, `contract_full`), written but skipped: its `train` stops on CPU in the
-all-to-all's backward (the comment above the case says why; not a CLIPO or NeMo-RL failure).
+EP 2 against EP 1 (DP 2, `contract_full`): it runs on CPU since the worker patches hold their
+device mode inside `torch.autograd.backward` (`backward_mode.py`; the comment above the case). Run
+2026-12-04: every rank's logprobs, pooled rows, r_CL, loss, grad norm, final norm and head equal
+to 0.0, the experts' weights after the step to 9.3e-9; 7 min 11 s wall for both layouts.
 
 What stands in on CPU (debts; `mla_model.py` says what each hides): the core attention (torch
 SDPA, TE's THD output layout), torch RMSNorms for TENorm, SequentialMLP for grouped GEMM.
@@ -140,16 +142,12 @@ def test_mla_clipo_on_and_off_give_the_same_policy_numbers(mla_dir, runs):
     print(f"\n[mla] CLIPO on == off: {on[0]['train']}")
 
 
-# Not yet green on CPU (run 2026-12-04): EP 2's `train` stops in the all-to-all's backward
-# (Megatron-Core tensor_parallel/mappings.py:444, `new_empty(device=torch.cuda.current_device())`:
-# "Found no NVIDIA driver"). Bridge's MLAModelProvider takes MLATransformerConfig's
-# `deallocate_pipeline_outputs=False` (GPTModelProvider's True loses in the MRO), so Megatron-Core's
-# schedule calls `torch.autograd.backward` (schedules.py:574), which the CPU shims' TorchFunctionMode
-# intercepts and runs with the mode off; the MoE models' `custom_backward` never passes through it.
-# A GPU run has none of this; the CPU fix belongs in the shims (the mode kept on inside backward).
+# EP 2's `train` ran into Megatron-Core's all-to-all backward with the CPU shims' device mode off
+# (Bridge's MLAModelProvider keeps `deallocate_pipeline_outputs=False`, so the schedule calls
+# `torch.autograd.backward`, which torch routes through the mode and runs with it popped):
+# `backward_mode._CudaToCpuThroughBackward` holds the mode inside it (patch "backward_in_mode").
 @FULL
 @pytest.mark.multiprocess
-@pytest.mark.skip(reason="CPU shims drop their device mode inside torch.autograd.backward (above)")
 def test_mla_ep2_equals_ep1(mla_dir, runs):
     """EP 2 against EP 1 at DP 2 (`test_moe_layouts`' reference: EP is carved out of DP, so DP 2 at
     EP 1 isolates what expert parallelism changes): every rank's logprobs, pooled rows, r_CL, loss

@@ -1,0 +1,133 @@
+# Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
+"""The MLA family (DeepSeek-V3 / Moonlight / Kimi) inside NeMo-RL's real `grpo_train`: the tiny
+DeepSeek-V3 of `real_worker/mla_model.py` (multi-latent attention with Q / KV LoRA ranks and a value
+head of its own size, YaRN RoPE, a dense layer then an MoE layer of 4 experts, top-2, one shared
+expert, sigmoid scores with a non-zero expert bias, grouped routing), imported by Bridge's
+`deepseek_v3_bridge.py`, the Moonlight recipes' MoE keys (`mla_model.mla_policy`: router frozen, no
+aux loss, fp64 routing, alltoall), fine-tuned as the dense contract model is (groups mix correct
+and wrong rollouts). Layout: TP 2 + sequence parallel with the distributed optimizer (the recipes'
+grad-reduce / param-gather overlap on), two of NeMo-RL's Megatron workers, the generation sampler
+gathering the vocab-parallel logits (`real_worker/ray_worker.py`).
+
+3 steps (a head-only warm-up, a checkpoint at step 2), CLIPO's four checks on every step
+(`test_contract._check_clipo`: the pooled states against Hugging Face's final norm, r_CL on the
+right rows, GRPO(r + r_CL) advantages, the head moved), then a resume from step 2 in fresh actors
+that must repeat step 3 exactly (the trace, every logged metric, the head and its AdamW).
+
+Run 2026-12-04 (load 3-14 on 2 cores, the model cached): both runs 8 min 21 s; loss per step
+0.0, 0.0385, 0.0702, reward 0.5, 0.5, 0.3125; r_CL within-group spread 0.272, 0.31281, 0.27386;
+advantages == GRPO(r + r_CL) to 2.1e-7; the pooled states against HF's final norm within 1e-4.
+The resume is NOT exact yet: step 3's rollouts and rewards repeat, its pooled states differ by
+6.4e-6 (an xfail, `RESUME_NOT_EXACT`). The fine-tune (200 steps) took 45.6 min here.
+
+Broken on purpose (2026-12-04), red at CLIPO's pooled-state check after the full run:
+`find_final_norm` returning the last decoder layer (the MoE layer) for GPTModel, `pooled states
+are not the response-token means (max error 1.07)`; pooled rows from the first (dense) layer,
+max error 1.26.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.nemo_rl import test_contract
+from tests.nemo_rl.nemo_rl_loop import train_metrics
+from tests.nemo_rl.real_worker.layouts import Layout
+from tests.nemo_rl.test_contract import (
+    CHECKPOINT_STEP,
+    SHARED,
+    STEPS,
+    WARMUP,
+    _check_clipo,
+    check_exact_resume,
+)
+
+nemo_rl_cpu = test_contract.nemo_rl_cpu  # Ray with NeMo-RL's worker registered
+
+pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow, pytest.mark.contract_full]
+
+# Not yet exact (run 2026-12-04): the three steps and CLIPO's checks pass, the resumed step 3
+# repeats the rollouts and rewards but its pooled states differ by 6.4e-6 (not bit-equal). Not
+# found yet; a lead: with ETP 1 at TP 2 the experts' distributed-optimizer shards span the
+# expert-DP group (size 2), where the dense contract's TP 2 case has none. Only that difference is
+# an xfail (every other failure, CLIPO's checks included, stays red); an exact resume passes.
+RESUME_NOT_EXACT = "first differs at pooled"
+LAYOUTS = {  # TP 2 + SP, the distributed optimizer overlapped (EP 2 here: not run yet)
+    "tp2-sp-distopt": Layout(tp=2, sp=True, dist_opt=True),
+}
+
+
+@pytest.fixture(scope="module")
+def mla_contract_model(nemo_rl_cpu, tmp_path_factory) -> Path:
+    """The contract model's fine-tune on the tiny DeepSeek-V3 (`mla_model.tiny_mla_model`'s shape
+    and expert bias)."""
+    import transformers
+
+    from tests.nemo_rl.contract_model import build_contract_model
+    from tests.nemo_rl.real_worker.mla_model import (
+        padded_value_sdpa,
+        set_expert_bias,
+        tiny_mla_model,
+    )
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    path = cache / "clipo_megatron" / "contract_mla_model_v1"
+    if not (path / "config.json").exists():
+        shape = tiny_mla_model(tmp_path_factory.mktemp("mla_shape") / "model")
+        config = transformers.AutoConfig.from_pretrained(shape)
+        with padded_value_sdpa():  # HF's MoE forward makes this fine-tune the slow part
+            build_contract_model(path, SHARED, config=config, prepare=set_expert_bias)
+    return path
+
+
+def _config(model_dir: Path, out: Path, layout: Layout) -> dict:
+    from tests.nemo_rl.nemo_rl_loop import contract_config
+
+    return contract_config(
+        "grpo",
+        True,
+        model_dir=model_dir,
+        out_dir=out,
+        max_steps=STEPS,
+        warmup_steps=WARMUP,
+        dp=layout.dp,
+        world=layout.world,
+    )
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS.values()), ids=list(LAYOUTS))
+def test_mla_in_grpo_train(nemo_rl_cpu, mla_contract_model, tmp_path, layout):
+    from tests.nemo_rl.nemo_rl_loop import run_grpo
+
+    cfg = _config(mla_contract_model, tmp_path / "full", layout)
+    full = run_grpo(cfg, worker_fqn=nemo_rl_cpu, layout=layout)
+    assert full["resumed_from"] is None and full["clipo_step"] == STEPS
+    held = [train_metrics(full, s)["clipo/policy_updated"] == 0.0 for s in range(1, STEPS + 1)]
+    assert held == [True] * WARMUP + [False] * (STEPS - WARMUP)
+    _check_clipo(full, cfg, mla_contract_model)
+
+    ckpt = tmp_path / "resumed" / "ckpt"
+    shutil.copytree(tmp_path / "full" / "ckpt" / f"step_{CHECKPOINT_STEP}", ckpt / "step_2")
+    resumed = run_grpo(
+        _config(mla_contract_model, tmp_path / "resumed", layout),
+        worker_fqn=nemo_rl_cpu,
+        layout=layout,
+    )
+    try:
+        check_exact_resume(full, resumed, clipo_on=True, label=f"mla {layout.name}: ")
+    except AssertionError as e:
+        if RESUME_NOT_EXACT in str(e):
+            pytest.xfail(f"known, not found yet: {e}")
+        raise
+    steps = range(1, STEPS + 1)
+    print(
+        f"\n[contract] MLA {layout.name} in grpo_train, steps 1-{STEPS}: "
+        f"{[round(train_metrics(full, s)['clipo/loss'], 5) for s in steps]} (clipo/loss), "
+        f"{[round(train_metrics(full, s)['loss'], 5) for s in steps]} (loss), "
+        f"{[round(train_metrics(full, s)['reward'], 5) for s in steps]} (reward); "
+        f"resumed step {STEPS} exact"
+    )
