@@ -17,8 +17,12 @@ that must repeat step 3 exactly (the trace, every logged metric, the head and it
 Run 2026-12-04 (load 3-14 on 2 cores, the model cached): both runs 8 min 21 s; loss per step
 0.0, 0.0385, 0.0702, reward 0.5, 0.5, 0.3125; r_CL within-group spread 0.272, 0.31281, 0.27386;
 advantages == GRPO(r + r_CL) to 2.1e-7; the pooled states against HF's final norm within 1e-4.
-The resume is NOT exact yet: step 3's rollouts and rewards repeat, its pooled states differ by
-6.4e-6 (an xfail, `RESUME_NOT_EXACT`). The fine-tune (200 steps) took 45.6 min here.
+clipo/loss 2.6307, 2.08151, 2.10371; the resumed step 3 exact. It was 6.4e-6 off in the pooled
+states until the MLA Q / KV LoRA norms of the CPU spec were marked `sequence_parallel`
+(`mla_model.MLACompressedNorm`): unmarked, `finalize_model_grads` summed `q_layernorm` over TP by
+name but not `kv_layernorm`, the TP ranks' copies drifted apart, and the checkpoint kept rank 0's
+(also 6.4e-6 without the distributed optimizer and without overlap: those were ruled out). The
+fine-tune (200 steps) took 45.6 min here.
 
 Broken on purpose (2026-12-04), red at CLIPO's pooled-state check after the full run:
 `find_final_norm` returning the last decoder layer (the MoE layer) for GPTModel, `pooled states
@@ -50,12 +54,6 @@ nemo_rl_cpu = test_contract.nemo_rl_cpu  # Ray with NeMo-RL's worker registered
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow, pytest.mark.contract_full]
 
-# Not yet exact (run 2026-12-04): the three steps and CLIPO's checks pass, the resumed step 3
-# repeats the rollouts and rewards but its pooled states differ by 6.4e-6 (not bit-equal). Not
-# found yet; a lead: with ETP 1 at TP 2 the experts' distributed-optimizer shards span the
-# expert-DP group (size 2), where the dense contract's TP 2 case has none. Only that difference is
-# an xfail (every other failure, CLIPO's checks included, stays red); an exact resume passes.
-RESUME_NOT_EXACT = "first differs at pooled"
 LAYOUTS = {  # TP 2 + SP, the distributed optimizer overlapped (EP 2 here: not run yet)
     "tp2-sp-distopt": Layout(tp=2, sp=True, dist_opt=True),
 }
@@ -117,12 +115,7 @@ def test_mla_in_grpo_train(nemo_rl_cpu, mla_contract_model, tmp_path, layout):
         worker_fqn=nemo_rl_cpu,
         layout=layout,
     )
-    try:
-        check_exact_resume(full, resumed, clipo_on=True, label=f"mla {layout.name}: ")
-    except AssertionError as e:
-        if RESUME_NOT_EXACT in str(e):
-            pytest.xfail(f"known, not found yet: {e}")
-        raise
+    check_exact_resume(full, resumed, clipo_on=True, label=f"mla {layout.name}: ")
     steps = range(1, STEPS + 1)
     print(
         f"\n[contract] MLA {layout.name} in grpo_train, steps 1-{STEPS}: "

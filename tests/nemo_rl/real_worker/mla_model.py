@@ -16,7 +16,7 @@ What stands in on CPU (each a debt: a GPU run uses TransformerEngine's):
   `thd_attention`), returning the THD layout TE's returns ([T, np * hn]) so Megatron-Core's own
   pad-then-trim of the value head runs; TE's fused attention with MLA's `k_channels != v_channels`
   is not exercised;
-- the norms: torch's RMSNorm (TENorm; Q / KV LoRA norms as `moe_model.TorchQKNorm`);
+- the norms: torch's RMSNorm (TENorm; the Q / KV LoRA norms as `MLACompressedNorm`, marked SP);
 - experts `SequentialMLP` (grouped GEMM), permute fusion off, the shared-expert overlap off (a
   stream), as `moe_model` (and `cpu_patches.CPU_PROVIDER_FIELDS`).
 """
@@ -178,12 +178,24 @@ class MLAPackedSDPAAttention(ContextParallelSDPAAttention):
         return out.reshape(sq, b, np_ * out.shape[-1])
 
 
+class MLACompressedNorm:
+    """MLA's q / kv layernorms (torch RMSNorm): they act on the down-projections' outputs, which
+    Megatron-Core scatters back to the sequence shard under SP, so each TP rank's gradient covers its
+    tokens only: marked `sequence_parallel` as TE's fused layernorm-linear marks its norm, so
+    `finalize_model_grads` sums them over TP (by name it catches `q_layernorm`, not `kv_layernorm`)."""
+
+    def __new__(cls, config, hidden_size: int, eps: float = 1e-6, **_unused):
+        norm = torch.nn.RMSNorm(hidden_size, eps=eps)
+        for p in norm.parameters():
+            p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]
+        return norm
+
+
 def cpu_mla_block_spec(config, *_args, vp_stage=None, **_kwargs):
     """Megatron-Core's local GPT decoder block spec (dense and MoE layers as `moe_layer_freq`
     says, MLA), with the packed SDPA attention and torch norms that run sequence parallel."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
-    from tests.nemo_rl.real_worker.moe_model import TorchQKNorm
     from tests.nemo_rl.real_worker.thd_attention import SequenceParallelTorchNorm
 
     block = get_gpt_decoder_block_spec(
@@ -192,7 +204,7 @@ def cpu_mla_block_spec(config, *_args, vp_stage=None, **_kwargs):
     for spec in {id(s): s for s in block.layer_specs}.values():
         attn = spec.submodules.self_attention.submodules
         attn.core_attention = MLAPackedSDPAAttention
-        attn.q_layernorm = attn.kv_layernorm = TorchQKNorm
+        attn.q_layernorm = attn.kv_layernorm = MLACompressedNorm
         spec.submodules.input_layernorm = SequenceParallelTorchNorm
         spec.submodules.pre_mlp_layernorm = SequenceParallelTorchNorm
     block.layer_norm = SequenceParallelTorchNorm
