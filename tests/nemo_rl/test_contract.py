@@ -209,6 +209,23 @@ def test_grpo_train_resume(full_runs, nemo_rl_cpu, contract_model, objective, cl
     _print_table(objective, clipo_on, full["flavour"], full, resumed)
 
 
+def layout_config(model_dir: Path, out: Path, layout) -> dict:
+    """The contract's GRPO + CLIPO run (`STEPS`, `WARMUP`) for a family case at `layout`
+    (`real_worker.layouts.Layout`): its DP and world size."""
+    from tests.nemo_rl.nemo_rl_loop import contract_config
+
+    return contract_config(
+        "grpo",
+        True,
+        model_dir=model_dir,
+        out_dir=out,
+        max_steps=STEPS,
+        warmup_steps=WARMUP,
+        dp=layout.dp,
+        world=layout.world,
+    )
+
+
 def check_exact_resume(full: dict, resumed: dict, clipo_on: bool, label: str = "") -> None:
     """The resumed run's step STEPS is the uninterrupted run's: with CLIPO the per-row trace, the
     head, its AdamW, RNG and step; always every metric grpo_train logged."""

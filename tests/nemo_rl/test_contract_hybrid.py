@@ -45,6 +45,7 @@ from tests.nemo_rl.test_contract import (
     WARMUP,
     _check_clipo,
     check_exact_resume,
+    layout_config,
 )
 
 nemo_rl_cpu = test_contract.nemo_rl_cpu  # Ray with NeMo-RL's worker registered
@@ -92,21 +93,6 @@ def hybrid_contract_model(nemo_rl_cpu) -> Path:
     return path
 
 
-def _config(model_dir: Path, out: Path, layout: Layout) -> dict:
-    from tests.nemo_rl.nemo_rl_loop import contract_config
-
-    return contract_config(
-        "grpo",
-        True,
-        model_dir=model_dir,
-        out_dir=out,
-        max_steps=STEPS,
-        warmup_steps=WARMUP,
-        dp=layout.dp,
-        world=layout.world,
-    )
-
-
 def _aux_losses(run: dict) -> list[float]:
     """NeMo-RL's logged router aux loss (`moe/...`) of each step that trained the policy."""
     out = []
@@ -122,7 +108,7 @@ def test_hybrid_moe_ep2_in_grpo_train(nemo_rl_cpu, hybrid_contract_model, tmp_pa
     from tests.nemo_rl import clipo_checks as cc
     from tests.nemo_rl.nemo_rl_loop import run_grpo
 
-    cfg = _config(hybrid_contract_model, tmp_path / "full", EP2)
+    cfg = layout_config(hybrid_contract_model, tmp_path / "full", EP2)
     full = run_grpo(cfg, worker_fqn=nemo_rl_cpu, layout=EP2)
     assert full["resumed_from"] is None and full["clipo_step"] == STEPS
     held = [train_metrics(full, s)["clipo/policy_updated"] == 0.0 for s in range(1, STEPS + 1)]
@@ -135,7 +121,7 @@ def test_hybrid_moe_ep2_in_grpo_train(nemo_rl_cpu, hybrid_contract_model, tmp_pa
     ckpt = tmp_path / "resumed" / "ckpt"
     shutil.copytree(tmp_path / "full" / "ckpt" / f"step_{CHECKPOINT_STEP}", ckpt / "step_2")
     resumed = run_grpo(
-        _config(hybrid_contract_model, tmp_path / "resumed", EP2),
+        layout_config(hybrid_contract_model, tmp_path / "resumed", EP2),
         worker_fqn=nemo_rl_cpu,
         layout=EP2,
     )

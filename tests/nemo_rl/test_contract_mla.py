@@ -48,6 +48,7 @@ from tests.nemo_rl.test_contract import (
     WARMUP,
     _check_clipo,
     check_exact_resume,
+    layout_config,
 )
 
 nemo_rl_cpu = test_contract.nemo_rl_cpu  # Ray with NeMo-RL's worker registered
@@ -82,26 +83,11 @@ def mla_contract_model(nemo_rl_cpu, tmp_path_factory) -> Path:
     return path
 
 
-def _config(model_dir: Path, out: Path, layout: Layout) -> dict:
-    from tests.nemo_rl.nemo_rl_loop import contract_config
-
-    return contract_config(
-        "grpo",
-        True,
-        model_dir=model_dir,
-        out_dir=out,
-        max_steps=STEPS,
-        warmup_steps=WARMUP,
-        dp=layout.dp,
-        world=layout.world,
-    )
-
-
 @pytest.mark.parametrize("layout", list(LAYOUTS.values()), ids=list(LAYOUTS))
 def test_mla_in_grpo_train(nemo_rl_cpu, mla_contract_model, tmp_path, layout):
     from tests.nemo_rl.nemo_rl_loop import run_grpo
 
-    cfg = _config(mla_contract_model, tmp_path / "full", layout)
+    cfg = layout_config(mla_contract_model, tmp_path / "full", layout)
     full = run_grpo(cfg, worker_fqn=nemo_rl_cpu, layout=layout)
     assert full["resumed_from"] is None and full["clipo_step"] == STEPS
     held = [train_metrics(full, s)["clipo/policy_updated"] == 0.0 for s in range(1, STEPS + 1)]
@@ -111,7 +97,7 @@ def test_mla_in_grpo_train(nemo_rl_cpu, mla_contract_model, tmp_path, layout):
     ckpt = tmp_path / "resumed" / "ckpt"
     shutil.copytree(tmp_path / "full" / "ckpt" / f"step_{CHECKPOINT_STEP}", ckpt / "step_2")
     resumed = run_grpo(
-        _config(mla_contract_model, tmp_path / "resumed", layout),
+        layout_config(mla_contract_model, tmp_path / "resumed", layout),
         worker_fqn=nemo_rl_cpu,
         layout=layout,
     )

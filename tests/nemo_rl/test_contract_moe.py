@@ -28,6 +28,7 @@ from tests.nemo_rl.test_contract import (
     WARMUP,
     _check_clipo,
     check_exact_resume,
+    layout_config,
 )
 
 nemo_rl_cpu = test_contract.nemo_rl_cpu  # Ray with NeMo-RL's worker registered
@@ -54,21 +55,6 @@ def moe_contract_model(nemo_rl_cpu, tmp_path_factory) -> Path:
     return path
 
 
-def _config(model_dir: Path, out: Path, layout: Layout) -> dict:
-    from tests.nemo_rl.nemo_rl_loop import contract_config
-
-    return contract_config(
-        "grpo",
-        True,
-        model_dir=model_dir,
-        out_dir=out,
-        max_steps=STEPS,
-        warmup_steps=WARMUP,
-        dp=layout.dp,
-        world=layout.world,
-    )
-
-
 def _aux_losses(run: dict) -> list[float]:
     """NeMo-RL's logged load-balancing loss (`moe/...`, from the worker's `moe_metrics`) of each
     step that trained the policy; the head-only warm-up steps run no policy `train`, so none."""
@@ -87,7 +73,7 @@ def _aux_losses(run: dict) -> list[float]:
 def test_moe_ep2_in_grpo_train(nemo_rl_cpu, moe_contract_model, tmp_path):
     from tests.nemo_rl.nemo_rl_loop import run_grpo
 
-    cfg = _config(moe_contract_model, tmp_path / "full", EP2)
+    cfg = layout_config(moe_contract_model, tmp_path / "full", EP2)
     full = run_grpo(cfg, worker_fqn=nemo_rl_cpu, layout=EP2)
     assert full["resumed_from"] is None and full["clipo_step"] == STEPS
     held = [train_metrics(full, s)["clipo/policy_updated"] == 0.0 for s in range(1, STEPS + 1)]
@@ -99,7 +85,9 @@ def test_moe_ep2_in_grpo_train(nemo_rl_cpu, moe_contract_model, tmp_path):
     ckpt = tmp_path / "resumed" / "ckpt"
     shutil.copytree(tmp_path / "full" / "ckpt" / f"step_{CHECKPOINT_STEP}", ckpt / "step_2")
     resumed = run_grpo(
-        _config(moe_contract_model, tmp_path / "resumed", EP2), worker_fqn=nemo_rl_cpu, layout=EP2
+        layout_config(moe_contract_model, tmp_path / "resumed", EP2),
+        worker_fqn=nemo_rl_cpu,
+        layout=EP2,
     )
     check_exact_resume(full, resumed, clipo_on=True, label=f"moe {EP2.name}: ")
     print(
