@@ -7,7 +7,7 @@
 Dotted overrides as NeMo-RL's examples take them (`+key=value` adds a key).
 `--validate-only` runs the preflight (clipo_megatron.nemo_rl.guard.preflight: recipe; when NeMo-RL is
 importable its version, the seams the extension uses in its source (one line per moved seam;
-clipo_megatron.nemo_rl.guard.seams) and its MasterConfig; data files and columns, train/validation
+clipo_megatron.nemo_rl.port.seams) and its MasterConfig; data files and columns, train/validation
 overlap, parallel sizes against the model, cluster environment) and prints one `preflight OK` line (the resolved config
 with `--verbose`, or into `--print-config FILE`); every problem is one line on stderr and the exit
 code is 2. `--no-cluster-env` skips the environment checks (laptop,
@@ -137,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             print(resolved)
         if args.seams:
-            from clipo_megatron.nemo_rl.guard.seams import seam_list
-            from clipo_megatron.nemo_rl.loops import loop_of
+            from clipo_megatron.nemo_rl.port.loops import loop_of
+            from clipo_megatron.nemo_rl.port.seams import seam_list
 
             print("\n".join(seam_list(loop_of(config))))
         print(

@@ -123,7 +123,7 @@ unset RAY_ADDRESS
 "$VENV/bin/python" -c 'import omegaconf, pydantic, ray, transformers, torch; print("[test_nemo_rl] omegaconf", omegaconf.__version__, "pydantic", pydantic.__version__, "ray", ray.__version__, "transformers", transformers.__version__, "torch", torch.__version__)'
 # What was proven against: the project's own recognition of the source (version, commit or probes).
 "$VENV/bin/python" - <<'EOF' || echo "[test_nemo_rl] clipo_megatron does not recognise this NeMo-RL (the tests say why)"
-from clipo_megatron.nemo_rl.guard.compat import detect
+from clipo_megatron.nemo_rl.port.compat import detect
 
 f = detect()
 print(f"[test_nemo_rl] recognised as NeMo-RL {f.name or '(unsupported)'}: version {f.version}, {f.note}")

@@ -4,7 +4,7 @@
 A_i = (r'_i - b_g) / (std_g r' + eps), per group g given by group id (never
 "every G rows"). b_g is the group mean, or with `leave_one_out` the mean of
 the *other* rollouts (NeMo-RL `use_leave_one_out_baseline`). std follows
-NeMo-RL's `calculate_baseline_and_std_per_prompt` (HEAD 7ea279a): the
+NeMo-RL's `calculate_baseline_and_std_per_prompt` (the supported versions'): the
 unbiased std of the group, or with leave-one-out the unbiased std of the
 *other* rollouts (0 when fewer than 2 others). Division happens only where
 std > 0 (elsewhere A is the centred reward, which is 0 for the plain group

@@ -181,7 +181,7 @@ def _check_capture_runs(cfg: dict[str, Any] | DictConfig) -> None:
     conf = as_conf(cfg)  # wrapped once for the keys read below
     threshold = dotted_get(conf, "grpo.seq_logprob_error_threshold")
     if dotted_get(conf, "loss_fn.force_on_policy_ratio", False) and threshold is None:
-        raise ValueError(  # grpo_train's skip rule, the same in v0.7.0 and main
+        raise ValueError(  # grpo_train's skip rule, the same in every supported version
             "loss_fn.force_on_policy_ratio=true makes NeMo-RL skip the prev-logprob pass (with "
             "grpo.seq_logprob_error_threshold unset), the pass CLIPO pools hidden states in, so "
             "the head gets nothing; set loss_fn.force_on_policy_ratio=false"

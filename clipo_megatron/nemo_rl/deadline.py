@@ -18,6 +18,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from clipo_megatron.nemo_rl.port.master_config import block
+
 SAVE_BY_ENV = "CLIPO_SAVE_BY"
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: saved at the deadline, not finished; slurm/common.sh requeues
 _KEY = "checkpoint_must_save_by"
@@ -60,18 +62,11 @@ def _seconds(text: str) -> int:
     return sum(p * u for p, u in zip(reversed(parts), (1, 60, 3600, 86400)))
 
 
-def _checkpointing(master_config: Any) -> Any:
-    """The `checkpointing` block: an attribute on main's pydantic config, a key on v0.7.0's dict."""
-    if isinstance(master_config, dict):
-        return master_config["checkpointing"]
-    return master_config.checkpointing
-
-
 def apply_save_by(master_config: Any, save_by: float, now: float) -> str:
     """Set `checkpointing.checkpoint_must_save_by` to the time left until `save_by` (the
     recipe's own, when it is set and sooner, is kept); the value set. ValueError when
     checkpointing is off: NeMo-RL would stop at the deadline and save nothing."""
-    ck = _checkpointing(master_config)
+    ck = block(master_config, "checkpointing")
     if not ck.get("enabled", True):
         raise ValueError(
             f"{SAVE_BY_ENV} is set but checkpointing.enabled=false: the run would stop at the "

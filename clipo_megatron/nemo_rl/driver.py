@@ -10,8 +10,8 @@ three seams filled.
 2. the advantage estimator                    -> `ClipoAdvantageEstimator` around NeMo-RL's GRPO one;
 3. the loss                                   -> `losses.build_policy_loss` for the objective.
 
-How 1 and 2 reach inside NeMo-RL (the estimator is built inside `grpo_train`) is the adapter's
-business (`adapter.py`); nothing of NeMo-RL is edited.
+How 1 and 2 reach inside NeMo-RL (the estimator is built inside `grpo_train`) is the port's
+business (`port/`); nothing of NeMo-RL is edited.
 """
 
 from __future__ import annotations
@@ -22,21 +22,17 @@ from dataclasses import replace
 from typing import Any
 
 from clipo_megatron.nemo_rl import deadline
-from clipo_megatron.nemo_rl.adapter import (
-    GrpoTrainArgs,
-    advantage_estimator_installed,
-    call_async_grpo_train,
-    call_grpo_train,
-    train_args_from_setup,
-)
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator, ClipoRunState
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
-from clipo_megatron.nemo_rl.loops import (
+from clipo_megatron.nemo_rl.port.grpo_loop import GrpoTrainArgs, train_args_from_setup
+from clipo_megatron.nemo_rl.port.loops import (
     ASYNC_GRPO_TRAIN,
     GRPO_TRAIN_SYNC,
     loop_of,
     unsupported_loop_problem,
 )
+from clipo_megatron.nemo_rl.port.master_config import master_config_dict
+from clipo_megatron.nemo_rl.port.train_loop import run_loop
 
 
 def grpo_train_with_clipo(
@@ -76,22 +72,13 @@ def grpo_train_with_clipo(
         print(
             f"[clipo] {deadline.SAVE_BY_ENV}: grpo_train saves and stops within {must} (DD:HH:MM:SS)"
         )
-    loop = loop_of(config)
-    if loop is GRPO_TRAIN_SYNC:  # grpo_sync imports the estimator's name: rebind it there
-        from clipo_megatron.nemo_rl.adapter_tq import call_grpo_train_sync, grpo_sync_module
-
-        sync = grpo_sync_module()
+    loop, age = loop_of(config), None
+    if loop is GRPO_TRAIN_SYNC:
         print("[clipo] grpo_train_sync (the TransferQueue data plane)")
-        with advantage_estimator_installed(sync, wrap):
-            call_grpo_train_sync(sync, policy, args)
-    else:
-        with advantage_estimator_installed(grpo_module, wrap):
-            if loop is ASYNC_GRPO_TRAIN:
-                age = int(config["grpo"]["async_grpo"]["max_trajectory_age_steps"])
-                print(f"[clipo] async_grpo_train, trajectories up to {age} step(s) old")
-                call_async_grpo_train(grpo_module, policy, args, age)
-            else:
-                call_grpo_train(grpo_module, policy, args)
+    elif loop is ASYNC_GRPO_TRAIN:
+        age = int(config["grpo"]["async_grpo"]["max_trajectory_age_steps"])
+        print(f"[clipo] async_grpo_train, trajectories up to {age} step(s) old")
+    run_loop(loop, grpo_module, policy, args, wrap, max_trajectory_age_steps=age)
     if save_by is None:
         return None
     end = deadline.saved_step(args.checkpointer)
@@ -107,11 +94,6 @@ def data_plane_of(config: dict[str, Any]) -> dict[str, Any] | None:
     """The recipe's `data_plane` block when NeMo-RL would run it with grpo_train_sync (the
     policy is then a TQPolicy), else None."""
     return dict(config["data_plane"]) if loop_of(config) is GRPO_TRAIN_SYNC else None
-
-
-def master_config_dict(master: Any) -> dict[str, Any]:
-    """NeMo-RL's master config as a plain dict: a pydantic model on main, a dict on v0.7.0."""
-    return master.model_dump() if hasattr(master, "model_dump") else dict(master)
 
 
 def prepare(config: dict[str, Any]):

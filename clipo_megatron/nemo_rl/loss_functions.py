@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""Policy losses in NeMo-RL's `LossFunction` protocol (nemo_rl/algorithms/loss/interfaces.py @ 7ea279a).
+"""Policy losses in NeMo-RL's `LossFunction` protocol (nemo_rl/algorithms/loss/interfaces.py).
 
 Protocol: attributes `loss_type` (token / sequence level: which global count
 normalises the loss) and `input_type`; `__call__(..., data, global_valid_seqs,
@@ -70,7 +70,7 @@ except ImportError:  # mirrors of NeMo-RL's enums (same member values)
         LOGPROB = "logprob"
 
 
-try:  # main (7ea279a) declares metric normalisations; v0.7.0 has no MetricNormalizer
+try:  # metric normalisations: declared where the version's probes say MetricNormalizer (port/)
     from nemo_rl.algorithms.loss.interfaces import MetricNormalizer
 except ImportError:
 

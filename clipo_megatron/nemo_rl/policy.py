@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from clipo_megatron.file_format import check_version, stamped
-from clipo_megatron.nemo_rl.adapter import actor_python_env, policy_class
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoRunState, HeadStepResult, assemble_rows
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+from clipo_megatron.nemo_rl.port.grpo_loop import actor_python_env, policy_class
 from clipo_megatron.nemo_rl.resume_layout import layout_of, save_layout
 from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, FinalNormNotFound
 
@@ -99,14 +99,14 @@ def load_run_state(step_dir: str) -> dict[str, int] | None:
 def resume_without_optimizer(weights_path: Any, optimizer_path: Any) -> str | None:
     """The line to print when NeMo-RL resumes the policy's weights but hands it no optimizer state
     (Adam restarts; the CLIPO head resumes with its own): NeMo-RL only `warnings.warn`s it, and
-    v0.7.0 does it on every resume with a newer Megatron-Core than its pin."""
+    a release may do it on every resume with a newer Megatron-Core than its pin (port/versions/)."""
     if not weights_path or optimizer_path:
         return None
     return (
         f"[clipo] WARNING: resuming the policy from {weights_path} without its optimizer state "
-        "(NeMo-RL's get_resume_paths found none): Adam restarts from zero. NeMo-RL v0.7.0 does "
-        "this on every resume with a Megatron-Core newer than its pin (torch_dist checkpoints "
-        "without common.pt; docs/nemo_rl.md); NeMo-RL main reads both layouts."
+        "(NeMo-RL's get_resume_paths found none): Adam restarts from zero. A NeMo-RL release may "
+        "do this on every resume with a Megatron-Core newer than its pin (torch_dist checkpoints "
+        "without common.pt; docs/nemo_rl.md lists the versions); a later main reads both layouts."
     )
 
 
@@ -229,7 +229,7 @@ class ClipoPolicyMixin(_PolicyBase):
 
 class ClipoTQPolicyMixin(ClipoPolicyMixin):
     """CLIPO over NeMo-RL's `TQPolicy` (the TransferQueue loop, `grpo_train_sync`;
-    `adapter_tq.py`): the rows stay in TransferQueue, so the logprob pass is announced to the
+    `port/transfer_queue.py`): the rows stay in TransferQueue, so the logprob pass is announced to the
     workers by sample id and the warm-up holds `train_from_meta`. Set by
     `make_clipo_policy_class`: `clipo_dp_cfg`, the recipe's `data_plane` block."""
 
@@ -286,7 +286,7 @@ def make_clipo_policy_class(
 
     require_nemo_rl()
     if data_plane:
-        from clipo_megatron.nemo_rl.adapter_tq import tq_policy_class
+        from clipo_megatron.nemo_rl.port.transfer_queue import tq_policy_class
 
         return tq_policy_class(
             ClipoTQPolicyMixin, clipo_cfg=cfg, clipo_state=state, clipo_dp_cfg=dict(data_plane)

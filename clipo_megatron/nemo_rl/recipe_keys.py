@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig, OmegaConf
 
 from clipo_megatron.core.bounds import (
     CLIP_EPS,
@@ -19,38 +18,7 @@ from clipo_megatron.core.bounds import (
     WEIGHT_DECAY,
     Range,
 )
-
-
-def dotted_get(
-    cfg: dict | DictConfig, dotted: str, default: Any = None, *, none_is_default: bool = False
-) -> Any:
-    """`OmegaConf.select` on a recipe, which NeMo-RL hands around as a plain dict (wrapped here;
-    wrap it once with `as_conf` where many keys are read): `default` where a key is missing (or
-    null, if asked); a mapping or list comes back as a plain dict or list."""
-    value = OmegaConf.select(
-        as_conf(cfg), dotted, default=_MISSING, throw_on_resolution_failure=False
-    )
-    if value is _MISSING or (none_is_default and value is None):
-        return default
-    return OmegaConf.to_container(value) if isinstance(value, DictConfig | ListConfig) else value
-
-
-_MISSING = object()
-
-
-def as_conf(cfg: dict | DictConfig) -> DictConfig:
-    """The recipe as OmegaConf's config (itself if it is one already); ValueError naming the value
-    when a string in it is an interpolation that does not parse ("${oops")."""
-    if isinstance(cfg, DictConfig):
-        return cfg
-    try:
-        return OmegaConf.create(cfg, flags={"allow_objects": True})
-    except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None) or "a key"
-        raise ValueError(
-            f"{key}: not a valid OmegaConf interpolation ({str(e).splitlines()[0]}); fix the value"
-        ) from None
-
+from clipo_megatron.nemo_rl.port.master_config import as_conf, dotted_get  # noqa: F401 (re-read here)
 
 # NeMo-RL's sampling and optimizer knobs under the rules the runner's share (core/bounds.py);
 # a key the recipe leaves out (or null) is NeMo-RL's default and not checked here.

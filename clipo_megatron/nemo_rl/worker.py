@@ -35,8 +35,8 @@ from clipo_megatron.megatron.pooling.microbatch_pooler import (  # re-exported: 
     packed_response_mask,
     require_final_norm,
 )
-from clipo_megatron.nemo_rl.adapter import microbatches_teed
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+from clipo_megatron.nemo_rl.port.rebinding import microbatches_teed
 
 __all__ = [
     "SAMPLE_IDX_KEY",

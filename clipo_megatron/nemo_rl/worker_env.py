@@ -31,9 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-STOCK_MEGATRON_WORKER_FQN = (
-    "nemo_rl.models.policy.workers.megatron_policy_worker.MegatronPolicyWorker"
-)
+from clipo_megatron.nemo_rl.port.grpo_loop import STOCK_MEGATRON_WORKER_FQN
+
 OVERRIDE_ENV = "CLIPO_WORKER_PY_EXECUTABLE"  # an explicit interpreter wins over everything
 
 
@@ -126,7 +125,7 @@ def register_clipo_worker_env(worker_fqn: str) -> str:
     from nemo_rl.distributed.ray_actor_environment_registry import get_actor_python_env
     from nemo_rl.utils.venvs import DEFAULT_VENV_DIR
 
-    from clipo_megatron.nemo_rl.adapter import register_actor_python_env
+    from clipo_megatron.nemo_rl.port.grpo_loop import register_actor_python_env
 
     decision = decide_worker_env(
         get_actor_python_env(STOCK_MEGATRON_WORKER_FQN),

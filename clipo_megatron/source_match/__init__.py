@@ -2,7 +2,7 @@
 """Reading a library's source without importing it, and the seams checked in it.
 
 One mechanism for every place this project meets code it does not own: the NeMo-RL seams the
-product checks before a run (`clipo_megatron.nemo_rl.adapter`, `clipo_megatron.nemo_rl.guard`)
+product checks before a run (`clipo_megatron.nemo_rl.port`)
 and the lines of NeMo-RL, Megatron-Bridge and Megatron-Core the CPU contract suite stands in for.
 Imports nothing of ours."""
 

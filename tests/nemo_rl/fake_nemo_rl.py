@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""A minimal NeMo-RL source tree with only the seams `clipo_megatron.nemo_rl.guard.seams` checks.
+"""A minimal NeMo-RL source tree with only the seams `clipo_megatron.nemo_rl.port.seams` checks.
 
 Written into a test's tmp_path, so the seam checker (and `compat`, which runs it) is tested in
 CI without NeMo-RL. The bodies are stubs; what matters is the shape the checker reads: the
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clipo_megatron.nemo_rl.guard import seams
-from clipo_megatron.nemo_rl.guard.seam_checks import STOCK_WORKER_FQN
+from clipo_megatron.nemo_rl.port import seams
+from clipo_megatron.nemo_rl.port.seam_checks import STOCK_WORKER_FQN
 from clipo_megatron.source_match.source import Source
 
 FILES = {

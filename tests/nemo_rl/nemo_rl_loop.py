@@ -139,13 +139,13 @@ def run_grpo(
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     from clipo_megatron.nemo_rl import driver
-    from clipo_megatron.nemo_rl.adapter import GrpoTrainArgs
     from clipo_megatron.nemo_rl.advantage_estimator import ClipoRunState
     from clipo_megatron.nemo_rl.config import validate_master_config
     from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo, prepare
-    from clipo_megatron.nemo_rl.guard.compat import check_supported
     from clipo_megatron.nemo_rl.loss_functions import build_policy_loss
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
+    from clipo_megatron.nemo_rl.port.compat import check_supported
+    from clipo_megatron.nemo_rl.port.grpo_loop import GrpoTrainArgs
     from tests.nemo_rl.tracing import Trace, tracing_estimator, tracing_policy_class
 
     if not use_gpus:

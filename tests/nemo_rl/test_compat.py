@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from clipo_megatron.nemo_rl.guard import compat
+from clipo_megatron.nemo_rl.port import compat
 from tests.nemo_rl.fake_nemo_rl import write_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +87,7 @@ def test_supported_versions_are_recognised(fake, version, normalizer, rank0, nam
     [
         (f"0.6.0+{OTHER_MAIN}", True, True, f"commit {OTHER_MAIN}, not a supported one"),
         (f"0.7.0+{MAIN[:9]}", False, False, "commit 7ea279abf is main@7ea279a, but the code"),
-        ("0.6.0", True, False, "main older than 7ea279a"),
+        ("0.6.0", True, False, "older than main@7ea279a"),
         ("0.6.0", False, False, "MetricNormalizer absent"),  # v0.6.0 or an older main
         ("0.7.0", True, True, "MetricNormalizer present"),
         ("0.8.0", True, True, "commit unknown"),
@@ -111,14 +111,14 @@ def test_unknown_nemo_rl_with_matching_seams_says_so_and_how_to_proceed(fake):
     fake(f"0.6.0+{OTHER_MAIN}", normalizer=True, rank0=True)
     with pytest.raises(compat.UnsupportedNemoRLError) as err:
         compat.check_supported()
-    n = len(compat.seams.all_seams())
+    n = len(compat.seams.seams_of())
     assert not isinstance(err.value, compat.SeamsMovedError) and n > 20
     assert str(err.value) == (
         f"NeMo-RL 0.6.0+{OTHER_MAIN} (commit {OTHER_MAIN}, not a supported one) is not supported by "
         f"this clipo_megatron; supported: v0.7.0, main@7ea279a; its {n} seams this integration "
         "uses all match, so it may work: run `NEMO_RL_SRC=<checkout> bash scripts/test_nemo_rl.sh` "
-        f"and, if it passes, set {compat.ALLOW_ENV}=1; or install v0.7.0 or main 7ea279a from git "
-        "(`git clone https://github.com/NVIDIA-NeMo/RL && git -C RL checkout <v0.7.0|7ea279a>`, "
+        f"and, if it passes, set {compat.ALLOW_ENV}=1; or install v0.7.0 or main@7ea279a from git "
+        "(`git clone https://github.com/NVIDIA-NeMo/RL && git -C RL checkout <81aa43dda|7ea279abf>`, "
         "docs/nemo_rl.md)"
     )
 
@@ -215,7 +215,7 @@ def test_real_checkouts_are_identified_by_commit(no_vcs):
         pytest.skip(f"{CHECKOUTS_ENV} is not set: {CHECKOUTS_ENV}=<NeMo-RL checkout>[:<another>]")
     code = (
         "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
-        "from clipo_megatron.nemo_rl.guard.compat import detect\n"
+        "from clipo_megatron.nemo_rl.port.compat import detect\n"
         "f = detect(); print(f.name, f.commit, f.version)\n"
     )
     for checkout in _checkouts():

@@ -15,8 +15,8 @@ import time
 import pytest
 
 from clipo_megatron.nemo_rl import deadline
-from clipo_megatron.nemo_rl.adapter import GrpoTrainArgs
 from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo
+from clipo_megatron.nemo_rl.port.grpo_loop import GrpoTrainArgs
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ import types
 
 import pytest
 
-from clipo_megatron.nemo_rl.adapter import GrpoTrainArgs
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator
 from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo, master_config_dict
+from clipo_megatron.nemo_rl.port.grpo_loop import GrpoTrainArgs
 
 
 class Base:
@@ -122,8 +122,8 @@ ASYNC_MOVES = {
 
 @pytest.mark.parametrize("move", list(ASYNC_MOVES))
 def test_async_grpo_trains_seam_is_one_line_when_it_moves(move, tmp_path):
-    from clipo_megatron.nemo_rl.adapter import ASYNC_SEAMS
-    from clipo_megatron.nemo_rl.guard.seams import check_installed  # noqa: F401  (the live form)
+    from clipo_megatron.nemo_rl.port.grpo_loop import ASYNC_SEAMS
+    from clipo_megatron.nemo_rl.port.seams import check_installed  # noqa: F401  (the live form)
     from clipo_megatron.source_match import Source, moved_seams
 
     edit, found = ASYNC_MOVES[move]
@@ -143,7 +143,7 @@ def test_async_grpo_trains_seam_in_the_checkout():
     import os
     from pathlib import Path
 
-    from clipo_megatron.nemo_rl.adapter import ASYNC_SEAMS
+    from clipo_megatron.nemo_rl.port.grpo_loop import ASYNC_SEAMS
     from clipo_megatron.source_match import Source, moved_seams
 
     src = os.environ.get("NEMO_RL_SRC")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from clipo_megatron.nemo_rl.loops import (
+from clipo_megatron.nemo_rl.port.loops import (
     SUPPORTED,
     async_problems,
     loop_of,

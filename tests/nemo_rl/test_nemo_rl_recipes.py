@@ -83,7 +83,7 @@ def test_the_counts_say_how_many_accepted_recipes_clipo_has_run_with_in_full():
 def test_no_recipe_of_another_loop_is_accepted(verdicts):
     """Only recipes of the loops CLIPO's driver runs (grpo_train, async_grpo_train,
     grpo_train_sync) pass; the SingleController's do not."""
-    from clipo_megatron.nemo_rl.loops import SUPPORTED
+    from clipo_megatron.nemo_rl.port.loops import SUPPORTED
 
     runs = {lp.name for lp in SUPPORTED}
     slipped = [n for n, v in verdicts.items() if v.loop not in runs and v.verdict == "accepted"]

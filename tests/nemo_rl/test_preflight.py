@@ -449,9 +449,9 @@ def test_built_in_table_matches_the_published_configs():
 
 
 def test_unsupported_nemo_rl_is_a_problem(monkeypatch):
-    from clipo_megatron.nemo_rl.guard import compat
+    from clipo_megatron.nemo_rl.port import compat
 
-    def unsupported():
+    def unsupported(loop=None):
         raise compat.UnsupportedNemoRLError(
             "NeMo-RL 0.5.0 (MetricNormalizer absent) is not supported"
         )

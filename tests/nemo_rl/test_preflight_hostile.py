@@ -131,7 +131,7 @@ def test_a_broken_recipe_file_is_one_problem(tmp_path, content, said):
 
 
 def _seams(path: Path) -> subprocess.CompletedProcess:
-    run = [sys.executable, "-m", "clipo_megatron.nemo_rl.guard.seams", str(path)]
+    run = [sys.executable, "-m", "clipo_megatron.nemo_rl.port.seams", str(path)]
     return subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 

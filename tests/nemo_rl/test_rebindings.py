@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The NeMo-RL names CLIPO rebinds (`adapter.REBINDINGS`, `adapter_tq.TQ_REBINDINGS`): each is
+"""The NeMo-RL names CLIPO rebinds (`rebinding.REBINDINGS`, `transfer_queue.TQ_REBINDINGS`): each is
 restored when its `with` closes, also on an exception; the list names every rebinding in the
 product (a `setattr` outside a listed binder turns this red); `--seams` prints it per loop."""
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from clipo_megatron.nemo_rl import adapter, adapter_tq
-from clipo_megatron.nemo_rl.guard.seams import seam_list
-from clipo_megatron.nemo_rl.loops import SUPPORTED
+from clipo_megatron.nemo_rl.port import grpo_loop, rebinding, transfer_queue
+from clipo_megatron.nemo_rl.port.loops import SUPPORTED
+from clipo_megatron.nemo_rl.port.seams import seam_list
 
 ROOT = Path(__file__).resolve().parents[2]
-ALL = (*adapter.REBINDINGS, *adapter_tq.TQ_REBINDINGS)
+ALL = (*rebinding.REBINDINGS, *transfer_queue.TQ_REBINDINGS)
 
 
 def _binders() -> set[str]:
@@ -25,9 +25,9 @@ def _binders() -> set[str]:
 
 def _bind(binder: str, module: types.ModuleType):
     if binder == "advantage_estimator_installed":
-        return adapter.advantage_estimator_installed(module, lambda base: ("wrapped", base))
+        return rebinding.advantage_estimator_installed(module, lambda base: ("wrapped", base))
     pooler = types.SimpleNamespace(tee=lambda it: ("teed", it))
-    return adapter.microbatches_teed(module, pooler)
+    return rebinding.microbatches_teed(module, pooler)
 
 
 @pytest.mark.parametrize("rebinding", ALL, ids=lambda r: f"{r.module}.{r.name}")
@@ -72,26 +72,24 @@ def test_the_list_names_every_rebinding_in_the_product():
                     and fn.name not in binders
                 ):
                     outside.append(f"{path.relative_to(ROOT)}:{call.lineno} in {fn.name}")
-    assert not outside, f"rebindings not in adapter.REBINDINGS: {outside}"
+    assert not outside, f"rebindings not in rebinding.REBINDINGS: {outside}"
     for name in binders:
-        assert callable(getattr(adapter, name, None)), f"{name} is not in adapter.py"
+        assert callable(getattr(rebinding, name, None)), f"{name} is not in port/rebinding.py"
 
 
 def test_rebindings_point_at_the_seams_that_guard_them():
-    seams = {(s.rel, s.symbol.split(",")[0]) for s in (*adapter.SEAMS, *adapter_tq.TQ_SEAMS)}
-    for r in adapter.REBINDINGS:
+    seams = {(s.rel, s.symbol.split(",")[0]) for s in (*grpo_loop.SEAMS, *transfer_queue.TQ_SEAMS)}
+    for r in rebinding.REBINDINGS:
         assert (r.rel, r.name) in seams, f"no seam guards {r.module}.{r.name}"
-    for r in adapter_tq.TQ_REBINDINGS:  # grpo_sync's copy: guarded by the sync loop's seam
-        assert r.rel == adapter_tq.GRPO_SYNC and r.name == adapter.ESTIMATOR
+    for r in transfer_queue.TQ_REBINDINGS:  # grpo_sync's copy: guarded by the sync loop's seam
+        assert r.rel == transfer_queue.GRPO_SYNC and r.name == rebinding.ESTIMATOR
 
 
 @pytest.mark.parametrize("loop", SUPPORTED, ids=lambda loop: loop.name)
 def test_seam_list_names_the_loops_rebindings(loop):
     lines = seam_list(loop)
     bound = [r for r in ALL if loop.name in r.loops]
-    assert bound and lines[0].startswith(
-        f"CLIPO rebinds {len(bound)} NeMo-RL names for {loop.name}"
-    )
+    assert bound and f"CLIPO rebinds {len(bound)} NeMo-RL names for {loop.name}" in lines[0]
     for r in bound:
         assert any(line.strip().startswith(f"{r.module}.{r.name}: by {r.binder}") for line in lines)
     estimator_home = "grpo_sync" if loop.name == "grpo_train_sync" else "grpo"

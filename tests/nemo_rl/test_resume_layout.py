@@ -201,8 +201,8 @@ def test_the_policy_records_its_layout_with_each_checkpoint(
     """`ClipoPolicy.save_checkpoint` over a NeMo-RL `Policy` (the seams' fake tree)."""
     from clipo_megatron.nemo_rl.advantage_estimator import ClipoRunState
     from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
-    from clipo_megatron.nemo_rl.guard.seam_checks import STOCK_WORKER_FQN
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
+    from clipo_megatron.nemo_rl.port.seam_checks import STOCK_WORKER_FQN
     from tests.nemo_rl.fake_nemo_rl import write_tree
 
     write_tree(tmp_path / "src" / "nemo_rl")

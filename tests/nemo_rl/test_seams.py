@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The seam check (`clipo_megatron.nemo_rl.guard.seams`): every seam in place at NeMo-RL 7ea279a and
+"""The seam check (`clipo_megatron.nemo_rl.port.seams`): every seam in place at NeMo-RL 7ea279a and
 v0.7.0, and each seam moved on purpose in a copy gives exactly one line naming it.
 
 Two kinds of tree: the fake one (`fake_nemo_rl.py`, written to tmp_path; runs in CI) and real
@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from clipo_megatron.nemo_rl import adapter
-from clipo_megatron.nemo_rl.guard import seams
-from clipo_megatron.nemo_rl.guard.seam_checks import GRPO, POLICY, WORKER
+from clipo_megatron.nemo_rl.port import grpo_loop, rebinding, seam_checks, seams
+from clipo_megatron.nemo_rl.port.seam_checks import GRPO, POLICY, WORKER
 from tests.nemo_rl.fake_nemo_rl import write_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,17 +112,17 @@ def replace_everywhere(rel: str, old: str, new: str):
 def move_estimator(*, keep_name: bool):
     """Move `_create_advantage_estimator` out of grpo.py into advantage_estimator.py; grpo.py
     imports it back (`keep_name`: under the same name, which keeps the seam; else renamed)."""
-    new = adapter.ESTIMATOR if keep_name else "create_advantage_estimator"
+    new = rebinding.ESTIMATOR if keep_name else "create_advantage_estimator"
 
     def apply(pkg: Path) -> None:
         grpo = pkg / GRPO
-        fn = _node(grpo, adapter.ESTIMATOR)
+        fn = _node(grpo, rebinding.ESTIMATOR)
         lines = grpo.read_text().splitlines(keepends=True)
-        body = "".join(lines[fn.lineno - 1 : fn.end_lineno]).replace(adapter.ESTIMATOR, new, 1)
+        body = "".join(lines[fn.lineno - 1 : fn.end_lineno]).replace(rebinding.ESTIMATOR, new, 1)
         rest = "".join(lines[: fn.lineno - 1] + lines[fn.end_lineno :])
         target = pkg / "algorithms" / "advantage_estimator.py"
         target.write_text(target.read_text() + "\n\n" + body)
-        rest = rest.replace(f"{adapter.ESTIMATOR}(", f"{new}(")
+        rest = rest.replace(f"{rebinding.ESTIMATOR}(", f"{new}(")
         grpo.write_text(f"{rest}\nfrom nemo_rl.algorithms.advantage_estimator import {new}\n")
 
     return apply
@@ -263,8 +262,8 @@ def test_the_live_signature_is_checked_where_the_module_is_imported(tmp_path, mo
 
 def test_the_seam_table_covers_what_the_project_overrides():
     """A new override in ClipoWorkerMixin / ClipoPolicyMixin / ClipoTQPolicyMixin needs a seam
-    (else nothing checks it); the TransferQueue loop's are its own (`adapter_tq.TQ_SEAMS`)."""
-    from clipo_megatron.nemo_rl.adapter_tq import TQ_SEAMS
+    (else nothing checks it); the TransferQueue loop's are its own (`transfer_queue.TQ_SEAMS`)."""
+    from clipo_megatron.nemo_rl.port.transfer_queue import TQ_SEAMS
 
     overrides = {
         f"{cls}.{n.name}"
@@ -278,7 +277,7 @@ def test_the_seam_table_covers_what_the_project_overrides():
     }  # fmt: skip
     named = {
         s.name.replace("worker ", "worker.").replace("TQPolicy ", "TQPolicy.")
-        for s in (*seams.SEAMS, *TQ_SEAMS)
+        for s in (*seam_checks.SEAMS, *TQ_SEAMS)
     }
     assert overrides == {"worker.get_logprobs", "worker.get_logprobs_presharded",
                          "Policy.__init__", "Policy.get_logprobs", "Policy.train",
@@ -289,7 +288,7 @@ def test_the_seam_table_covers_what_the_project_overrides():
 
 def test_cli(tmp_path):
     pkg = write_tree(tmp_path / "nemo_rl")
-    run = [sys.executable, "-m", "clipo_megatron.nemo_rl.guard.seams", str(tmp_path)]
+    run = [sys.executable, "-m", "clipo_megatron.nemo_rl.port.seams", str(tmp_path)]
     out = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("all ") and "seams in place" in out.stdout
     drop_param(WORKER, "MegatronPolicyWorkerImpl.get_logprobs", "micro_batch_size")(pkg)
@@ -305,7 +304,7 @@ def test_cli(tmp_path):
     [
         ("0.7.0", False, []),  # v0.7.0 by version and probes, every seam in place: passes
         ("0.8.0", False, ["is not supported by this clipo_megatron; supported: v0.7.0, "
-                          f"main@7ea279a; its {len(seams.all_seams())} seams this integration uses all match, so it may "
+                          f"main@7ea279a; its {len(seams.seams_of())} seams this integration uses all match, so it may "
                           "work: run `NEMO_RL_SRC=<checkout> bash scripts/test_nemo_rl.sh` and, if "
                           "it passes, set CLIPO_ALLOW_UNSUPPORTED_NEMO_RL=1"]),
         ("0.8.0", True, ["seam 'microbatch iterator' moved: expected get_logprobs calling"]),
@@ -414,7 +413,7 @@ def test_train_args_from_setup_reads_setups_order():
     returned = ("policy", "policy_generation", "nemo_gym_actor", ("train", "inference"),
                 "dataloader", "val_dataloader", "loss_fn", "logger", "checkpointer",
                 "grpo_save_state", "master_config", {}, {})  # fmt: skip
-    policy, args = adapter.train_args_from_setup(
+    policy, args = grpo_loop.train_args_from_setup(
         returned, tokenizer="tokenizer", task_to_env="task_to_env", val_task_to_env="val_envs"
     )
     assert policy == "policy"
@@ -453,13 +452,13 @@ def test_every_fix_names_files_and_symbols_that_exist():
     `file.py (Sym)`): both must exist, so a moved module turns this red, not a user's search."""
     import re
 
-    from clipo_megatron.nemo_rl import adapter_tq
+    from clipo_megatron.nemo_rl.port import transfer_queue
 
     here = (
         ROOT / "clipo_megatron" / "nemo_rl"
     )  # seams.check prints "fix (in clipo_megatron/nemo_rl/)"
     named = re.compile(r"([\w.]+) \(([\w./]+\.py)\)|([\w./]+\.py) \(([\w.]+)\)|([\w./]+\.py)")
-    tables = (*seams.all_seams(), *adapter.ASYNC_SEAMS, *adapter_tq.TQ_SEAMS)  # imports' too
+    tables = (*seams.seams_of(), *grpo_loop.ASYNC_SEAMS, *transfer_queue.TQ_SEAMS)  # imports' too
     wrong, checked = [], 0
     for seam in tables:
         for m in named.finditer(seam.fix):

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from clipo_megatron.nemo_rl import adapter_tq
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator, ClipoRunState
 from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo
+from clipo_megatron.nemo_rl.port import transfer_queue
 from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, ClipoWorkerMixin
 from tests.nemo_rl.test_driver_loops import POLICY, Base, _args
 
@@ -51,7 +51,7 @@ def test_the_driver_runs_grpo_train_sync_with_clipos_estimator_inside_the_checkp
     monkeypatch.delenv("CLIPO_SAVE_BY", raising=False)
     events: list = []
     sync = fake_grpo_sync(events)
-    monkeypatch.setattr(adapter_tq, "grpo_sync_module", lambda: sync)
+    monkeypatch.setattr(transfer_queue, "grpo_sync_module", lambda: sync)
     grpo = types.SimpleNamespace(_create_advantage_estimator=lambda cfg: Base())  # not grpo_sync's
     args = replace(_args(async_on=False, data_plane=True), checkpointer=Checkpointer(events))
     original = sync._create_advantage_estimator
@@ -66,7 +66,7 @@ def test_the_driver_runs_grpo_train_sync_with_clipos_estimator_inside_the_checkp
 def test_without_grpo_syncs_own_name_the_estimator_would_be_grpos():
     """Rebinding `grpo`'s attribute alone does not reach grpo_train_sync (it imported the name):
     the reason the driver rebinds grpo_sync's. Broken on purpose: rebind grpo only."""
-    from clipo_megatron.nemo_rl.adapter import advantage_estimator_installed
+    from clipo_megatron.nemo_rl.port.rebinding import advantage_estimator_installed
 
     events: list = []
     sync = fake_grpo_sync(events)
@@ -323,7 +323,7 @@ def test_the_transferqueue_loops_seams_are_one_line_when_they_move(move, tmp_pat
     for key, (rel, text) in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(edit(text) if key == which else text)
-    moved = moved_seams(adapter_tq.TQ_SEAMS, Source(tmp_path))
+    moved = moved_seams(transfer_queue.TQ_SEAMS, Source(tmp_path))
     if found is None:
         assert moved == []
     else:
@@ -342,14 +342,14 @@ def test_the_transferqueue_loops_seams_in_the_checkout():
     src = Path(os.environ.get("NEMO_RL_SRC") or snapshot)
     if not (src / "nemo_rl" / "algorithms" / "grpo_sync.py").is_file():
         pytest.skip(f"no NeMo-RL checkout: set NEMO_RL_SRC=<dir> or lay the source at {snapshot}")
-    assert moved_seams(adapter_tq.TQ_SEAMS, Source(src / "nemo_rl")) == []
+    assert moved_seams(transfer_queue.TQ_SEAMS, Source(src / "nemo_rl")) == []
 
 
 def test_the_preflight_reads_the_transferqueue_seams_for_its_recipes_only():
-    from clipo_megatron.nemo_rl import loops
-    from clipo_megatron.nemo_rl.adapter import ASYNC_SEAMS
-    from clipo_megatron.nemo_rl.guard.seams import loop_seams_of
+    from clipo_megatron.nemo_rl.port import loops
+    from clipo_megatron.nemo_rl.port.grpo_loop import ASYNC_SEAMS
+    from clipo_megatron.nemo_rl.port.seams import loop_seams_of
 
-    assert loop_seams_of(loops.GRPO_TRAIN_SYNC) == adapter_tq.TQ_SEAMS
+    assert loop_seams_of(loops.GRPO_TRAIN_SYNC) == transfer_queue.TQ_SEAMS
     assert loop_seams_of(loops.ASYNC_GRPO_TRAIN) == ASYNC_SEAMS
     assert loop_seams_of(loops.GRPO_TRAIN) == ()

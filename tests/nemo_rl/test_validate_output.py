@@ -111,6 +111,8 @@ def test_seams_lists_the_recipes_rebindings_then_the_ok_line(cli, capsys, monkey
     loop = {None: "grpo_train", "grpo.async_grpo.enabled": "async_grpo_train"}.get(
         loop_key, "grpo_train_sync"
     )
-    assert out[0].startswith(f"CLIPO rebinds 2 NeMo-RL names for {loop}")
-    assert any("get_microbatch_iterator: by microbatches_teed (adapter.py)" in x for x in out)
+    assert f"CLIPO rebinds 2 NeMo-RL names for {loop}" in out[0]
+    assert any(
+        "get_microbatch_iterator: by microbatches_teed (port/rebinding.py)" in x for x in out
+    )
     assert out[-1].startswith("preflight OK: ")

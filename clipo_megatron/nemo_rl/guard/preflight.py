@@ -8,7 +8,7 @@ It runs in seconds on a laptop, with or without NeMo-RL importable:
 
 1. the recipe merges and resolves (`load_recipe`, incl. NeMo-RL's parent recipe when found);
 2. the loop NeMo-RL would run the recipe with is one CLIPO's driver runs, and an async recipe
-   one NeMo-RL's async path runs (`nemo_rl/loops.py`);
+   one NeMo-RL's async path runs (`nemo_rl/port/loops.py`);
    the `clipo:` block and its cross-field rules (`validate_master_config`), incl. settings
    under which CLIPO's capture never runs (force_on_policy_ratio, training CUDA graphs, MTP
    with an empty last pipeline stage);
@@ -50,7 +50,7 @@ from clipo_megatron.nemo_rl.guard.recipes import (
     load_recipe,
     nemo_rl_root,
 )
-from clipo_megatron.nemo_rl.loops import loop_of, loop_problems
+from clipo_megatron.nemo_rl.port.loops import loop_of, loop_problems
 from clipo_megatron.nemo_rl.recipe_keys import interpolated_keys, knob_problems
 from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
 
@@ -95,27 +95,18 @@ def _one_line(e: BaseException) -> str:
 def check_nemo_rl(config: dict[str, Any]) -> list[str]:
     """The installed NeMo-RL is supported, its seams are in place (one line per moved seam), and
     it accepts the config (its pydantic MasterConfig)."""
-    from clipo_megatron.nemo_rl.guard.compat import (
+    from clipo_megatron.nemo_rl.port.compat import (
         SeamsMovedError,
         UnsupportedNemoRLError,
         check_supported,
     )
 
-    try:
-        check_supported()
+    try:  # the seams of the loop the recipe runs, the other loops' left alone
+        check_supported(loop_of(config).name)
     except SeamsMovedError as e:
         return [f"NeMo-RL: {line}" for line in e.lines]
     except UnsupportedNemoRLError as e:
         return [f"NeMo-RL: {_one_line(e)}"]
-    from clipo_megatron.nemo_rl.guard.seams import loop_seams_of
-
-    loop_seams = loop_seams_of(loop_of(config))  # the other loops' own seams, for their recipes
-    if loop_seams:
-        from clipo_megatron.nemo_rl.guard.seams import check_installed
-
-        moved = check_installed(loop_seams)
-        if moved:
-            return [f"NeMo-RL: {line}" for line in moved]
     from nemo_rl.algorithms.grpo import MasterConfig
     from pydantic import ValidationError
 

@@ -6,7 +6,7 @@ mixin in `defaults:` (`clipo_megatron:clipo.yaml`), then the preflight a `--vali
 --no-cluster-env` run makes. The verdict is `accepted` or `refused: <key>`, the key the first
 problem line names; beside it, each model family and feature of the recipe with a check mark
 where CLIPO has run with it (and the test) and a cross where it has not (`families.py`).
-docs/nemo_rl_recipes.md holds the table for NeMo-RL 7ea279a and a test holds
+docs/nemo_rl_recipes.md holds the table for the newest supported NeMo-RL and a test holds
 every row of it; on your own checkout:
 
     python -m clipo_megatron.nemo_rl.guard.recipe_verdicts --nemo-rl-src /path/to/RL
@@ -25,7 +25,7 @@ from pathlib import Path
 from clipo_megatron.nemo_rl.guard.families import record as family_record
 from clipo_megatron.nemo_rl.guard.preflight import preflight
 from clipo_megatron.nemo_rl.guard.recipes import CLIPO_PREFIX, load_recipe
-from clipo_megatron.nemo_rl.loops import loop_of
+from clipo_megatron.nemo_rl.port.loops import loop_of
 from clipo_megatron.nemo_rl.recipe_keys import dotted_get
 
 RECIPES = "examples/configs/recipes/llm"

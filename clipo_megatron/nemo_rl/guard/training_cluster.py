@@ -1,5 +1,5 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The GPUs NeMo-RL trains on, counted as its `grpo.setup` counts them (7ea279a, v0.7.0).
+"""The GPUs NeMo-RL trains on, counted as its `grpo.setup` counts them (every supported version).
 
 `cluster.num_nodes * gpus_per_node` is the whole allocation; the training cluster is what is
 left after the nodes (or, on one node, the GPUs) that `setup` hands elsewhere:

@@ -1,13 +1,12 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Which NeMo-RL is installed, and whether this integration supports it.
 
-Supported (each run by the contract suite, `scripts/test_nemo_rl.sh`; docs/nemo_rl.md):
-
-    v0.7.0             tag v0.7.0 = 81aa43dda (2026-07-29); package_info says 0.7.0
-    main@7ea279a       main at 7ea279abf (2026-08-22); package_info still says 0.6.0
+The supported versions are the modules of `versions/` (each run by the contract suite,
+`scripts/test_nemo_rl.sh`): each names its commit, the version its package_info reports, and the
+source probes that recognise it.
 
 NeMo-RL is identified by its commit whenever the commit is known, because its version string
-is not an identity: a git work tree reports `0.7.0+<short sha>`, and every main commit since
+is not an identity: a git work tree reports `<version>+<short sha>`, and every main commit since
 v0.6.0 reports 0.6.0. The commit comes from, in order: `git rev-parse HEAD` where the package
 is the top of its own work tree (git checkouts, NeMo-RL's containers, which keep the tree at
 /opt/nemo-rl), the `+sha` suffix of `__version__`, then `$NEMO_RL_COMMIT` (the container's
@@ -15,10 +14,10 @@ build record). A wheel installed inside some *other* git tree (a project's .venv
 tree's sha from NeMo-RL's package_info; it is ignored, as is a commit that contradicts the
 version or the probes (a stale `$NEMO_RL_COMMIT` over mounted code).
 
-Without a commit (wheels, tarballs, containers built without .git) the version string and two
-source probes decide (`Probes`). Their limit: main@7ea279a's probes also match any later main
-that keeps both seams, so a commit-less 0.6.0 that matches is accepted with a warning that
-says so; one that lacks 7ea279a's own seam is an older main and is refused.
+Without a commit (wheels, tarballs, containers built without .git) the version string and the
+source probes decide (`version.Probes`). A version whose later commits would match too says so
+(its `COMMITLESS_CAVEAT`, a warning); a tree with fewer probes than a supported version of the
+same package version is older and is refused.
 
 Anything else fails at start-up with `UnsupportedNemoRLError` (one line naming what was
 found and the fix), before a model or a Ray actor is built. `CLIPO_ALLOW_UNSUPPORTED_NEMO_RL=1`
@@ -40,25 +39,22 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from clipo_megatron.nemo_rl.guard import seams
+from clipo_megatron.nemo_rl.port import seams, versions
+from clipo_megatron.nemo_rl.port.install import require_nemo_rl
+from clipo_megatron.nemo_rl.port.version import Probes, probe
 
-SUPPORTED = {
-    "v0.7.0": "release v0.7.0 (2026-07-28)",
-    "main@7ea279a": "main at 7ea279abfbeb698b092856d0dab61e7cf39bc909 (2026-08-22)",
-}
-# Full commit and package_info base version of each supported NeMo-RL.
-COMMITS = {
-    "v0.7.0": "81aa43dda4765b0429cf31dab44441e4e4383911",
-    "main@7ea279a": "7ea279abfbeb698b092856d0dab61e7cf39bc909",
-}
-VERSIONS = {"v0.7.0": "0.7.0", "main@7ea279a": "0.6.0"}
+# Name -> title, full commit, package_info base version and probes of each supported NeMo-RL.
+SUPPORTED = {v.NAME: f"{v.NAME}, commit {v.COMMIT} ({v.DATE})" for v in versions.SUPPORTED}
+COMMITS = {v.NAME: v.COMMIT for v in versions.SUPPORTED}
+EXPECTED = {v.NAME: v.PROBES for v in versions.SUPPORTED}
 ALLOW_ENV = "CLIPO_ALLOW_UNSUPPORTED_NEMO_RL"
 CONTAINER_COMMIT_ENV = "NEMO_RL_COMMIT"  # set by NeMo-RL's docker/Dockerfile (release stage)
 _SHA = re.compile(r"[0-9a-f]{7,40}")
 _INSTALL = (
     "run `NEMO_RL_SRC=<checkout> bash scripts/test_nemo_rl.sh` and, if it passes, set "
-    f"{ALLOW_ENV}=1; or install v0.7.0 or main 7ea279a from git (`git clone "
-    "https://github.com/NVIDIA-NeMo/RL && git -C RL checkout <v0.7.0|7ea279a>`, docs/nemo_rl.md)"
+    f"{ALLOW_ENV}=1; or install {' or '.join(COMMITS)} from git (`git clone "
+    "https://github.com/NVIDIA-NeMo/RL && git -C RL checkout "
+    f"<{'|'.join(c[:9] for c in COMMITS.values())}>`, docs/nemo_rl.md)"
 )
 
 
@@ -72,29 +68,6 @@ class SeamsMovedError(UnsupportedNemoRLError):
     def __init__(self, lines: list[str]):
         super().__init__("\n".join(lines))
         self.lines = lines
-
-
-@dataclass(frozen=True)
-class Probes:
-    """Seams in NeMo-RL's source that tell the supported versions apart without a commit."""
-
-    metric_normalizer: bool  # algorithms/loss/interfaces.py; main since 3b04247b7 (2026-07-08)
-    rank0_tokenizer_save: bool  # utils/native_checkpoint.py; added by 7ea279a itself
-
-    def __str__(self) -> str:
-        def word(found: bool) -> str:
-            return "present" if found else "absent"
-
-        return (
-            f"MetricNormalizer {word(self.metric_normalizer)}, "
-            f"save_tokenizer_on_rank0 {word(self.rank0_tokenizer_save)}"
-        )
-
-
-EXPECTED = {
-    "v0.7.0": Probes(metric_normalizer=False, rank0_tokenizer_save=False),
-    "main@7ea279a": Probes(metric_normalizer=True, rank0_tokenizer_save=True),
-}
 
 
 @dataclass(frozen=True)
@@ -118,32 +91,34 @@ class NemoRLFlavour:
 def identify(
     version: str, commit: str | None, probes: Probes
 ) -> tuple[str | None, str, str | None]:
-    """(SUPPORTED key or None, note, caveat): the decision, a pure function of what was found."""
+    """(a supported version's NAME or None, note, caveat): the decision, a pure function of what
+    was found and of `versions.SUPPORTED`."""
     base = version.split("+", 1)[0]
     if commit is not None:
         commit = commit.lower()
-        name = next((n for n, full in COMMITS.items() if full.startswith(commit)), None)
-        if name is None or not _SHA.fullmatch(commit):
+        known = next((v for v in versions.SUPPORTED if v.COMMIT.startswith(commit)), None)
+        if known is None or not _SHA.fullmatch(commit):
             return None, f"commit {commit}, not a supported one", None
-        if base != VERSIONS[name] or probes != EXPECTED[name]:
+        if base != known.PACKAGE_VERSION or probes != known.PROBES:
             return (
                 None,
-                f"commit {commit} is {name}, but the code reports {base} with {probes}: a "
+                f"commit {commit} is {known.NAME}, but the code reports {base} with {probes}: a "
                 f"modified tree or a stale ${CONTAINER_COMMIT_ENV}",
                 None,
             )
-        return name, f"commit {commit}", None
-    if base == "0.7.0" and probes == EXPECTED["v0.7.0"]:
-        return "v0.7.0", "version 0.7.0, commit unknown, probes match v0.7.0", None
-    if base == "0.6.0" and probes == EXPECTED["main@7ea279a"]:
-        caveat = (
-            "NeMo-RL 0.6.0 without a known commit: its source matches main@7ea279a, but a later "
-            "main that keeps the same seams would match too; install from git so the commit is "
-            "checked"
-        )
-        return "main@7ea279a", "main, commit unknown, probes match 7ea279a", caveat
-    if base == "0.6.0" and probes.metric_normalizer:
-        return None, "main older than 7ea279a (commit unknown; no save_tokenizer_on_rank0)", None
+        return known.NAME, f"commit {commit}", None
+    for v in versions.SUPPORTED:
+        if base == v.PACKAGE_VERSION and probes == v.PROBES:
+            return (
+                v.NAME,
+                f"version {base}, commit unknown, probes match {v.NAME}",
+                v.COMMITLESS_CAVEAT,
+            )
+    older = [
+        v.NAME for v in versions.SUPPORTED if base == v.PACKAGE_VERSION and probes.within(v.PROBES)
+    ]
+    if older:
+        return None, f"older than {older[0]} (version {base}, commit unknown; {probes})", None
     return None, f"commit unknown, {probes}", None
 
 
@@ -178,29 +153,10 @@ def _git_head(pkg_dir: Path) -> tuple[Path, str] | None:
     return (Path(out[0]).resolve(), out[1]) if len(out) == 2 else None
 
 
-def probe(pkg_dir: Path) -> Probes:
-    """Read the seams from the source (no import: the modules pull in ray and torch)."""
-    return Probes(
-        metric_normalizer=_defines(
-            pkg_dir / "algorithms" / "loss" / "interfaces.py", r"class MetricNormalizer\b"
-        ),
-        rank0_tokenizer_save=_defines(
-            pkg_dir / "utils" / "native_checkpoint.py", r"def save_tokenizer_on_rank0\b"
-        ),
-    )
-
-
-def _defines(path: Path, pattern: str) -> bool:
-    try:
-        return re.search(rf"^{pattern}", path.read_text(), re.MULTILINE) is not None
-    except OSError:
-        return False
-
-
-def detect() -> NemoRLFlavour:
-    """Identify the importable NeMo-RL (raises NemoRLMissingError without one)."""
-    from clipo_megatron.nemo_rl import require_nemo_rl
-
+def detect(loop: str | None = None) -> NemoRLFlavour:
+    """Identify the importable NeMo-RL (raises NemoRLMissingError without one) and read the seams
+    a run of `loop` (its name; None: grpo_train's) relies on in its source: the identified
+    version's table, the newest supported one's for a NeMo-RL not recognised."""
     require_nemo_rl()
     module = importlib.import_module("nemo_rl")
     version = str(getattr(module, "__version__", "unknown"))
@@ -208,16 +164,17 @@ def detect() -> NemoRLFlavour:
     commit = find_commit(pkg_dir, version)
     probes = probe(pkg_dir)
     name, note, caveat = identify(version, commit, probes)
-    moved = tuple(seams.check(pkg_dir))
+    table = (versions.by_name(name) if name else versions.newest()).seams(loop)
+    moved = tuple(seams.check(pkg_dir, table))
     return NemoRLFlavour(
-        version, name, probes.metric_normalizer, commit, note, caveat, moved, len(seams.all_seams())
+        version, name, probes.metric_normalizer, commit, note, caveat, moved, len(table)
     )
 
 
-def check_supported() -> NemoRLFlavour:
+def check_supported(loop: str | None = None) -> NemoRLFlavour:
     """Fail early, in one line, when the installed NeMo-RL is not one we test against, and with
-    one line per seam when a seam the extension uses has moved (module docstring)."""
-    flavour = detect()
+    one line per seam when a seam a run of `loop` uses has moved (module docstring)."""
+    flavour = detect(loop)
     if flavour.seams_moved:
         where = f"NeMo-RL {flavour.version} ({flavour.note})"
         raise SeamsMovedError([f"{where}: {line}" for line in flavour.seams_moved])

@@ -1,7 +1,7 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Which of NeMo-RL's three GRPO loops a recipe asks for: the one home of that rule.
 
-NeMo-RL's `examples/run_grpo.py` (7ea279a, v0.7.0) picks the loop after `setup`:
+NeMo-RL's `examples/run_grpo.py` (in every supported version) picks the loop after `setup`:
 
 1. `grpo.async_grpo.enabled` -> `async_grpo_train` (checked first: an async recipe that also
    sets `data_plane.enabled` runs the async loop over the TransferQueue policy);
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clipo_megatron.nemo_rl.recipe_keys import as_conf, dotted_get
+from clipo_megatron.nemo_rl.port.master_config import as_conf, dotted_get
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """Where the integration binds NeMo-RL's TransferQueue loop (`data_plane.enabled`), each beside
-the seam that guards it; the synchronous and async loops' bindings are in `adapter.py`.
+the seam that guards it; the synchronous and async loops' are in `rebinding.py` and `grpo_loop.py`.
 
 `grpo_train_sync` (`nemo_rl/algorithms/grpo_sync.py`) keeps the batch in TransferQueue and
 passes `KVBatchMeta` (row ids, no tensors) between the driver and the workers:
 
 1. the advantage estimator: `grpo_sync` imports `_create_advantage_estimator` by name, so its
-   own module attribute is rebound (`adapter.advantage_estimator_installed` on that module);
+   own module attribute is rebound (`rebinding.advantage_estimator_installed` on that module);
 2. the logprob pass: `TQPolicy.get_logprobs_from_meta(meta)` shards `meta` over DP and each
    worker's `get_logprobs_presharded(meta)` fetches its rows and calls the worker's own
    `get_logprobs(data=)`, the method CLIPO's worker extension pools in; the rows' positions in
@@ -26,14 +26,13 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from clipo_megatron.nemo_rl.adapter import (
-    ESTIMATOR,
+from clipo_megatron.nemo_rl.port.grpo_loop import (
     GrpoTrainArgs,
-    Rebinding,
     method_calls,
     train_args_fit,
     train_arguments,
 )
+from clipo_megatron.nemo_rl.port.rebinding import ESTIMATOR, Rebinding
 from clipo_megatron.source_match import Seam, Source, method_seam, rebindable
 from clipo_megatron.source_match.source import ast_params, render
 
@@ -43,7 +42,7 @@ TQ_POLICY = "models/policy/tq_policy.py"
 TQ_POLICY_CLS = "TQPolicy"
 TQ_WORKER = "data_plane/worker_mixin.py"
 TQ_WORKER_CLS = "TQWorkerMixin"
-_HERE = "adapter_tq.py"
+_HERE = "port/transfer_queue.py"
 
 
 def grpo_sync_module() -> Any:
@@ -93,7 +92,7 @@ SYNC_SEAM = Seam(
     f"{SYNC_TRAIN}(policy, <grpo_train's arguments>) building its estimator with grpo_sync's "
     f"module-level {ESTIMATOR}(master_config), calling policy.get_logprobs_from_meta before "
     "compute_advantage and policy.train_from_meta",
-    f"call_grpo_train_sync ({_HERE}) and advantage_estimator_installed (adapter.py): point "
+    f"call_grpo_train_sync ({_HERE}) and advantage_estimator_installed (port/rebinding.py): point "
     f"them at what {SYNC_TRAIN} does now",
     _check_sync,
 )  # fmt: skip
@@ -142,7 +141,7 @@ TQ_SEAMS: tuple[Seam, ...] = (SYNC_SEAM, PRESHARDED_SEAM, *SEAMS_OF_TQ_POLICY)
 
 TQ_REBINDINGS: tuple[Rebinding, ...] = (  # grpo_sync imports the estimator's name: its own copy
     Rebinding(
-        GRPO_SYNC, ESTIMATOR, "advantage_estimator_installed (adapter.py)", (SYNC_TRAIN,),
+        GRPO_SYNC, ESTIMATOR, "advantage_estimator_installed (port/rebinding.py)", (SYNC_TRAIN,),
         "for the whole loop (driver.run)",
     ),
 )  # fmt: skip
