@@ -24,7 +24,8 @@ from typing import Any
 from clipo_megatron.nemo_rl import deadline
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator, ClipoRunState
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
-from clipo_megatron.nemo_rl.port.grpo_loop import GrpoTrainArgs, train_args_from_setup
+from clipo_megatron.nemo_rl.port import run_grpo
+from clipo_megatron.nemo_rl.port.grpo_loop import GrpoTrainArgs
 from clipo_megatron.nemo_rl.port.loops import (
     ASYNC_GRPO_TRAIN,
     GRPO_TRAIN_SYNC,
@@ -102,22 +103,13 @@ def prepare(config: dict[str, Any]):
     NeMo-RL's pydantic `MasterConfig` validates everything but the `clipo:` block; the
     processors and the environment are registered first. Shared with the contract suite.
     """
-    from nemo_rl.algorithms import grpo
-    from nemo_rl.algorithms.utils import get_tokenizer
-    from nemo_rl.data.utils import setup_response_data
-    from nemo_rl.models.generation import configure_generation_config
-
     from clipo_megatron.nemo_rl.config import with_env_grader
     from clipo_megatron.nemo_rl.data import register_with_nemo_rl
 
     config = with_env_grader(config)  # the environment grades with clipo.grader
-    master = grpo.MasterConfig(**{k: v for k, v in config.items() if k != "clipo"})
+    master = run_grpo.master_config(config)
     register_with_nemo_rl()
-    tokenizer = get_tokenizer(master.policy["tokenizer"])
-    master.policy["generation"] = configure_generation_config(
-        master.policy["generation"], tokenizer
-    )
-    data = setup_response_data(tokenizer, master.data, master.env)
+    tokenizer, data = run_grpo.tokenizer_and_data(master)
     if ClipoNemoRLConfig.from_dict(config.get("clipo")).drop_overlong_prompts:
         drop_overlong_prompts(data[0], data[1], int(master.data["max_input_seq_length"]))
     return master, tokenizer, data
@@ -148,29 +140,20 @@ def run(config: dict[str, Any]) -> None:  # pragma: no cover - needs a GPU clust
     if wrong_loop:  # the preflight said so already; never run a recipe by another loop
         raise ValueError(wrong_loop)
     clipo = validate_master_config(config)
-    from nemo_rl.algorithms import grpo
-    from nemo_rl.distributed.virtual_cluster import init_ray
-    from nemo_rl.utils.logger import get_next_experiment_dir
-
     from clipo_megatron.nemo_rl.loss_functions import build_policy_loss
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
 
-    init_ray()  # before prepare(): the environments are Ray actors
-    master, tokenizer, (dataset, val_dataset, task_to_env, val_task_to_env) = prepare(config)
-    master.logger["log_dir"] = get_next_experiment_dir(master.logger["log_dir"])
+    run_grpo.start_ray()  # before prepare(): the environments are Ray actors
+    master, tokenizer, data = prepare(config)
+    run_grpo.new_experiment_dir(master)
 
     state = ClipoRunState()
     policy_cls = make_clipo_policy_class(clipo, state, data_plane=data_plane_of(config))
-    policy, args = train_args_from_setup(
-        grpo.setup(master, tokenizer, dataset, val_dataset, policy_factory=policy_cls),
-        tokenizer=tokenizer,
-        task_to_env=task_to_env,
-        val_task_to_env=val_task_to_env,
-    )
+    policy, args = run_grpo.setup(master, tokenizer, data, policy_cls)
     # The objective's policy loss, built from the config setup returns (as the contract suite).
     loss_fn = build_policy_loss(clipo.objective, dict(args.master_config.loss_fn))
     args = replace(args, loss_fn=loss_fn)
-    saved = grpo_train_with_clipo(grpo, clipo, state, policy, args)
+    saved = grpo_train_with_clipo(run_grpo.grpo_module(), clipo, state, policy, args)
     if saved is not None:  # slurm/common.sh requeues on this status; the rerun resumes there
         print(
             f"[clipo] stopped at the deadline ({deadline.SAVE_BY_ENV}) with a checkpoint at step "

@@ -31,7 +31,7 @@ import torch
 from clipo_megatron.file_format import check_version, stamped
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoRunState, HeadStepResult, assemble_rows
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
-from clipo_megatron.nemo_rl.port.grpo_loop import actor_python_env, policy_class
+from clipo_megatron.nemo_rl.port.grpo_loop import actor_python_env, batched_data, policy_class
 from clipo_megatron.nemo_rl.resume_layout import layout_of, save_layout
 from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, FinalNormNotFound
 
@@ -141,7 +141,7 @@ def warmup_train_result(data, loss_fn) -> dict[str, Any]:
 
 
 if TYPE_CHECKING:  # what `super()` reaches: NeMo-RL's Policy, imported lazily at run time
-    from nemo_rl.models.policy.lm_policy import Policy as _PolicyBase
+    from clipo_megatron.nemo_rl.port.grpo_loop import PolicyBase as _PolicyBase
 else:
     _PolicyBase = object
 
@@ -189,9 +189,7 @@ class ClipoPolicyMixin(_PolicyBase):
     def get_logprobs(self, data: Any, timer: Any = None) -> Any:
         if not self.clipo_cfg.head_runs:
             return super().get_logprobs(data, timer=timer)
-        from nemo_rl.distributed.batched_data_dict import BatchedDataDict
-
-        tagged = BatchedDataDict(dict(data))
+        tagged = batched_data(dict(data))
         tagged[SAMPLE_IDX_KEY] = torch.arange(data.size)
         return super().get_logprobs(tagged, timer=timer)
 

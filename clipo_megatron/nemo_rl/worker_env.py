@@ -122,14 +122,15 @@ def register_clipo_worker_env(worker_fqn: str) -> str:
     from clipo_megatron.nemo_rl import require_nemo_rl
 
     require_nemo_rl()
-    from nemo_rl.distributed.ray_actor_environment_registry import get_actor_python_env
-    from nemo_rl.utils.venvs import DEFAULT_VENV_DIR
-
-    from clipo_megatron.nemo_rl.port.grpo_loop import register_actor_python_env
+    from clipo_megatron.nemo_rl.port.grpo_loop import (
+        default_venv_dir,
+        register_actor_python_env,
+        stock_worker_python,
+    )
 
     decision = decide_worker_env(
-        get_actor_python_env(STOCK_MEGATRON_WORKER_FQN),
-        venv_dir_of(os.environ, DEFAULT_VENV_DIR),
+        stock_worker_python(),
+        venv_dir_of(os.environ, default_venv_dir()),
         override=os.environ.get(OVERRIDE_ENV),
     )
     register_actor_python_env(worker_fqn, decision.py_executable)

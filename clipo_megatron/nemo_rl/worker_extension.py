@@ -20,24 +20,21 @@ the last stage's final norm is hooked. Nothing of NeMo-RL is edited.
 from __future__ import annotations
 
 import ray
-from nemo_rl.models.policy.utils import get_runtime_env_for_policy_worker
-from nemo_rl.models.policy.workers import megatron_policy_worker as _mpw
-from nemo_rl.models.policy.workers.megatron_policy_worker import MegatronPolicyWorkerImpl
 
+from clipo_megatron.nemo_rl.port import megatron_worker
+from clipo_megatron.nemo_rl.port.megatron_worker import MegatronPolicyWorkerImpl
 from clipo_megatron.nemo_rl.worker import ClipoWorkerMixin
 
 
 class ClipoMegatronPolicyWorkerImpl(ClipoWorkerMixin, MegatronPolicyWorkerImpl):
     """MegatronPolicyWorkerImpl + CLIPO (capture in the logprob pass, head step, head checkpoints)."""
 
-    _clipo_iterator_module = _mpw
+    _clipo_iterator_module = megatron_worker.MICROBATCH_MODULE
 
     def _clipo_model_config(self):
-        return self.megatron_cfg.model
+        return megatron_worker.model_config(self)
 
 
-@ray.remote(
-    runtime_env=get_runtime_env_for_policy_worker("megatron_policy_worker")
-)  # pragma: no cover
+@ray.remote(runtime_env=megatron_worker.runtime_env())  # pragma: no cover
 class ClipoMegatronPolicyWorker(ClipoMegatronPolicyWorkerImpl):
     pass

@@ -11,8 +11,9 @@ import types
 import pytest
 
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator
-from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo, master_config_dict
+from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo
 from clipo_megatron.nemo_rl.port.grpo_loop import GrpoTrainArgs
+from clipo_megatron.nemo_rl.port.master_config import master_config_dict
 
 
 class Base:

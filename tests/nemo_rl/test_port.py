@@ -113,3 +113,35 @@ def test_the_install_hint_names_the_newest_version():
     install = importlib.import_module("clipo_megatron.nemo_rl.port.install")
     assert f"git checkout {versions.newest().COMMIT[:9]}" in install.INSTALL_HINT
     assert all(name in install.INSTALL_HINT for name in versions.names())
+
+
+# Modules that implement a protocol NeMo-RL declares for extensions (its loss, environment and
+# data-processor interfaces and registries) import it where they implement it; the rest of the
+# integration reaches NeMo-RL through the port.
+PROTOCOL_MODULES = {"loss_functions.py", "data.py", "environment.py"}
+
+
+def nemo_rl_imports_outside_the_port(root: Path = PACKAGE / "nemo_rl") -> list[str]:
+    import ast
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("port/") or rel in PROTOCOL_MODULES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            found += [f"{rel}:{node.lineno} {n}" for n in names if n.split(".")[0] == "nemo_rl"]
+    return found
+
+
+def test_the_driver_policy_worker_and_guard_reach_nemo_rl_only_through_the_port(tmp_path):
+    assert nemo_rl_imports_outside_the_port() == []
+    (tmp_path / "driver.py").write_text("def f():\n    from nemo_rl.algorithms import grpo\n")
+    assert nemo_rl_imports_outside_the_port(tmp_path) == ["driver.py:2 nemo_rl.algorithms"]

@@ -28,6 +28,7 @@ from clipo_megatron.nemo_rl.guard.preflight_parallel import (
     model_shape,
 )
 from clipo_megatron.nemo_rl.guard.recipes import load_recipe
+from clipo_megatron.nemo_rl.port import run_grpo
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "configs"
@@ -470,11 +471,11 @@ def test_master_config_errors_are_one_line_each():
         "input": "abc",
         "msg": "Input should be a valid integer",
     }
-    assert pf._pydantic_line(missing) == (
+    assert run_grpo.pydantic_line(missing) == (
         "policy.dtensor_cfg is missing (NeMo-RL MasterConfig requires it); set it in the recipe "
         "or merge NeMo-RL's parent recipe (NEMO_RL_ROOT)"
     )
-    assert pf._pydantic_line(wrong) == (
+    assert run_grpo.pydantic_line(wrong) == (
         "grpo.num_prompts_per_step='abc': Input should be a valid integer (NeMo-RL MasterConfig); "
         "fix its value"
     )

@@ -51,6 +51,7 @@ from clipo_megatron.nemo_rl.guard.recipes import (
     nemo_rl_root,
 )
 from clipo_megatron.nemo_rl.port.loops import loop_of, loop_problems
+from clipo_megatron.nemo_rl.port.run_grpo import config_problems
 from clipo_megatron.nemo_rl.recipe_keys import interpolated_keys, knob_problems
 from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
 
@@ -107,24 +108,7 @@ def check_nemo_rl(config: dict[str, Any]) -> list[str]:
         return [f"NeMo-RL: {line}" for line in e.lines]
     except UnsupportedNemoRLError as e:
         return [f"NeMo-RL: {_one_line(e)}"]
-    from nemo_rl.algorithms.grpo import MasterConfig
-    from pydantic import ValidationError
-
-    try:
-        MasterConfig(**{k: v for k, v in config.items() if k != "clipo"})
-    except ValidationError as e:
-        return [_pydantic_line(err) for err in e.errors()]
-    return []
-
-
-def _pydantic_line(err: Any) -> str:  # a pydantic ErrorDetails (a TypedDict)
-    key = ".".join(str(p) for p in err["loc"])
-    if err["type"] == "missing":
-        return (
-            f"{key} is missing (NeMo-RL MasterConfig requires it); set it in the recipe or merge "
-            "NeMo-RL's parent recipe (NEMO_RL_ROOT)"
-        )
-    return f"{key}={err.get('input')!r}: {err['msg']} (NeMo-RL MasterConfig); fix its value"
+    return config_problems(config)  # NeMo-RL's MasterConfig over the recipe
 
 
 def check_cluster_env(config: dict[str, Any], *, has_nemo_rl: bool) -> tuple[list, list]:

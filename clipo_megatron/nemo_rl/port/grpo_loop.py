@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clipo_megatron.nemo_rl.port.rebinding import (
     ESTIMATOR,
@@ -155,6 +155,17 @@ SETUP_RETURNS_SEAM = Seam(
 # ------------------------------------------------------------------------------ 4. the policy
 
 
+if TYPE_CHECKING:  # NeMo-RL's Policy, the policy mixin's base for type checkers (lazy at run time)
+    from nemo_rl.models.policy.lm_policy import Policy as PolicyBase  # noqa: F401
+
+
+def batched_data(columns: dict[str, Any]) -> Any:
+    """NeMo-RL's `BatchedDataDict` of `columns` (what the policy's methods take)."""
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+    return BatchedDataDict(columns)
+
+
 def policy_class(mixin: type, **attrs: Any) -> type:
     """NeMo-RL's `Policy` under `mixin` (its overrides first, `super()` reaches `Policy`), with
     `attrs` as class attributes: the class `setup(policy_factory=)` builds the policy from."""
@@ -174,6 +185,20 @@ def register_actor_python_env(fqn: str, py_executable: str) -> None:
     from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
 
     ACTOR_ENVIRONMENT_REGISTRY[fqn] = py_executable
+
+
+def stock_worker_python() -> str:
+    """The Python NeMo-RL's registry resolves for its own Megatron policy worker actor."""
+    from nemo_rl.distributed.ray_actor_environment_registry import get_actor_python_env
+
+    return get_actor_python_env(STOCK_MEGATRON_WORKER_FQN)
+
+
+def default_venv_dir() -> str:
+    """Where NeMo-RL keeps its actors' prefetched venvs unless `NEMO_RL_VENV_DIR` says otherwise."""
+    from nemo_rl.utils.venvs import DEFAULT_VENV_DIR
+
+    return DEFAULT_VENV_DIR
 
 
 def _check_policy_factory(src: Source) -> str | None:
