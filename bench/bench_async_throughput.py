@@ -3,7 +3,7 @@
 step from NeMo-RL's own performance metrics, in one CPU run (a ratio, not an absolute).
 
 Six runs of NeMo-RL's real loops through CLIPO's driver on the contract harness
-(tests/nemo_rl: NeMo-RL's Megatron worker on CPU, the contract model, the GRPO track-1 recipe
+(clipo_testkit/nemo_rl: NeMo-RL's Megatron worker on CPU, the contract model, the GRPO track-1 recipe
 shrunk by `contract_config`): `grpo_train`, `async_grpo_train` (max_trajectory_age_steps 1) and
 `grpo_train_sync` (TransferQueue, simple backend), each with CLIPO off and on; the same recipe
 otherwise (no CLIPO warm-up, the importance-sampling correction on in all, as async_grpo_train
@@ -115,8 +115,8 @@ def table(results: dict[str, dict], skip: int = 1) -> list[str]:
 
 
 def run_case(loop: str, clipo_on: bool, *, model: Path, out: Path, steps: int, worker_fqn: str):
-    from tests.nemo_rl.cpu_session import make_async, make_tq
-    from tests.nemo_rl.nemo_rl_loop import contract_config, run_grpo
+    from clipo_testkit.nemo_rl.cpu_session import make_async, make_tq
+    from clipo_testkit.nemo_rl.nemo_rl_loop import contract_config, run_grpo
 
     cfg = contract_config(
         "grpo", clipo_on, model_dir=model, out_dir=out, max_steps=steps, warmup_steps=0
@@ -150,7 +150,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--cases", default="all", help="comma-separated labels, or all")
     args = ap.parse_args()
-    from tests.nemo_rl.cpu_session import (
+    from clipo_testkit.nemo_rl.cpu_session import (
         contract_model_dir,
         ray_session,
         requirements,

@@ -2,7 +2,8 @@
 """CLIPO's cost on NeMo-RL's real Megatron worker, in one run: get_logprobs with the pooler hooked
 vs without (a ratio), and the head step beside it.
 
-One rank (or TP ranks with sequence parallel, `--tp`), CPU, fp32, the worker built by NeMo-RL's real `__init__` (tests/nemo_rl/real_worker):
+One rank (or TP ranks with sequence parallel, `--tp`), CPU, fp32, the worker built by NeMo-RL's real
+`__init__` (clipo_testkit/nemo_rl/real_worker):
 the same packed batch through the product's `get_logprobs` with `clipo_sample_idx` (the mixin tees
 NeMo-RL's microbatch iterator and hooks the final norm) and without it (the mixin hands the call
 straight to NeMo-RL's), alternated `--repeats` times so both see the same machine load; then the
@@ -29,8 +30,8 @@ def measure(rank: int, world: int, out_dir: str, model_dir: str, rows: int, repe
     import torch
 
     from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
-    from tests.nemo_rl.real_worker import scenario
-    from tests.nemo_rl.real_worker.layouts import _build
+    from clipo_testkit.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker.layouts import _build
 
     policy, worker = _build(Path(out_dir), Path(model_dir), layout)  # NeMo-RL's real __init__
     scenario.B = rows  # a larger batch than the tests'
@@ -60,7 +61,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--tp", type=int, default=1, help="TP size (with sequence parallel when > 1)")
     args = ap.parse_args()
-    from tests.nemo_rl.real_worker.build import requirements
+    from clipo_testkit.nemo_rl.real_worker.build import requirements
 
     missing = requirements()
     if missing:
@@ -68,9 +69,9 @@ def main() -> int:
         return 2
     import os
 
-    from tests.nemo_rl.real_worker import build
-    from tests.nemo_rl.real_worker.layouts import Layout
-    from tests.nemo_rl.real_worker.spawn import run_ranks
+    from clipo_testkit.nemo_rl.real_worker import build
+    from clipo_testkit.nemo_rl.real_worker.layouts import Layout
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
 
     layout = Layout(tp=args.tp, sp=args.tp > 1)
 

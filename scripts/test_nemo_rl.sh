@@ -20,7 +20,7 @@
 # go on PYTHONPATH, never copied here; TransformerEngine is not installed (the tests hand Bridge an
 # import stub that raises the moment a TE layer is used). Then `pytest -m nemo_rl tests/nemo_rl`:
 # NeMo-RL's real grpo_train, Policy, RayWorkerGroup on a CPU RayVirtualCluster, NeMo-RL's own
-# Megatron policy worker with the CLIPO extension (tests/nemo_rl/real_worker), setup_response_data,
+# Megatron policy worker with the CLIPO extension (clipo_testkit/nemo_rl/real_worker), setup_response_data,
 # Logger and CheckpointManager, for every objective with CLIPO on and off (docs/nemo_rl.md).
 set -euo pipefail
 CALLER_PWD=$(pwd)  # --preflight reads --config and key=value paths from where it was called

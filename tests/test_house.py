@@ -209,8 +209,8 @@ def test_every_module_ships_in_the_package():
 TEST_ONLY = ("clipo_testkit", "tests")  # in the checkout, not in the wheel (tests/test_wheel.py)
 
 
-def kit_imports(root: Path = PACKAGE) -> list[str]:
-    """Each import of the kit or the tests in the package's code (function-local ones included)."""
+def kit_imports(root: Path = PACKAGE, banned: tuple[str, ...] = TEST_ONLY) -> list[str]:
+    """Each import of a `banned` top-level package in root's code (function-local ones included)."""
     found = []
     for p in sorted(root.rglob("*.py")):
         for n in ast.walk(ast.parse(p.read_text())):
@@ -218,7 +218,7 @@ def kit_imports(root: Path = PACKAGE) -> list[str]:
             if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
                 names = [n.module]
             where = p.relative_to(root.parent)
-            found += [f"{where}: {m}" for m in names if m.split(".")[0] in TEST_ONLY]
+            found += [f"{where}: {m}" for m in names if m.split(".")[0] in banned]
     return found
 
 
@@ -235,6 +235,18 @@ def test_no_product_module_imports_the_test_kit(tmp_path):
         "clipo_megatron/a.py: clipo_testkit.emulated_cuda",
         "clipo_megatron/b.py: tests.tiny_models",
     ]
+
+
+@pytest.mark.parametrize("folder", ["bench", "clipo_testkit"])
+def test_bench_and_the_kit_import_no_tests(folder, tmp_path):
+    """`tests` is pytest's, and NeMo-RL ships a `tests` package of its own that can shadow ours on
+    the contract suite's path: what the benches and the kit share lives in `clipo_testkit`. The
+    check sees a function-local import in a tiny folder."""
+    assert kit_imports(PACKAGE.parent / folder, banned=("tests",)) == []
+    (tmp_path / folder).mkdir()
+    (tmp_path / folder / "a.py").write_text("def f():\n    from tests.nemo_rl import x\n")
+    (tmp_path / folder / "b.py").write_text("from clipo_testkit.nemo_rl import cpu_session\n")
+    assert kit_imports(tmp_path / folder, banned=("tests",)) == [f"{folder}/a.py: tests.nemo_rl"]
 
 
 CONTRIBUTING = PACKAGE.parent / "CONTRIBUTING.md"

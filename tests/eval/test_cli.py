@@ -12,7 +12,7 @@ pytest.importorskip("math_verify")
 pytestmark = pytest.mark.runner
 
 from clipo_megatron.eval.run import main  # noqa: E402
-from tests.tiny_models import save_tiny_llama  # noqa: E402
+from clipo_testkit.tiny_models import save_tiny_llama  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ pytest.importorskip(
 )
 pytest.importorskip("transformers")
 
-from tests.tiny_models import tiny_char_llama  # noqa: E402
+from clipo_testkit.tiny_models import tiny_char_llama  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.runner, pytest.mark.slow]
 

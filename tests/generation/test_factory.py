@@ -10,7 +10,7 @@ pytest.importorskip("megatron.core")
 
 from clipo_megatron.generation import factory  # noqa: E402
 from clipo_megatron.generation.hf_backend import HFGenerator  # noqa: E402
-from tests.tiny_models import tiny_arch  # noqa: E402
+from clipo_testkit.tiny_models import tiny_arch  # noqa: E402
 
 SMALL_HEADS = tiny_arch(num_layers=1)  # head_dim 64 / 4 = 16 < 32
 

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 from clipo_megatron.generation.hf_backend import HFGenerator  # noqa: E402
 from clipo_megatron.models.hf_convert import arch_from_hf_config, load_megatron_from_hf  # noqa: E402
 from clipo_megatron.runner.model.model_builder import build_gpt_model, transformer_config  # noqa: E402
-from tests.tiny_models import tiny_hf_config, tiny_hf_model  # noqa: E402
+from clipo_testkit.tiny_models import tiny_hf_config, tiny_hf_model  # noqa: E402
 
 pytestmark = [pytest.mark.mcore, pytest.mark.runner]
 

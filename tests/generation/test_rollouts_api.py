@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 
 from clipo_megatron.generation.rollouts import Generator, Rollouts, chat_text  # noqa: E402
 from clipo_megatron.generation.sampling import Sampling  # noqa: E402
-from tests.tiny_models import tiny_char_llama  # noqa: E402
+from clipo_testkit.tiny_models import tiny_char_llama  # noqa: E402
 
 
 class Scripted(Generator):

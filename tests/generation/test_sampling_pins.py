@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 from clipo_megatron.generation.hf_backend import HFGenerator  # noqa: E402
 from clipo_megatron.generation.rollouts import chat_text  # noqa: E402
 from clipo_megatron.generation.sampling import Sampling  # noqa: E402
-from tests.tiny_models import tiny_char_llama  # noqa: E402
+from clipo_testkit.tiny_models import tiny_char_llama  # noqa: E402
 
 PROMPTS = ["What is 3 + 4?", "Name a prime."]
 MAX_TOKENS = 10

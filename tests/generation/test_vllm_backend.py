@@ -23,7 +23,7 @@ pytest.importorskip("transformers")
 from clipo_megatron.generation.hf_backend import HFGenerator  # noqa: E402
 from clipo_megatron.generation.sampling import Sampling  # noqa: E402
 from clipo_megatron.generation.vllm_backend import PREFIX_BLOCK_SIZE  # noqa: E402
-from tests.tiny_models import tiny_char_llama  # noqa: E402
+from clipo_testkit.tiny_models import tiny_char_llama  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.mcore, pytest.mark.runner, pytest.mark.slow]
 

@@ -7,7 +7,7 @@ import torch
 
 from clipo_megatron.core import CLIPOConfig
 from clipo_megatron.megatron.pooling.masked_mean import masked_sum_and_count, mean_from_sums
-from tests.tiny_models import TINY_ARCH as ARCH
+from clipo_testkit.tiny_models import TINY_ARCH as ARCH
 
 CFG = CLIPOConfig(embed_dim=16, temperature=0.1)
 SEQ = 16

@@ -56,7 +56,7 @@ def test_tp_replicas_pool_bit_identically(compared):
 def _ddp_batch():
     import torch
 
-    from tests.tiny_models import TINY_ARCH
+    from clipo_testkit.tiny_models import TINY_ARCH
 
     gen = torch.Generator().manual_seed(3)
     ids = torch.randint(0, TINY_ARCH.vocab_size, (2 * WORLD, 10), generator=gen)
@@ -73,7 +73,7 @@ def _ddp_worker(rank, world):
     from clipo_megatron.megatron.parallel import ensure_model_parallel
     from clipo_megatron.runner.model.model_builder import build_gpt_model
     from clipo_testkit.emulated_cuda import emulated_cuda, is_on_device
-    from tests.tiny_models import TINY_ARCH
+    from clipo_testkit.tiny_models import TINY_ARCH
 
     ensure_model_parallel(1, 1)  # DP = world
     ids, pos = _ddp_batch()
@@ -100,7 +100,7 @@ def test_ddp_step_over_dp2_equals_one_host_process(mcore_single_process):
     import torch
 
     from clipo_megatron.runner.model.model_builder import build_gpt_model
-    from tests.tiny_models import TINY_ARCH
+    from clipo_testkit.tiny_models import TINY_ARCH
 
     res = run_distributed(_ddp_worker, WORLD, timeout=240)
     ids, pos = _ddp_batch()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from clipo_megatron.runner.model.tp_state import check_divisible, layout, shard, unshard
-from tests.tiny_models import SMOLLM2_135M_ARCH
+from clipo_testkit.tiny_models import SMOLLM2_135M_ARCH
 
 
 def test_gated_fc1_shards_gate_and_up_separately():

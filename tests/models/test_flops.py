@@ -12,7 +12,7 @@ from clipo_megatron.models.flops import (
     linear_flops_per_token,
     pass_flops,
 )
-from tests.tiny_models import hf_llama_config_of
+from clipo_testkit.tiny_models import hf_llama_config_of
 
 # H = 8, 2 heads of 4, 1 KV group (kv dim 4), F = 16, V = 10, 3 layers
 ARCH = GPTArch(

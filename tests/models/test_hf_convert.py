@@ -15,7 +15,7 @@ from clipo_megatron.models.hf_convert import (  # noqa: E402
     megatron_to_hf,
 )
 from clipo_megatron.runner.model.model_builder import build_gpt_model, transformer_config  # noqa: E402
-from tests.tiny_models import tiny_hf_config, tiny_hf_model  # noqa: E402
+from clipo_testkit.tiny_models import tiny_hf_config, tiny_hf_model  # noqa: E402
 
 pytestmark = [pytest.mark.mcore, pytest.mark.runner]
 

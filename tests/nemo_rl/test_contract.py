@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.nemo_rl.cpu_session import (  # noqa: F401 (SHARED, REAL_WORKER_FQN: other cases')
+from clipo_testkit.nemo_rl.cpu_session import (  # noqa: F401 (SHARED, REAL_WORKER_FQN: other cases')
     REAL_WORKER_FQN,
     SHARED,
     contract_model_dir,
     ray_session,
     requirements,
 )
-from tests.nemo_rl.nemo_rl_loop import train_metrics as _train_metrics
+from clipo_testkit.nemo_rl.nemo_rl_loop import train_metrics as _train_metrics
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow]
 FULL = pytest.mark.contract_full  # outside CI's set: scripts/test_nemo_rl.sh runs it
@@ -138,7 +138,7 @@ RESUMES = [pytest.param(o, c, id=_case_id(o, c), marks=[FULL]) for o, c in CASES
 
 
 def _config(contract_model, out: Path, objective: str, clipo_on: bool) -> dict:
-    from tests.nemo_rl.nemo_rl_loop import contract_config
+    from clipo_testkit.nemo_rl.nemo_rl_loop import contract_config
 
     return contract_config(
         objective,
@@ -154,7 +154,7 @@ def _config(contract_model, out: Path, objective: str, clipo_on: bool) -> dict:
 def full_runs(nemo_rl_cpu, contract_model, tmp_path_factory):
     """(objective, clipo_on) -> (run directory, the uninterrupted 3-step run): made once, read by
     the case's checks and by its resume (which runs it itself when run alone)."""
-    from tests.nemo_rl.nemo_rl_loop import run_grpo
+    from clipo_testkit.nemo_rl.nemo_rl_loop import run_grpo
 
     runs: dict[tuple[str, bool], tuple[Path, dict]] = {}
 
@@ -198,7 +198,7 @@ def test_grpo_train(full_runs, contract_model, objective, clipo_on):
 def test_grpo_train_resume(full_runs, nemo_rl_cpu, contract_model, objective, clipo_on):
     """Resume from the step-2 checkpoint in a fresh run directory and fresh Ray actors: step 3
     exactly as the uninterrupted run gave it (rows, rewards, losses, the head and its AdamW)."""
-    from tests.nemo_rl.nemo_rl_loop import run_grpo
+    from clipo_testkit.nemo_rl.nemo_rl_loop import run_grpo
 
     root, full = full_runs(objective, clipo_on)
     ckpt = root / "resumed" / "ckpt"
@@ -212,7 +212,7 @@ def test_grpo_train_resume(full_runs, nemo_rl_cpu, contract_model, objective, cl
 def layout_config(model_dir: Path, out: Path, layout) -> dict:
     """The contract's GRPO + CLIPO run (`STEPS`, `WARMUP`) for a family case at `layout`
     (`real_worker.layouts.Layout`): its DP and world size."""
-    from tests.nemo_rl.nemo_rl_loop import contract_config
+    from clipo_testkit.nemo_rl.nemo_rl_loop import contract_config
 
     return contract_config(
         "grpo",
@@ -259,7 +259,7 @@ def test_grpo_train_saves_at_the_deadline(nemo_rl_cpu, contract_model, tmp_path,
     from torch.utils._pytree import tree_leaves
 
     from clipo_megatron.core.safe_load import load_state
-    from tests.nemo_rl.nemo_rl_loop import run_grpo
+    from clipo_testkit.nemo_rl.nemo_rl_loop import run_grpo
 
     cfg = _config(contract_model, tmp_path, "grpo", True)
     cfg["checkpointing"]["save_period"] = 100
@@ -281,7 +281,7 @@ def test_data_parallel_workers_match_one_worker(nemo_rl_cpu, contract_model, tmp
     """Two of NeMo-RL's Megatron workers (DP = 2, on CPU) in its RayWorkerGroup: logprobs sharded
     by NeMo-RL, the CLIPO head step gathering embeddings over DP (gloo), gradients summed over DP
     by mcore DDP. Every logged number equals the one-worker run to float tolerance."""
-    from tests.nemo_rl.nemo_rl_loop import contract_config, run_grpo
+    from clipo_testkit.nemo_rl.nemo_rl_loop import contract_config, run_grpo
 
     def run(dp: int):
         cfg = contract_config(

@@ -17,9 +17,9 @@ import shutil
 
 import pytest
 
+from clipo_testkit.nemo_rl.cpu_session import ASYNC_ACTORS, make_async
+from clipo_testkit.nemo_rl.nemo_rl_loop import train_metrics
 from tests.nemo_rl import test_contract
-from tests.nemo_rl.cpu_session import ASYNC_ACTORS, make_async
-from tests.nemo_rl.nemo_rl_loop import train_metrics
 
 nemo_rl_cpu, contract_model = test_contract.nemo_rl_cpu, test_contract.contract_model
 
@@ -35,7 +35,7 @@ COLLECTOR_PROGRESS = ("buffer_size",)
 
 
 def async_config(contract_model, out, *, age: int = AGE) -> dict:
-    from tests.nemo_rl.nemo_rl_loop import contract_config
+    from clipo_testkit.nemo_rl.nemo_rl_loop import contract_config
 
     cfg = contract_config(
         "grpo", True, model_dir=contract_model, out_dir=out, max_steps=STEPS, warmup_steps=0
@@ -59,7 +59,7 @@ def run_async(cfg: dict, worker_fqn: str) -> dict:
     """`run_grpo` (the driver picks async_grpo_train from the config); the head as the workers
     held it when async_grpo_train shut the policy down (its `finally`), where run_grpo's own
     read after the loop finds the workers gone; `COLLECTOR_PROGRESS` dropped from the metrics."""
-    from tests.nemo_rl.nemo_rl_loop import run_grpo
+    from clipo_testkit.nemo_rl.nemo_rl_loop import run_grpo
 
     result = run_grpo(cfg, worker_fqn=worker_fqn)
     dropped = set()

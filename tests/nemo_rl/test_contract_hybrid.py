@@ -35,9 +35,9 @@ from pathlib import Path
 
 import pytest
 
+from clipo_testkit.nemo_rl.nemo_rl_loop import train_metrics
+from clipo_testkit.nemo_rl.real_worker.layouts import Layout
 from tests.nemo_rl import test_contract
-from tests.nemo_rl.nemo_rl_loop import train_metrics
-from tests.nemo_rl.real_worker.layouts import Layout
 from tests.nemo_rl.test_contract import (
     CHECKPOINT_STEP,
     SHARED,
@@ -67,13 +67,13 @@ CHUNK = 512  # > every row the check recomputes with HF (prompts <= 350 tokens +
 def build_hybrid_contract_model(path: Path) -> Path:
     """The contract model's fine-tune on the tiny hybrid MoE NemotronH (HF's mixers on the
     reference scan), saved in the hub's key names with dt clamped as the kernels clamp it."""
-    from tests.nemo_rl.contract_model import build_contract_model
-    from tests.nemo_rl.real_worker.hybrid_model import (
+    from clipo_testkit.nemo_rl.contract_model import build_contract_model
+    from clipo_testkit.nemo_rl.real_worker.hybrid_model import (
         hf_mixer_on_reference,
         hub_checkpoint,
         hybrid_config,
     )
-    from tests.tiny_models import char_tokenizer
+    from clipo_testkit.tiny_models import char_tokenizer
 
     config = hybrid_config(
         char_tokenizer(), pattern=NANO_PATTERN, chunk=CHUNK, use_cache=False, **MAMBA
@@ -105,8 +105,8 @@ def _aux_losses(run: dict) -> list[float]:
 
 
 def test_hybrid_moe_ep2_in_grpo_train(nemo_rl_cpu, hybrid_contract_model, tmp_path):
+    from clipo_testkit.nemo_rl.nemo_rl_loop import run_grpo
     from tests.nemo_rl import clipo_checks as cc
-    from tests.nemo_rl.nemo_rl_loop import run_grpo
 
     cfg = layout_config(hybrid_contract_model, tmp_path / "full", EP2)
     full = run_grpo(cfg, worker_fqn=nemo_rl_cpu, layout=EP2)

@@ -18,9 +18,9 @@ import shutil
 
 import pytest
 
+from clipo_testkit.nemo_rl.nemo_rl_loop import train_metrics
+from clipo_testkit.nemo_rl.real_worker.layouts import Layout
 from tests.nemo_rl import test_contract
-from tests.nemo_rl.nemo_rl_loop import train_metrics
-from tests.nemo_rl.real_worker.layouts import Layout
 from tests.nemo_rl.test_contract import (
     CHECKPOINT_STEP,
     STEPS,
@@ -46,7 +46,7 @@ TRACK2 = {
 
 
 def _config(contract_model, out, layout: Layout) -> dict:
-    from tests.nemo_rl.nemo_rl_loop import contract_config
+    from clipo_testkit.nemo_rl.nemo_rl_loop import contract_config
 
     return contract_config(
         "grpo",
@@ -65,7 +65,7 @@ def _pooled_tol(layout: Layout, contract_model) -> float:
     final norm's output is of order 1; its largest entry on this model stays under 4)."""
     if not layout.bf16:
         return 1e-4
-    from tests.nemo_rl.real_worker.layouts import bf16_relative_bound
+    from clipo_testkit.nemo_rl.real_worker.layouts import bf16_relative_bound
 
     layers = json.loads((contract_model / "config.json").read_text())["num_hidden_layers"]
     return bf16_relative_bound(layers) * 4.0
@@ -73,8 +73,8 @@ def _pooled_tol(layout: Layout, contract_model) -> float:
 
 @pytest.mark.parametrize("layout", list(TRACK2.values()), ids=list(TRACK2))
 def test_track2_layout_in_grpo_train(nemo_rl_cpu, contract_model, tmp_path, layout, monkeypatch):
-    from tests.nemo_rl.nemo_rl_loop import run_grpo
-    from tests.nemo_rl.real_worker.cpu_patches import EMULATED
+    from clipo_testkit.nemo_rl.nemo_rl_loop import run_grpo
+    from clipo_testkit.nemo_rl.real_worker.cpu_patches import EMULATED
 
     if layout.emulated:  # NeMo-RL hands the driver's environment to its actors
         monkeypatch.setenv(EMULATED, "1")

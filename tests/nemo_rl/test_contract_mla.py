@@ -38,9 +38,9 @@ from pathlib import Path
 
 import pytest
 
+from clipo_testkit.nemo_rl.nemo_rl_loop import train_metrics
+from clipo_testkit.nemo_rl.real_worker.layouts import Layout
 from tests.nemo_rl import test_contract
-from tests.nemo_rl.nemo_rl_loop import train_metrics
-from tests.nemo_rl.real_worker.layouts import Layout
 from tests.nemo_rl.test_contract import (
     CHECKPOINT_STEP,
     SHARED,
@@ -66,8 +66,8 @@ def mla_contract_model(nemo_rl_cpu, tmp_path_factory) -> Path:
     and expert bias)."""
     import transformers
 
-    from tests.nemo_rl.contract_model import build_contract_model
-    from tests.nemo_rl.real_worker.mla_model import (
+    from clipo_testkit.nemo_rl.contract_model import build_contract_model
+    from clipo_testkit.nemo_rl.real_worker.mla_model import (
         padded_value_sdpa,
         set_expert_bias,
         tiny_mla_model,
@@ -85,7 +85,7 @@ def mla_contract_model(nemo_rl_cpu, tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("layout", list(LAYOUTS.values()), ids=list(LAYOUTS))
 def test_mla_in_grpo_train(nemo_rl_cpu, mla_contract_model, tmp_path, layout):
-    from tests.nemo_rl.nemo_rl_loop import run_grpo
+    from clipo_testkit.nemo_rl.nemo_rl_loop import run_grpo
 
     cfg = layout_config(mla_contract_model, tmp_path / "full", layout)
     full = run_grpo(cfg, worker_fqn=nemo_rl_cpu, layout=layout)

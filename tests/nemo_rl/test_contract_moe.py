@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from clipo_testkit.nemo_rl.nemo_rl_loop import train_metrics
+from clipo_testkit.nemo_rl.real_worker.layouts import Layout
 from tests.nemo_rl import test_contract
-from tests.nemo_rl.nemo_rl_loop import train_metrics
-from tests.nemo_rl.real_worker.layouts import Layout
 from tests.nemo_rl.test_contract import (
     CHECKPOINT_STEP,
     SHARED,
@@ -43,8 +43,8 @@ def moe_contract_model(nemo_rl_cpu, tmp_path_factory) -> Path:
     """The contract model's fine-tune on a tiny Qwen3-MoE (`moe_model.tiny_moe_model`'s shape)."""
     import transformers
 
-    from tests.nemo_rl.contract_model import build_contract_model
-    from tests.nemo_rl.real_worker.moe_model import tiny_moe_model
+    from clipo_testkit.nemo_rl.contract_model import build_contract_model
+    from clipo_testkit.nemo_rl.real_worker.moe_model import tiny_moe_model
 
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     path = cache / "clipo_megatron" / "contract_moe_model_v1"
@@ -71,7 +71,7 @@ def _aux_losses(run: dict) -> list[float]:
 
 
 def test_moe_ep2_in_grpo_train(nemo_rl_cpu, moe_contract_model, tmp_path):
-    from tests.nemo_rl.nemo_rl_loop import run_grpo
+    from clipo_testkit.nemo_rl.nemo_rl_loop import run_grpo
 
     cfg = layout_config(moe_contract_model, tmp_path / "full", EP2)
     full = run_grpo(cfg, worker_fqn=nemo_rl_cpu, layout=EP2)

@@ -16,8 +16,8 @@ import shutil
 
 import pytest
 
+from clipo_testkit.nemo_rl.nemo_rl_loop import train_metrics
 from tests.nemo_rl import test_contract
-from tests.nemo_rl.nemo_rl_loop import train_metrics
 
 nemo_rl_cpu, contract_model = test_contract.nemo_rl_cpu, test_contract.contract_model
 
@@ -29,8 +29,8 @@ STEPS, CHECKPOINT_STEP = test_contract.STEPS, test_contract.CHECKPOINT_STEP
 
 
 def tq_config(contract_model, out) -> dict:
-    from tests.nemo_rl.cpu_session import make_tq
-    from tests.nemo_rl.nemo_rl_loop import contract_config
+    from clipo_testkit.nemo_rl.cpu_session import make_tq
+    from clipo_testkit.nemo_rl.nemo_rl_loop import contract_config
 
     cfg = contract_config(
         "grpo", True, model_dir=contract_model, out_dir=out, max_steps=STEPS, warmup_steps=1
@@ -42,7 +42,7 @@ def tq_config(contract_model, out) -> dict:
 def tq_actors(nemo_rl_cpu):
     """TransferQueue importable; NeMo-RL's rollout actor and TransferQueue's actors on the test's
     Python (`cpu_session.keep_tq_actors_here`)."""
-    from tests.nemo_rl.cpu_session import keep_tq_actors_here, tq_requirements
+    from clipo_testkit.nemo_rl.cpu_session import keep_tq_actors_here, tq_requirements
 
     missing = tq_requirements()
     if missing:
@@ -54,7 +54,7 @@ def tq_actors(nemo_rl_cpu):
 def test_grpo_train_sync_clipo(tq_actors, contract_model, tmp_path):
     """grpo_train_sync ran (its data plane carried the rows), CLIPO's four checks on every step
     (the warm-up step held the policy), then an exact resume of step 3 from step 2."""
-    from tests.nemo_rl.nemo_rl_loop import run_grpo
+    from clipo_testkit.nemo_rl.nemo_rl_loop import run_grpo
 
     cfg = tq_config(contract_model, tmp_path / "full")
     full = run_grpo(cfg, worker_fqn=tq_actors)

@@ -24,8 +24,8 @@ from clipo_megatron.nemo_rl.data import score_batch
 from clipo_megatron.nemo_rl.loss_functions import ObjectiveLossFn
 from clipo_megatron.nemo_rl.policy import collect_head_step
 from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, ClipoWorkerMixin, ClipoWorkerState
+from clipo_testkit.tiny_models import tiny_arch
 from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
-from tests.tiny_models import tiny_arch
 
 pytestmark = [pytest.mark.mcore, pytest.mark.slow]
 

@@ -111,7 +111,7 @@ def test_grpo_train_logs_the_verifier_statuses(nemo_rl_cpu, contract_model, tmp_
     """NeMo-RL's real loop (scripts/test_nemo_rl.sh): the `clipo_math` actor grades through the
     pool, its observations reach the advantage step, and grpo_train's logger gets
     train/verify/<status>, one count per rollout, in both arms."""
-    from tests.nemo_rl.nemo_rl_loop import one_step_config, run_grpo, train_metrics
+    from clipo_testkit.nemo_rl.nemo_rl_loop import one_step_config, run_grpo, train_metrics
 
     cfg = one_step_config(clipo_on, model_dir=contract_model, out_dir=tmp_path)
     m = train_metrics(run_grpo(cfg, worker_fqn=nemo_rl_cpu), 1)

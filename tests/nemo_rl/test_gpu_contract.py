@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.nemo_rl.nemo_rl_loop import train_metrics as _train_metrics
+from clipo_testkit.nemo_rl.nemo_rl_loop import train_metrics as _train_metrics
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nemo_rl, pytest.mark.slow]
 STEPS, WARMUP = 2, 1
@@ -99,7 +99,7 @@ def gpu_setup(tmp_path_factory):
     import torch
     from nemo_rl.distributed.virtual_cluster import init_ray
 
-    from tests.nemo_rl.contract_model import build_contract_model
+    from clipo_testkit.nemo_rl.contract_model import build_contract_model
 
     root = tmp_path_factory.mktemp("gpu_contract")
     data = write_gsm8k_like(root / "data")
@@ -121,7 +121,7 @@ def two_steps_and_resume(root: Path, model: Path, dp: int, *, worker_fqn, use_gp
     stand-in worker on a machine without GPUs (`use_gpus=False, packing=False`)."""
     import torch
 
-    from tests.nemo_rl.nemo_rl_loop import contract_config, run_grpo
+    from clipo_testkit.nemo_rl.nemo_rl_loop import contract_config, run_grpo
 
     def config(out: Path):
         cfg = contract_config(
@@ -160,7 +160,7 @@ def test_real_megatron_worker_two_steps_and_resume(gpu_setup):
     import torch
 
     from clipo_megatron.nemo_rl.worker_env import register_clipo_worker_env
-    from tests.nemo_rl.inspection import INSPECTED_GPU_WORKER_FQN
+    from clipo_testkit.nemo_rl.inspection import INSPECTED_GPU_WORKER_FQN
 
     # the product's worker with the checks' reads, in the venv NeMo-RL gives the product's worker
     register_clipo_worker_env(INSPECTED_GPU_WORKER_FQN)

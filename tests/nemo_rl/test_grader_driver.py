@@ -84,7 +84,7 @@ def test_the_preflight_names_a_missing_pylatexenc(monkeypatch):
 def test_grpo_train_rewards_with_the_paper_grader(nemo_rl_cpu, contract_model, tmp_path):  # noqa: F811
     """NeMo-RL's real loop with `clipo.grader=paper`: NeMo-RL's MasterConfig takes the env entry,
     the actor grades every rollout through the paper grader, the advantage step gets 0 / 1."""
-    from tests.nemo_rl.nemo_rl_loop import one_step_config, run_grpo, train_metrics
+    from clipo_testkit.nemo_rl.nemo_rl_loop import one_step_config, run_grpo, train_metrics
 
     cfg = one_step_config(True, model_dir=contract_model, out_dir=tmp_path)
     cfg["clipo"]["grader"] = "paper"

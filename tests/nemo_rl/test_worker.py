@@ -174,7 +174,7 @@ def test_a_head_file_of_another_format_is_refused_naming_it(tmp_path):
 def _inspected_worker():
     """The checks' reads over the product's worker mixin, as the test workers combine them."""
     from clipo_megatron.nemo_rl.worker import ClipoWorkerMixin
-    from tests.nemo_rl.inspection import InspectionMixin
+    from clipo_testkit.nemo_rl.inspection import InspectionMixin
 
     class Worker(InspectionMixin, ClipoWorkerMixin):
         pass
@@ -185,7 +185,7 @@ def _inspected_worker():
 
 
 def test_a_head_state_read_before_a_step_keeps_its_values():
-    """`clipo_head_state` (tests/nemo_rl/inspection.py) returns copies also on a host head, where
+    """`clipo_head_state` (clipo_testkit/nemo_rl/inspection.py) returns copies also on a host head, where
     `.cpu()` is the live tensor: a check reading the head before a step must not see the step's
     result (it did)."""
     pooled, groups, correct = _batch()

@@ -236,7 +236,7 @@ def test_the_policy_update_skips_a_non_finite_step_and_trains_the_next(mcore_sin
     from clipo_megatron.core.objectives import get_objective
     from clipo_megatron.runner.passes import PolicyLoss, UpdateBatch, pack, policy_update
     from clipo_megatron.runner.policy import build_policy
-    from tests.tiny_models import tiny_hf_config, tiny_hf_model
+    from clipo_testkit.tiny_models import tiny_hf_config, tiny_hf_model
 
     hf = tiny_hf_model(tiny_hf_config("llama", vocab_size=96, hidden=64, ffn=128), 0)
     model, _ = build_policy(hf)

@@ -27,7 +27,7 @@ VOCAB = 96  # divisible by TP = 2
 
 
 def _hf(seed=0):
-    from tests.tiny_models import tiny_hf_config, tiny_hf_model
+    from clipo_testkit.tiny_models import tiny_hf_config, tiny_hf_model
 
     cfg = tiny_hf_config(
         "llama", vocab_size=VOCAB, hidden=64, ffn=128, tied=False, max_positions=128

@@ -17,7 +17,7 @@ from clipo_testkit.emulated_cuda import (  # noqa: E402
     emulated_cuda,
     is_on_device,
 )
-from tests.tiny_models import TINY_ARCH as ARCH  # noqa: E402
+from clipo_testkit.tiny_models import TINY_ARCH as ARCH  # noqa: E402
 
 pytestmark = [pytest.mark.mcore, pytest.mark.device_rules]
 SEQ, B = 12, 3

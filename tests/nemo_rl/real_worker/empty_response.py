@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.nemo_rl.real_worker import scenario
-from tests.nemo_rl.real_worker.layouts import Layout, _build
+from clipo_testkit.nemo_rl.real_worker import scenario
+from clipo_testkit.nemo_rl.real_worker.layouts import Layout, _build
 
 # row 1 (correct) leaves group 0 = rows 0-3 with 2 correct and 1 incorrect: still valid; row 5
 # (correct) leaves group 1 = rows 4-7 with 1 correct: invalid, as a group of 3 with 1 correct is

@@ -28,7 +28,7 @@ def attention_pair(model_dir: Path, layer: int):
     import transformers
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from tests.nemo_rl.real_worker.gptoss_model import SinkWindowAttention
+    from clipo_testkit.nemo_rl.real_worker.gptoss_model import SinkWindowAttention
 
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=torch.float32, attn_implementation="eager"
@@ -76,7 +76,7 @@ def hf_reference(model_dir: Path, data) -> dict[str, torch.Tensor]:
     the routers' smallest top-2 margin."""
     import transformers
 
-    from tests.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker import scenario
 
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=torch.float32, attn_implementation="eager"
@@ -135,7 +135,7 @@ def bridge_forward(rank: int, world: int, model_dir: str, pooled_layer: int = -1
     from megatron.core.packed_seq_params import PackedSeqParams
 
     from clipo_megatron.megatron.pooling.final_norm import find_final_norm
-    from tests.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker import scenario
 
     model = _bridge_model(model_dir)
     cap: dict[str, torch.Tensor] = {}
@@ -183,7 +183,7 @@ def worker_on_off(rank: int, world: int, out_dir: str, model_dir: str, packing: 
     """NeMo-RL's own MegatronPolicyWorker with the CLIPO extension on the tiny gpt-oss: the real
     `get_logprobs` before `clipo_setup` (CLIPO off: no hook), then with CLIPO's pooler (on)."""
     from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
-    from tests.nemo_rl.real_worker import build, scenario
+    from clipo_testkit.nemo_rl.real_worker import build, scenario
 
     out, model = Path(out_dir), Path(model_dir)
     policy = build.contract_policy(model, out, dp=world, packing=packing)

@@ -77,7 +77,10 @@ def model_level(rank: int, world: int, model_dir: str) -> dict[str, Any]:
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
     from clipo_megatron.megatron.pooling.final_norm import find_final_norm
-    from tests.nemo_rl.real_worker.qwen35_model import cpu_qwen35_patches, cpu_qwen35_provider
+    from clipo_testkit.nemo_rl.real_worker.qwen35_model import (
+        cpu_qwen35_patches,
+        cpu_qwen35_provider,
+    )
 
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     parallel_state.initialize_model_parallel()
@@ -135,14 +138,14 @@ def worker_level(rank: int, world: int, out_dir: str, model_dir: str, packing: b
     Bridge): get_logprobs with CLIPO off, then clipo_setup and get_logprobs with the pooler."""
     from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
     from clipo_testkit import gdn_reference
-    from tests.nemo_rl.real_worker import build
-    from tests.nemo_rl.real_worker.qwen35_model import cpu_qwen35_patches
-    from tests.nemo_rl.real_worker.scenario import CLIPO, batch, packing_args
+    from clipo_testkit.nemo_rl.real_worker import build
+    from clipo_testkit.nemo_rl.real_worker.qwen35_model import cpu_qwen35_patches
+    from clipo_testkit.nemo_rl.real_worker.scenario import CLIPO, batch, packing_args
 
     out, model = Path(out_dir), Path(model_dir)
     policy = build.contract_policy(model, out, dp=world, packing=packing)
     if is_moe(model):  # the MoE recipes' keys, CPU-ready, EP 1 (moe_model.moe_policy)
-        from tests.nemo_rl.real_worker.moe_model import moe_policy
+        from clipo_testkit.nemo_rl.real_worker.moe_model import moe_policy
 
         policy = moe_policy(policy, ep=1)
     segments = _count_segments(gdn_reference)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.nemo_rl.real_worker.build import requirements
-from tests.nemo_rl.real_worker.layouts import Layout
+from clipo_testkit.nemo_rl.real_worker.build import requirements
+from clipo_testkit.nemo_rl.real_worker.layouts import Layout
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -33,7 +33,7 @@ def model_dir(tmp_path_factory):
     missing = requirements()
     if missing:
         pytest.skip(missing)
-    from tests.nemo_rl.real_worker import build
+    from clipo_testkit.nemo_rl.real_worker import build
 
     return build.tiny_model(tmp_path_factory.mktemp("empty") / "model")
 
@@ -58,7 +58,7 @@ def _reference_step(res: dict) -> tuple[dict[int, float], dict]:
     -> ({row: r_CL}, the head trainer's state after it)."""
     from clipo_megatron.core.config import CLIPOConfig
     from clipo_megatron.megatron.head_trainer import HeadTrainer
-    from tests.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker import scenario
 
     keep = ~res["empty"]
     rows = res["pooled_rows"][keep]
@@ -79,9 +79,9 @@ def _reference_step(res: dict) -> tuple[dict[int, float], dict]:
 
 @pytest.mark.parametrize("layout", list(CASES.values()), ids=list(CASES))
 def test_empty_responses_leave_the_contrastive_set(layout, model_dir, tmp_path):
-    from tests.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
     from tests.nemo_rl.real_worker.empty_response import EMPTY, empty_rows_methods
-    from tests.nemo_rl.real_worker.spawn import run_ranks
 
     out = run_ranks(empty_rows_methods, layout.world, str(tmp_path), str(model_dir), layout)
     first = out[0]

@@ -48,7 +48,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.nemo_rl.real_worker.build import requirements
+from clipo_testkit.nemo_rl.real_worker.build import requirements
 
 pytestmark = [pytest.mark.nemo_rl]
 # CI's set: the attention checks (under a second each) and the worker's padded case (the recipe's
@@ -64,8 +64,8 @@ def gptoss_dir(tmp_path_factory):
     missing = requirements()
     if missing:
         pytest.skip(missing)
-    from tests.nemo_rl.real_worker.gptoss_model import tiny_gptoss_model
-    from tests.nemo_rl.real_worker.te_stub import import_bridge
+    from clipo_testkit.nemo_rl.real_worker.gptoss_model import tiny_gptoss_model
+    from clipo_testkit.nemo_rl.real_worker.te_stub import import_bridge
 
     import_bridge()
     return tiny_gptoss_model(tmp_path_factory.mktemp("gptoss") / "model")
@@ -164,8 +164,8 @@ def _errors(got: dict, want: dict, rows=None) -> tuple[float, float]:
 def test_bridge_gptoss_matches_hf(gptoss_dir):
     """Bridge's GPTModel (CPU spec) against HF: logprobs and CLIPO's pooled rows, padded and
     packed (module docstring)."""
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
     from tests.nemo_rl.real_worker.gptoss_checks import bridge_forward, hf_reference
-    from tests.nemo_rl.real_worker.spawn import run_ranks
 
     out = run_ranks(bridge_forward, 1, str(gptoss_dir))[0]
     want = hf_reference(gptoss_dir, out["data"])
@@ -185,8 +185,8 @@ def test_bridge_gptoss_matches_hf(gptoss_dir):
 )
 def test_worker_gptoss_clipo_on_equals_off(gptoss_dir, tmp_path, packing):
     """NeMo-RL's worker: CLIPO off == on bit for bit, both == HF, pooled == HF."""
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
     from tests.nemo_rl.real_worker.gptoss_checks import hf_reference, worker_on_off
-    from tests.nemo_rl.real_worker.spawn import run_ranks
 
     out = run_ranks(worker_on_off, 1, str(tmp_path), str(gptoss_dir), packing)[0]
     assert "SinkWindowAttention" in out["attention"], out["attention"]
@@ -195,7 +195,7 @@ def test_worker_gptoss_clipo_on_equals_off(gptoss_dir, tmp_path, packing):
     assert torch.equal(out["on"], out["off"]), "CLIPO's capture changed the logprobs"
     import transformers
 
-    from tests.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker import scenario
 
     tok = transformers.AutoTokenizer.from_pretrained(gptoss_dir)
     want = hf_reference(gptoss_dir, scenario.batch(tok.pad_token_id, len(tok)))
@@ -216,7 +216,7 @@ def test_worker_gptoss_clipo_on_equals_off(gptoss_dir, tmp_path, packing):
 def tp_runs(gptoss_dir, tmp_path_factory):
     """TP 1 (the default) and TP 2 + SP, each run once for the module (`test_layouts.Runs`),
     recording `grad_dump`'s per-parameter step."""
-    from tests.nemo_rl.real_worker.layouts import Layout
+    from clipo_testkit.nemo_rl.real_worker.layouts import Layout
     from tests.nemo_rl.real_worker.test_layouts import Runs
 
     runs = Runs(gptoss_dir, tmp_path_factory, set())
@@ -247,7 +247,7 @@ def test_gptoss_tp2_sp_equals_tp1(tp_runs):
     with the pooler, CLIPO's head step, one NeMo-RL `train` step, logprobs again) at TP 2 + SP
     against TP 1, the MoE keys of `moe_model.moe_policy`; the sinks split by head over TP
     (Bridge's column mapping), each rank's heads with their own sink and its gradient."""
-    from tests.nemo_rl.real_worker.layouts import Layout
+    from clipo_testkit.nemo_rl.real_worker.layouts import Layout
     from tests.nemo_rl.real_worker.moe_checks import check_all
     from tests.nemo_rl.real_worker.test_layouts import FP32
 
@@ -267,8 +267,8 @@ def test_gptoss_tp2_sp_grad_norm_accounting(tp_runs):
     (exactly those: `allreduce=False` and `sequence_parallel`), at twice; the norm without that
     double count is TP 1's; the worker's step replays, and TP 2's gradients clipped by TP 1's
     norm step to TP 1's weights: the double count is the only difference."""
-    from tests.nemo_rl.real_worker.grad_dump import accounting
-    from tests.nemo_rl.real_worker.layouts import Layout
+    from clipo_testkit.nemo_rl.real_worker.grad_dump import accounting
+    from clipo_testkit.nemo_rl.real_worker.layouts import Layout
     from tests.nemo_rl.real_worker.test_layouts import FP32
 
     out = tp_runs(Layout(tp=2, sp=True, grads=True))

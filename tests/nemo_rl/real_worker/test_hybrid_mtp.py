@@ -42,7 +42,7 @@ import os
 import pytest
 import torch
 
-from tests.nemo_rl.real_worker.build import requirements
+from clipo_testkit.nemo_rl.real_worker.build import requirements
 
 pytestmark = [
     pytest.mark.nemo_rl,
@@ -64,14 +64,14 @@ def sources():
 def test_mtp_worker_matches_hf_and_trains(sources, tmp_path):
     import transformers
 
-    from tests.nemo_rl.real_worker import scenario
-    from tests.nemo_rl.real_worker.hybrid_mtp_model import (
+    from clipo_testkit.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker.hybrid_mtp_model import (
         MTP_CFG,
         imported_mtp_error,
         mtp_worker_run,
         tiny_hybrid_mtp_model,
     )
-    from tests.nemo_rl.real_worker.spawn import run_ranks
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
     from tests.nemo_rl.real_worker.test_hybrid_worker import hf_reference
 
     model_dir = tiny_hybrid_mtp_model(tmp_path / "model")

@@ -31,7 +31,7 @@ import os
 import pytest
 import torch
 
-from tests.nemo_rl.real_worker.build import requirements
+from clipo_testkit.nemo_rl.real_worker.build import requirements
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow, pytest.mark.multiprocess]
 TOL = 1e-5  # fp32
@@ -50,7 +50,7 @@ def hf_reference(model_dir, data) -> dict[str, torch.Tensor]:
     """Per row: HF's token logprobs and the mean of `model.norm_f`'s output over the response."""
     import transformers
 
-    from tests.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker import scenario
 
     hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     seen: list[torch.Tensor] = []
@@ -74,9 +74,9 @@ def hf_reference(model_dir, data) -> dict[str, torch.Tensor]:
 def test_hybrid_worker_matches_hf(sources, tmp_path, world):
     import transformers
 
-    from tests.nemo_rl.real_worker import scenario
-    from tests.nemo_rl.real_worker.hybrid_model import hybrid_logprobs, tiny_hybrid_model
-    from tests.nemo_rl.real_worker.spawn import run_ranks
+    from clipo_testkit.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker.hybrid_model import hybrid_logprobs, tiny_hybrid_model
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
 
     model_dir = tiny_hybrid_model(tmp_path / "model")
     res = run_ranks(hybrid_logprobs, world, str(tmp_path), str(model_dir))

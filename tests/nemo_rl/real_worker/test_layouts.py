@@ -31,8 +31,8 @@ import json
 import pytest
 import torch
 
-from tests.nemo_rl.real_worker.build import requirements
-from tests.nemo_rl.real_worker.layouts import Layout
+from clipo_testkit.nemo_rl.real_worker.build import requirements
+from clipo_testkit.nemo_rl.real_worker.layouts import Layout
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -64,8 +64,8 @@ CASES = {
 def bf16_bounds(ref: dict, layers: int) -> dict[str, float]:
     """The bf16 tolerances of the module docstring, from the fp32 run's magnitudes."""
     from clipo_megatron.core.config import CLIPOConfig
-    from tests.nemo_rl.real_worker import scenario
-    from tests.nemo_rl.real_worker.layouts import BF16_U, bf16_relative_bound
+    from clipo_testkit.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker.layouts import BF16_U, bf16_relative_bound
 
     cfg = CLIPOConfig.from_dict(scenario.CLIPO["method"])
     clipo_scale = 2 * cfg.lam / cfg.temperature  # d r_CL / d cosine, at most
@@ -85,7 +85,7 @@ def model_dir(tmp_path_factory):
     missing = requirements()
     if missing:
         pytest.skip(missing)
-    from tests.nemo_rl.real_worker import build
+    from clipo_testkit.nemo_rl.real_worker import build
 
     return build.tiny_model(tmp_path_factory.mktemp("layouts") / "model")
 
@@ -105,8 +105,8 @@ class Runs:
         self.saved: dict[Layout, tuple[str, dict]] = {}  # saver -> (checkpoint, {rank: step 2})
 
     def _ensure(self, layout: Layout) -> None:
-        from tests.nemo_rl.real_worker.layouts import layout_methods, saved_then_measured
-        from tests.nemo_rl.real_worker.spawn import run_ranks
+        from clipo_testkit.nemo_rl.real_worker.layouts import layout_methods, saved_then_measured
+        from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
 
         if layout in self.step1:
             return
@@ -252,8 +252,8 @@ MOVES = {
 @pytest.mark.contract_full
 @pytest.mark.parametrize("move", list(MOVES))
 def test_checkpoint_moves_between_layouts(move, model_dir, tmp_path, runs):
-    from tests.nemo_rl.real_worker.layouts import resumed_then_measured
-    from tests.nemo_rl.real_worker.spawn import run_ranks
+    from clipo_testkit.nemo_rl.real_worker.layouts import resumed_then_measured
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
 
     saved_in, resumed_in = MOVES[move]
     ckpt, saved = runs.checkpoint(saved_in)

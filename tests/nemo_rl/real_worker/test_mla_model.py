@@ -36,8 +36,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.nemo_rl.real_worker.build import requirements
-from tests.nemo_rl.real_worker.layouts import Layout
+from clipo_testkit.nemo_rl.real_worker.build import requirements
+from clipo_testkit.nemo_rl.real_worker.layouts import Layout
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow]
 FULL = pytest.mark.contract_full
@@ -49,15 +49,15 @@ def mla_dir(tmp_path_factory):
     missing = requirements()
     if missing:
         pytest.skip(missing)
-    from tests.nemo_rl.real_worker import mla_model
+    from clipo_testkit.nemo_rl.real_worker import mla_model
 
     return mla_model.tiny_mla_model(tmp_path_factory.mktemp("mla") / "model")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from tests.nemo_rl.real_worker.layouts import layout_methods
-    from tests.nemo_rl.real_worker.spawn import run_ranks
+    from clipo_testkit.nemo_rl.real_worker.layouts import layout_methods
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
 
     done: dict[Layout, dict] = {}
 
@@ -73,7 +73,7 @@ def runs(tmp_path_factory):
 def _hf(model_dir):
     import transformers
 
-    from tests.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker import scenario
 
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
     data = scenario.batch(tok.pad_token_id, len(tok))

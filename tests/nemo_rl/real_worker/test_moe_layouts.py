@@ -49,8 +49,8 @@ import json
 import pytest
 import torch
 
-from tests.nemo_rl.real_worker.build import requirements
-from tests.nemo_rl.real_worker.layouts import Layout
+from clipo_testkit.nemo_rl.real_worker.build import requirements
+from clipo_testkit.nemo_rl.real_worker.layouts import Layout
 from tests.nemo_rl.real_worker.moe_checks import check_all, experts_of, merged, moe_metrics
 from tests.nemo_rl.real_worker.test_layouts import FP32, Runs, bf16_bounds
 
@@ -83,7 +83,7 @@ def _model(tmp_path_factory, shared: bool):
     missing = requirements()
     if missing:
         pytest.skip(missing)
-    from tests.nemo_rl.real_worker import moe_model
+    from clipo_testkit.nemo_rl.real_worker import moe_model
 
     name = "moe-shared" if shared else "moe"
     return moe_model.tiny_moe_model(tmp_path_factory.mktemp(name) / "model", shared=shared)
@@ -127,7 +127,7 @@ def moe_dir(request, tmp_path_factory):
 
 
 def _shared(moe_dir) -> bool:
-    from tests.nemo_rl.real_worker.moe_model import has_shared_expert
+    from clipo_testkit.nemo_rl.real_worker.moe_model import has_shared_expert
 
     return has_shared_expert(moe_dir)
 
@@ -151,8 +151,8 @@ def test_moe_layout_equals_ep1(case, moe_dir, runs):
 def test_moe_bf16_ep2_equals_bf16_ep1(moe_dir, runs):
     """bf16 at EP 2 against bf16 at EP 1, DP 2 (module docstring: bounds)."""
     from clipo_megatron.core.config import CLIPOConfig
-    from tests.nemo_rl.real_worker import scenario
-    from tests.nemo_rl.real_worker.layouts import BF16_U
+    from clipo_testkit.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker.layouts import BF16_U
 
     layout, ref_layout = BF16
     ref, out = runs.measured(moe_dir, ref_layout), runs.measured(moe_dir, layout)
@@ -180,8 +180,8 @@ def test_moe_checkpoint_moves_between_ep_layouts(move, moe_dir, tmp_path, runs):
     """Saved after step 1 in one EP layout, resumed in the other (Bridge's torch_dist reshards
     the experts and their optimizer state, CLIPO's head from its one file): step 2 after the
     resume against the saver's step 2, the router / expert weights and the head included."""
-    from tests.nemo_rl.real_worker.layouts import resumed_then_measured
-    from tests.nemo_rl.real_worker.spawn import run_ranks
+    from clipo_testkit.nemo_rl.real_worker.layouts import resumed_then_measured
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
 
     saved_in, resumed_in = MOVES[move]
     ckpt, saved = runs.checkpoint(moe_dir, saved_in)
@@ -207,7 +207,7 @@ def test_moe_ep1_matches_hugging_face(moe_dir, runs):
     router's or an expert's (fp32 bounds of `test_real_worker`: 1e-5)."""
     import transformers
 
-    from tests.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker import scenario
 
     tok = transformers.AutoTokenizer.from_pretrained(moe_dir)
     hf = scenario.hf_reference(moe_dir, scenario.batch(tok.pad_token_id, len(tok)))

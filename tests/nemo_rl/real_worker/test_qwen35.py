@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.nemo_rl.real_worker.build import requirements
-from tests.nemo_rl.real_worker.qwen35_model import tiny_qwen35_model
+from clipo_testkit.nemo_rl.real_worker.build import requirements
+from clipo_testkit.nemo_rl.real_worker.qwen35_model import tiny_qwen35_model
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -59,8 +59,8 @@ def model_dir(tmp_path_factory):
 
 @pytest.mark.contract_full  # CI's set holds the worker's unpacked case (~110 s), which covers this
 def test_bridge_qwen3vl_model_matches_hf(model_dir):
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
     from tests.nemo_rl.real_worker.qwen35_checks import model_level
-    from tests.nemo_rl.real_worker.spawn import run_ranks
 
     out = run_ranks(model_level, 1, str(model_dir))[0]
     print(f"\n[qwen3.5 model] {out}")
@@ -76,8 +76,8 @@ def test_bridge_qwen3vl_model_matches_hf(model_dir):
     ids=["unpacked", "packed"],
 )
 def test_nemo_rl_worker_clipo_on_off(model_dir, tmp_path, packing):
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
     from tests.nemo_rl.real_worker.qwen35_checks import worker_level
-    from tests.nemo_rl.real_worker.spawn import run_ranks
 
     out = run_ranks(worker_level, 1, str(tmp_path), str(model_dir), packing)[0]
     print(f"\n[qwen3.5 worker] {out}")

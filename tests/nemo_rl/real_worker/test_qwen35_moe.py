@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.nemo_rl.real_worker.build import requirements
-from tests.nemo_rl.real_worker.qwen35_moe_model import tiny_qwen35_moe_model
+from clipo_testkit.nemo_rl.real_worker.build import requirements
+from clipo_testkit.nemo_rl.real_worker.qwen35_moe_model import tiny_qwen35_moe_model
 
 pytestmark = [
     pytest.mark.nemo_rl,
@@ -67,8 +67,8 @@ def model_dir(tmp_path_factory):
 
 
 def test_bridge_qwen35_moe_model_matches_hf(model_dir):
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
     from tests.nemo_rl.real_worker.qwen35_checks import model_level
-    from tests.nemo_rl.real_worker.spawn import run_ranks
 
     out = run_ranks(model_level, 1, str(model_dir))[0]
     print(f"\n[qwen3.5-moe model] {out}")
@@ -82,8 +82,8 @@ def test_bridge_qwen35_moe_model_matches_hf(model_dir):
 
 @pytest.mark.parametrize("packing", [True, False], ids=["packed", "unpacked"])
 def test_nemo_rl_worker_qwen35_moe_clipo_on_off(model_dir, tmp_path, packing):
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
     from tests.nemo_rl.real_worker.qwen35_checks import worker_level
-    from tests.nemo_rl.real_worker.spawn import run_ranks
 
     out = run_ranks(worker_level, 1, str(tmp_path), str(model_dir), packing)[0]
     print(f"\n[qwen3.5-moe worker] {out}")

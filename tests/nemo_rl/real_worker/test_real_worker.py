@@ -20,7 +20,7 @@ import os
 import pytest
 import torch
 
-from tests.nemo_rl.real_worker.build import requirements
+from clipo_testkit.nemo_rl.real_worker.build import requirements
 
 pytestmark = pytest.mark.nemo_rl
 
@@ -34,7 +34,7 @@ def sources():
 
 
 def test_every_patch_still_matches_its_source_line(sources):
-    from tests.nemo_rl.real_worker.patch_lines import PATCHES, check_sources
+    from clipo_testkit.nemo_rl.real_worker.patch_lines import PATCHES, check_sources
 
     where = check_sources()
     assert set(where) == {p.name for p in PATCHES}
@@ -45,7 +45,7 @@ def test_every_patch_still_matches_its_source_line(sources):
 
 
 def test_a_moved_source_line_fails_naming_patch_and_file(sources):
-    from tests.nemo_rl.real_worker.patch_lines import WORKER, Patch, SeamMoved, locate
+    from clipo_testkit.nemo_rl.real_worker.patch_lines import WORKER, Patch, SeamMoved, locate
 
     moved = Patch("set_device", WORKER, "torch.cuda.set_device(renamed_rank)", "test")
     with pytest.raises(SeamMoved, match=r"patch set_device: .*megatron_policy_worker\.py"):
@@ -58,7 +58,11 @@ def test_cp_attention_splits_and_masks_as_nemo_rl_shards(sources):
     block-diagonal causal mask, rows and columns moved to where the ranks hold them."""
     from nemo_rl.distributed.model_utils import _get_tokens_on_this_cp_rank
 
-    from tests.nemo_rl.real_worker.thd_attention import cp_positions, cp_slot_mask, slot_mask
+    from clipo_testkit.nemo_rl.real_worker.thd_attention import (
+        cp_positions,
+        cp_slot_mask,
+        slot_mask,
+    )
 
     cu, cp = torch.tensor([0, 8, 20, 24]), 2
     stream = torch.arange(24)
@@ -74,7 +78,7 @@ def test_cp_attention_splits_and_masks_as_nemo_rl_shards(sources):
 
 
 def test_te_stub_resolves_names_and_refuses_use():
-    from tests.nemo_rl.real_worker.te_stub import TransformerEngineStubUsed, _stub_package
+    from clipo_testkit.nemo_rl.real_worker.te_stub import TransformerEngineStubUsed, _stub_package
 
     te = _stub_package().pytorch
     layer = te.ops.Sequential  # Bridge's annotations evaluate this at import
@@ -89,7 +93,7 @@ def test_te_stub_resolves_names_and_refuses_use():
 def _check_methods(first: dict, resumed: dict | None, model_dir, world: int) -> None:
     import transformers
 
-    from tests.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker import scenario
 
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
     data = scenario.batch(tok.pad_token_id, len(tok))
@@ -136,8 +140,8 @@ def _check_methods(first: dict, resumed: dict | None, model_dir, world: int) -> 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world", [1, 2], ids=["dp1", "dp2"])
 def test_real_worker_methods_match_a_hand_reference(sources, tmp_path, world):
-    from tests.nemo_rl.real_worker import build, scenario
-    from tests.nemo_rl.real_worker.spawn import run_ranks
+    from clipo_testkit.nemo_rl.real_worker import build, scenario
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
 
     model_dir = build.tiny_model(tmp_path / "model")
     first = run_ranks(scenario.worker_methods, world, str(tmp_path), str(model_dir))
@@ -151,8 +155,8 @@ def test_real_worker_under_emulated_cuda(sources, tmp_path):
     """The same get_logprobs and train, the worker built and run under `clipo_testkit.emulated_cuda`:
     NeMo-RL's "cuda" tensors (model, microbatches, DDP buffers) are tagged device tensors and a
     host/device mix-up or a host tensor in a collective raises as on a GPU. Same numbers."""
-    from tests.nemo_rl.real_worker import build, scenario
-    from tests.nemo_rl.real_worker.spawn import run_ranks
+    from clipo_testkit.nemo_rl.real_worker import build, scenario
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
 
     model_dir = build.tiny_model(tmp_path / "model")
     first = run_ranks(
@@ -168,7 +172,7 @@ def test_the_grpo_actor_has_no_coroutines(sources):
     a coroutine to the worker fails here, naming it."""
     import inspect
 
-    from tests.nemo_rl.real_worker.ray_worker import RealCpuPolicyWorkerImpl as cls
+    from clipo_testkit.nemo_rl.real_worker.ray_worker import RealCpuPolicyWorkerImpl as cls
 
     coroutines = [
         n
@@ -194,7 +198,7 @@ def test_a_port_taken_before_the_rendezvous_is_retried(sources, monkeypatch):
     retry on another port, not the test (seen once in a full contract run: EADDRINUSE)."""
     import socket
 
-    from tests.nemo_rl.real_worker import spawn
+    from clipo_testkit.nemo_rl.real_worker import spawn
 
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))

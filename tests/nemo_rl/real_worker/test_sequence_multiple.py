@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.nemo_rl.real_worker.build import requirements
+from clipo_testkit.nemo_rl.real_worker.build import requirements
 
 pytestmark = [pytest.mark.nemo_rl, pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -41,8 +41,8 @@ def _padded_to(data, width: int, pad_id: int):
 def unpacked_tp2_sp_without_clipo(rank: int, world: int, out_dir: str, model_dir: str) -> dict:
     import traceback
 
-    from tests.nemo_rl.real_worker import build, scenario
-    from tests.nemo_rl.real_worker.layouts import Layout, _sharding, layout_policy
+    from clipo_testkit.nemo_rl.real_worker import build, scenario
+    from clipo_testkit.nemo_rl.real_worker.layouts import Layout, _sharding, layout_policy
 
     layout = Layout(tp=2, sp=True, clipo=False)
     assert world == layout.world
@@ -72,14 +72,14 @@ def model_dir(tmp_path_factory):
     missing = requirements()
     if missing:
         pytest.skip(missing)
-    from tests.nemo_rl.real_worker import build
+    from clipo_testkit.nemo_rl.real_worker import build
 
     return build.tiny_model(tmp_path_factory.mktemp("seq_multiple") / "model")
 
 
 @pytest.mark.contract_full
 def test_an_odd_length_stops_nemo_rls_worker_without_clipo(model_dir, tmp_path):
-    from tests.nemo_rl.real_worker.spawn import run_ranks
+    from clipo_testkit.nemo_rl.real_worker.spawn import run_ranks
 
     runs = run_ranks(unpacked_tp2_sp_without_clipo, 2, str(tmp_path), str(model_dir))
     for res in runs.values():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from tests.nemo_rl.real_worker import hybrid_model
+from clipo_testkit.nemo_rl.real_worker import hybrid_model
 
 _HYBRID_STACK_SPEC = hybrid_model.cpu_hybrid_stack_spec  # before `cpu_mtp_stand_ins`
 MTP_PATTERN = ["attention", "mlp"]  # "*-": the MTP block's inner HybridStack
@@ -91,7 +91,7 @@ def cpu_hybrid_mtp_stack_spec(config=None, *args, **kwargs):
     """`hybrid_model.cpu_hybrid_stack_spec` with torch norms in the MTP block too: ModelOpt's
     local spec gives its MTP layer `post_training.modelopt.layers.Norm` (enorm, hnorm, the final
     layernorm), which raises without TransformerEngine (modelopt/layers.py:62)."""
-    from tests.nemo_rl.real_worker.thd_attention import SequenceParallelTorchNorm
+    from clipo_testkit.nemo_rl.real_worker.thd_attention import SequenceParallelTorchNorm
 
     spec = _HYBRID_STACK_SPEC(config, *args, **kwargs)
     for layer in spec.submodules.mtp_block_spec.submodules.layer_specs:
@@ -143,7 +143,7 @@ def _map_mtp_input_norm() -> None:
         )
         return MegatronMappingRegistry(*registry.mappings, alias)
 
-    mapping_registry._clipo_cpu = True
+    mapping_registry._clipo_cpu = True  # type: ignore[attr-defined]
     nh.NemotronHBridge.mapping_registry = mapping_registry
 
 
@@ -193,7 +193,7 @@ def grpo_batch(data, rows: torch.Tensor, logprobs: torch.Tensor, head: dict) -> 
     """The GRPO train fields on `data` (row order): on-policy logprobs (the CLIPO-on pass) as
     prev / generation / reference logprobs, and per row the advantage r + r_CL minus its prompt
     group's mean (r: `scenario.CORRECT`; r_CL: the head step's rewards)."""
-    from tests.nemo_rl.real_worker import scenario
+    from clipo_testkit.nemo_rl.real_worker import scenario
 
     lp = torch.zeros_like(logprobs, dtype=torch.float32)
     lp[rows] = logprobs.float()
@@ -215,7 +215,7 @@ def mtp_worker_run(rank: int, world: int, out_dir: str, model_dir: str) -> dict:
 
     from clipo_megatron.nemo_rl.loss_functions import policy_loss_config
     from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
-    from tests.nemo_rl.real_worker import build, scenario
+    from clipo_testkit.nemo_rl.real_worker import build, scenario
 
     hybrid_model.bind_kernels()
     cpu_mtp_stand_ins()

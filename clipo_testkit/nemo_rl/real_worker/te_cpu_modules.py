@@ -78,7 +78,7 @@ class CpuLayerNormColumnParallelLinear:
 
 
 def _make_ln_linear(base: type) -> type:
-    class LayerNormColumnParallelLinear(base):  # type: ignore[misc, valid-type]
+    class LayerNormColumnParallelLinear(base):
         def __init__(self, input_size: int, output_size: int, *, config, **kwargs):
             kwargs.pop("eps", None)
             kwargs.pop("normalization", None)
@@ -104,7 +104,7 @@ def _make_ln_linear(base: type) -> type:
 
 
 def core_attention() -> type:
-    from tests.nemo_rl.real_worker.thd_attention import ContextParallelSDPAAttention
+    from clipo_testkit.nemo_rl.real_worker.thd_attention import ContextParallelSDPAAttention
 
     return ContextParallelSDPAAttention
 

@@ -146,14 +146,14 @@ def run_grpo(
     from clipo_megatron.nemo_rl.policy import make_clipo_policy_class
     from clipo_megatron.nemo_rl.port.compat import check_supported
     from clipo_megatron.nemo_rl.port.grpo_loop import GrpoTrainArgs
-    from tests.nemo_rl.tracing import Trace, tracing_estimator, tracing_policy_class
+    from clipo_testkit.nemo_rl.tracing import Trace, tracing_estimator, tracing_policy_class
 
     if not use_gpus:
-        from tests.nemo_rl.real_worker.build import cpu_policy_config
+        from clipo_testkit.nemo_rl.real_worker.build import cpu_policy_config
 
         config = {**config, "policy": cpu_policy_config(config["policy"])}
         if layout is not None:
-            from tests.nemo_rl.real_worker.layouts import layout_policy
+            from clipo_testkit.nemo_rl.real_worker.layouts import layout_policy
 
             config["policy"] = layout_policy(config["policy"], layout)
     flavour = check_supported()

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from tests.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec
+from clipo_testkit.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec
 
 
 def requirements() -> str | None:
@@ -46,7 +46,7 @@ def tiny_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Path:
     """A random tiny Llama + the project's character tokenizer, saved for AutoBridge to import."""
     import transformers
 
-    from tests.tiny_models import char_tokenizer, tiny_llama_config
+    from clipo_testkit.tiny_models import char_tokenizer, tiny_llama_config
 
     if (path / "config.json").exists():
         return path
@@ -96,7 +96,7 @@ def cpu_policy_config(policy: dict[str, Any], out_dir: Path | None = None) -> di
 
 def contract_policy(model_dir: Path, out_dir: Path, *, dp: int = 1, packing: bool = True) -> dict:
     """The contract suite's GRPO recipe (NeMo-RL's parent merged), policy section, CPU-ready."""
-    from tests.nemo_rl.nemo_rl_loop import contract_config
+    from clipo_testkit.nemo_rl.nemo_rl_loop import contract_config
 
     cfg = contract_config(
         "grpo", True, model_dir=model_dir, out_dir=out_dir, max_steps=3, dp=dp, packing=packing
@@ -121,7 +121,7 @@ def build_worker(
     from nemo_rl.distributed.named_sharding import NamedSharding
 
     from clipo_megatron.nemo_rl.worker_extension import ClipoMegatronPolicyWorkerImpl
-    from tests.nemo_rl.inspection import InspectionMixin
+    from clipo_testkit.nemo_rl.inspection import InspectionMixin
 
     class InspectedWorker(InspectionMixin, ClipoMegatronPolicyWorkerImpl):
         pass
@@ -134,7 +134,7 @@ def build_worker(
         )
     worker = InspectedWorker.__new__(InspectedWorker)
     worker._transformer_layer_spec = cpu_thd_layer_spec  # the worker's own hook (HF import)
-    worker.__init__(
+    worker.__init__(  # type: ignore[misc]
         policy,
         tokenizer,
         weights_path,

@@ -30,7 +30,8 @@ class TPGenerationFollowers:
     def __init__(self) -> None:
         from megatron.core import parallel_state as ps
 
-        self.group, self.thread, self.leading, self.member = None, None, False, False
+        self.group, self.leading, self.member = None, False, False
+        self.thread: threading.Thread | None = None
         if ps.get_pipeline_model_parallel_world_size() > 1:
             return  # the CPU sampler runs TP / EP only: generate() refuses PP itself
         mine = set(dist.get_process_group_ranks(ps.get_tensor_model_parallel_group()))

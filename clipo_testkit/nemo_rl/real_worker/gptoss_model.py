@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from megatron.core.tensor_parallel import RowParallelLinear
 
-from tests.nemo_rl.real_worker.thd_attention import ContextParallelSDPAAttention, slot_mask
+from clipo_testkit.nemo_rl.real_worker.thd_attention import ContextParallelSDPAAttention, slot_mask
 
 EXPERTS, TOP_K, SLIDING_WINDOW = 4, 2, 6
 
@@ -32,7 +32,7 @@ def tiny_gptoss_model(path: Path, *, hidden: int = 64, layers: int = 2, seed: in
     weight a bf16 value (below)."""
     import transformers
 
-    from tests.tiny_models import char_tokenizer
+    from clipo_testkit.tiny_models import char_tokenizer
 
     if (path / "config.json").exists():
         return path
@@ -202,7 +202,7 @@ def cpu_gptoss_layer_spec(config):
     by head over TP, as Bridge registers Megatron-Core's attention classes; its public hook)."""
     from megatron.bridge.models.conversion.param_mapping import AutoMapping
 
-    from tests.nemo_rl.real_worker.moe_model import cpu_moe_layer_spec
+    from clipo_testkit.nemo_rl.real_worker.moe_model import cpu_moe_layer_spec
 
     AutoMapping.register_module_type("SinkWindowAttention", "column")
     AutoMapping.register_module_type("ExpertRowParallelLinear", "row")

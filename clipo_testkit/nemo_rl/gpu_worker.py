@@ -10,7 +10,7 @@ import ray
 from nemo_rl.models.policy.utils import get_runtime_env_for_policy_worker
 
 from clipo_megatron.nemo_rl.worker_extension import ClipoMegatronPolicyWorkerImpl
-from tests.nemo_rl.inspection import InspectionMixin
+from clipo_testkit.nemo_rl.inspection import InspectionMixin
 
 
 @ray.remote(runtime_env=get_runtime_env_for_policy_worker("megatron_policy_worker"))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from tests.tiny_models import char_tokenizer, tiny_llama_config
+from clipo_testkit.tiny_models import char_tokenizer, tiny_llama_config
 
 TRAIN_PARQUET = "train/gsm8k.parquet"
 # Correct rollouts must differ (content and length): identical correct responses get identical
@@ -68,15 +68,15 @@ def build_contract_model(
                 resp = tok(f"{lead}\\boxed{{{target}}}", add_special_tokens=False)["input_ids"]
                 rows.append((ids, resp + [tok.eos_token_id]))
     s = max(len(p) + len(r) for p, r in rows)
-    ids = torch.full((len(rows), s), tok.pad_token_id)
+    tokens = torch.full((len(rows), s), tok.pad_token_id)
     labels = torch.full((len(rows), s), -100)
     for j, (p, r) in enumerate(rows):
-        ids[j, : len(p) + len(r)] = torch.tensor(p + r)
+        tokens[j, : len(p) + len(r)] = torch.tensor(p + r)
         labels[j, len(p) : len(p) + len(r)] = torch.tensor(r)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(steps):
-        loss = model(input_ids=ids, labels=labels).loss
+        loss = model(input_ids=tokens, labels=labels).loss
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -8,6 +8,7 @@ contract model, and the async recipe. One home for the contract tests' fixtures 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -20,7 +21,7 @@ SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "clipo"
 # By name only: importing ray_worker here would import NeMo-RL's worker module into the driver,
 # where Ray's decoration of its actor classes rewrites get_logprobs' signature (`_ray_trace_ctx`)
 # and the preflight's seam check (compat.check_supported) then reads a moved seam.
-REAL_WORKER_FQN = "tests.nemo_rl.real_worker.ray_worker.RealCpuPolicyWorker"
+REAL_WORKER_FQN = "clipo_testkit.nemo_rl.real_worker.ray_worker.RealCpuPolicyWorker"
 
 # NeMo-RL's async GRPO actors; NeMo-RL gives them its vLLM venv, which this machine does not build.
 ASYNC_ACTORS = (
@@ -43,7 +44,7 @@ DATA_PLANE = {
 
 def requirements() -> str | None:
     """Why NeMo-RL's loops cannot run here (one line), or None."""
-    from tests.nemo_rl.real_worker.build import requirements as worker_requirements
+    from clipo_testkit.nemo_rl.real_worker.build import requirements as worker_requirements
 
     missing = worker_requirements()
     if missing:
@@ -105,9 +106,7 @@ def ray_session(
 
 def tq_requirements() -> str | None:
     """Why the TransferQueue loop cannot run here (one line), or None."""
-    try:
-        import transfer_queue  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("transfer_queue") is None:
         return "TransferQueue is not installed (scripts/test_nemo_rl.sh adds it to its overlay)"
     return None
 
@@ -133,8 +132,8 @@ def make_tq(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def contract_model_dir() -> Path:
-    """The contract model (tests/nemo_rl/contract_model.py), built once into the user's cache."""
-    from tests.nemo_rl.contract_model import build_contract_model
+    """The contract model (clipo_testkit/nemo_rl/contract_model.py), built once into the user's cache."""
+    from clipo_testkit.nemo_rl.contract_model import build_contract_model
 
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     path = cache / "clipo_megatron" / "contract_model_v2"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.nemo_rl.real_worker import scenario
+from clipo_testkit.nemo_rl.real_worker import scenario
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def layout_policy(policy: dict[str, Any], layout: Layout) -> dict[str, Any]:
         "overlap_param_gather": overlap,
         "grad_reduce_in_fp32": layout.bf16,
     }
-    from tests.nemo_rl.real_worker import mla_model, moe_model
+    from clipo_testkit.nemo_rl.real_worker import mla_model, moe_model
 
     if moe_model.is_moe(Path(policy["model_name"])):  # the MoE recipes' keys, EP `layout.ep`
         policy = moe_model.moe_policy(policy, ep=layout.ep)
@@ -119,8 +119,8 @@ def _sharding(layout: Layout):
     )
 
 
-def _build(out: Path, model: Path, layout: Layout, **paths: str):
-    from tests.nemo_rl.real_worker import build
+def _build(out: Path, model: Path, layout: Layout, **paths: Any):
+    from clipo_testkit.nemo_rl.real_worker import build
 
     policy = layout_policy(build.contract_policy(model, out, dp=layout.dp), layout)
     worker = build.build_worker(policy, sharding=_sharding(layout), **paths)
@@ -157,7 +157,7 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
 
     shards = data.shard_by_batch_size(layout.dp, batch_size=scenario.B, sequence_packing_args=pack)
     shards = shards[0] if isinstance(shards, tuple) else shards
-    from tests.nemo_rl.real_worker import grad_dump
+    from clipo_testkit.nemo_rl.real_worker import grad_dump
 
     if layout.grads:  # each parameter's part of the grad norm, recorded at the step
         res["grads"] = grad_dump.record_step(worker)
@@ -176,7 +176,7 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
         # another DP rank owns is gathered by that forward's pre-hook (Megatron-Core's design),
         # so right after `train` it is still the old one on that rank
         res["norm_weight"] = scenario.final_norm_weight(worker).float()
-    from tests.nemo_rl.real_worker.moe_model import expert_weights
+    from clipo_testkit.nemo_rl.real_worker.moe_model import expert_weights
 
     res["experts"] = expert_weights(worker)  # MoE: after the step's param gather, as norm_weight
     if layout.grads:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 # By name only: gpu_worker imports NeMo-RL's worker, which only the worker's venv holds.
-INSPECTED_GPU_WORKER_FQN = "tests.nemo_rl.gpu_worker.InspectedClipoMegatronPolicyWorker"
+INSPECTED_GPU_WORKER_FQN = "clipo_testkit.nemo_rl.gpu_worker.InspectedClipoMegatronPolicyWorker"
 
 
 def _host_copy(t: Any) -> Any:

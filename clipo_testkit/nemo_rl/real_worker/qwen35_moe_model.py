@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from tests.nemo_rl.real_worker.qwen35_model import LAYER_TYPES
+from clipo_testkit.nemo_rl.real_worker.qwen35_model import LAYER_TYPES
 
 EXPERTS, TOP_K = 4, 2
 ROUTER_STD = 0.5  # routers drawn wider than HF init (0.02): top-2 gaps > 1e-4 on both batches
@@ -29,7 +29,7 @@ def tiny_qwen35_moe_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Pat
     """A random tiny Qwen3_5MoeForConditionalGeneration + the character tokenizer, saved."""
     import transformers
 
-    from tests.tiny_models import char_tokenizer
+    from clipo_testkit.tiny_models import char_tokenizer
 
     if (path / "config.json").exists():
         return path

@@ -88,15 +88,15 @@ def hf_train_reference(model_dir: Path, data, lr: float, max_norm: float) -> dic
     gradient norm, and one Adam step (no weight decay on norms) of the final norm's weight."""
     import transformers
 
-    hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    total, toks = 0.0, float(data["token_mask"][:, 1:].sum())
+    hf: Any = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    total, toks = torch.zeros(()), float(data["token_mask"][:, 1:].sum())
     for i in range(B):
         n = int(data["input_lengths"][i])
         ids = data["input_ids"][i : i + 1, :n]
         lp = hf(ids).logits[0, :-1].log_softmax(-1).gather(-1, ids[0, 1:, None])[:, 0]
         total = total + -(lp * data["token_mask"][i, 1:n]).sum() / toks
     total.backward()
-    norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in hf.parameters()))
+    norm = torch.sqrt(sum(((p.grad.double() ** 2).sum() for p in hf.parameters()), torch.zeros(())))
     coeff = min(1.0, max_norm / (float(norm) + 1e-6))
     w = hf.model.norm.weight
     g = w.grad * coeff
@@ -107,7 +107,8 @@ def hf_train_reference(model_dir: Path, data, lr: float, max_norm: float) -> dic
 def final_norm_weight(worker) -> torch.Tensor:
     from clipo_megatron.megatron.pooling.microbatch_pooler import find_final_norm
 
-    return find_final_norm(worker.model).weight.detach().cpu().clone()  # .cpu(): untagged
+    norm: Any = find_final_norm(worker.model)
+    return norm.weight.detach().cpu().clone()  # .cpu(): untagged
 
 
 def _state(worker) -> dict[str, torch.Tensor]:
@@ -150,7 +151,7 @@ def worker_methods(
     from nemo_rl.algorithms.loss.loss_functions import NLLLossFn
 
     from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
-    from tests.nemo_rl.real_worker import build
+    from clipo_testkit.nemo_rl.real_worker import build
 
     out, model = Path(out_dir), Path(model_dir)
     policy = build.contract_policy(model, out, dp=world)
@@ -204,7 +205,7 @@ def worker_methods(
 
 def resumed_worker(rank: int, world: int, out_dir: str, model_dir: str) -> dict[str, Any]:
     """A fresh worker (new process, as a resumed run's new Ray actors) built from the checkpoint."""
-    from tests.nemo_rl.real_worker import build
+    from clipo_testkit.nemo_rl.real_worker import build
 
     out = Path(out_dir)
     policy = build.contract_policy(Path(model_dir), out, dp=world)

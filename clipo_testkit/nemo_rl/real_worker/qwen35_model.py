@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from tests.nemo_rl.real_worker.te_cpu_modules import (
+from clipo_testkit.nemo_rl.real_worker.te_cpu_modules import (
     CpuBackend,
     CpuNorm,
     column_parallel_linear,
@@ -40,7 +40,7 @@ def tiny_qwen35_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Path:
     layers: 3 gated DeltaNet + 1 gated attention, twice, as Qwen3.5's `layer_types`), saved."""
     import transformers
 
-    from tests.tiny_models import char_tokenizer
+    from clipo_testkit.tiny_models import char_tokenizer
 
     if (path / "config.json").exists():
         return path
@@ -181,7 +181,7 @@ def cpu_qwen35_patches() -> Iterator[None]:
 def cpu_qwen35_provider(provider):
     """The provider's fused kernels off (`cpu_patches.CPU_PROVIDER_FIELDS`); build inside
     `cpu_qwen35_patches`."""
-    from tests.nemo_rl.real_worker.cpu_patches import CPU_PROVIDER_FIELDS
+    from clipo_testkit.nemo_rl.real_worker.cpu_patches import CPU_PROVIDER_FIELDS
 
     for key, value in CPU_PROVIDER_FIELDS.items():
         if hasattr(provider, key):

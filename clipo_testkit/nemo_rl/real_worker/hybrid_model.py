@@ -62,7 +62,7 @@ def tiny_hybrid_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Path:
     """A random tiny NemotronH causal LM + the project's character tokenizer, saved for AutoBridge."""
     import transformers
 
-    from tests.tiny_models import char_tokenizer
+    from clipo_testkit.tiny_models import char_tokenizer
 
     if (path / "config.json").exists():
         return path
@@ -174,7 +174,7 @@ def cpu_hybrid_stack_spec(config=None, *_args, **_kwargs):
         get_hybrid_stack_modelopt_spec,
     )
 
-    from tests.nemo_rl.real_worker.thd_attention import (
+    from clipo_testkit.nemo_rl.real_worker.thd_attention import (
         ContextParallelSDPAAttention,
         SequenceParallelTorchNorm,
     )
@@ -195,7 +195,7 @@ def hybrid_logprobs(rank: int, world: int, out_dir: str, model_dir: str) -> dict
     """One rank: NeMo-RL's worker on the hybrid model; get_logprobs with CLIPO off, then on (the
     pooler hooked by `clipo_setup`), on the driver's packed shard of `scenario.batch`."""
     from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY
-    from tests.nemo_rl.real_worker import build, scenario
+    from clipo_testkit.nemo_rl.real_worker import build, scenario
 
     bind_kernels()
     policy = build.contract_policy(Path(model_dir), Path(out_dir), dp=world)

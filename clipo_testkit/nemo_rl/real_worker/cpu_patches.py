@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import torch
 
-from tests.nemo_rl.real_worker.patch_lines import check_sources
+from clipo_testkit.nemo_rl.real_worker.patch_lines import check_sources
 
 
 def _cpu_clip_grad_by_total_norm_fp32(parameters, max_norm, total_norm, use_decoupled_grad=False):
@@ -95,18 +95,18 @@ def _host_tensor_to_cpu(tensor, as_numpy: bool = False, record_stream: bool = Fa
 def make_cpu_provider(provider):
     """A Bridge model provider set to build the CPU model: the project's CPU layer spec with THD
     attention (thd_attention.py), no fused kernels."""
-    from tests.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec
+    from clipo_testkit.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec
 
     for key, value in CPU_PROVIDER_FIELDS.items():
         if hasattr(provider, key):
             setattr(provider, key, value)
     provider.transformer_layer_spec = cpu_thd_layer_spec
     if type(provider).__name__ == "Qwen35VLModelProvider":  # its own spec builders: qwen35_model
-        from tests.nemo_rl.real_worker.qwen35_model import cpu_qwen35_provider
+        from clipo_testkit.nemo_rl.real_worker.qwen35_model import cpu_qwen35_provider
 
         cpu_qwen35_provider(provider)
     if hasattr(provider, "hybrid_stack_spec"):  # Nemotron-H: Bridge's HybridModelProvider
-        from tests.nemo_rl.real_worker.hybrid_model import cpu_hybrid_stack_spec
+        from clipo_testkit.nemo_rl.real_worker.hybrid_model import cpu_hybrid_stack_spec
 
         provider.hybrid_stack_spec = cpu_hybrid_stack_spec
     return provider
@@ -174,7 +174,7 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
     from megatron.bridge import AutoBridge
     from nemo_rl.models.megatron import setup as nrl_setup
 
-    from tests.nemo_rl.real_worker.backward_mode import _CudaToCpuThroughBackward
+    from clipo_testkit.nemo_rl.real_worker.backward_mode import _CudaToCpuThroughBackward
 
     saved: list[tuple[object, str, object]] = []
 
@@ -256,10 +256,10 @@ def cpu_worker_patches(local_rank: int = 0, *, emulated: bool = False) -> Iterat
     # it back only from allowed module prefixes: its public registration, not a patch.
     from megatron.bridge.utils.instantiate_utils import register_allowed_target_prefix
 
-    register_allowed_target_prefix("tests.nemo_rl.real_worker.")
+    register_allowed_target_prefix("clipo_testkit.nemo_rl.real_worker.")
     import megatron.core.transformer.transformer_block as transformer_block
 
-    from tests.nemo_rl.real_worker.thd_attention import SequenceParallelTorchNorm
+    from clipo_testkit.nemo_rl.real_worker.thd_attention import SequenceParallelTorchNorm
 
     put(transformer_block, "LayerNormImpl", SequenceParallelTorchNorm)
     import megatron.core.models.hybrid.hybrid_block as hybrid_block

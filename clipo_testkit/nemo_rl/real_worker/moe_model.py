@@ -38,7 +38,7 @@ def tiny_moe_model(path: Path, *, shared: bool = False, hidden: int = 64, seed: 
     """A random tiny MoE causal LM + the project's character tokenizer, saved for AutoBridge."""
     import transformers
 
-    from tests.tiny_models import char_tokenizer
+    from clipo_testkit.tiny_models import char_tokenizer
 
     if (path / "config.json").exists():
         return path
@@ -57,6 +57,7 @@ def tiny_moe_model(path: Path, *, shared: bool = False, hidden: int = 64, seed: 
         moe_intermediate_size=32,
         num_experts_per_tok=TOP_K,
     )
+    config: Any  # ERNIE's or Qwen3-MoE's HF config
     if shared:
         config = transformers.Ernie4_5_MoeConfig(
             **common,
@@ -70,7 +71,7 @@ def tiny_moe_model(path: Path, *, shared: bool = False, hidden: int = 64, seed: 
             # HF's ERNIE has no attention dropout and its config no key for it, so Bridge's
             # provider kept Megatron's default 0.1 (a random training step); written here, Bridge
             # maps it (model_bridge.py CONFIG_MAPPING: attention_dropout), as Qwen3-MoE's 0.0
-            attention_dropout=0.0,
+            attention_dropout=0.0,  # type: ignore[call-arg]
         )
     else:
         config = transformers.Qwen3MoeConfig(
@@ -144,7 +145,7 @@ def cpu_moe_layer_spec(config):
     `thd_attention`."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    from tests.nemo_rl.real_worker.thd_attention import (
+    from clipo_testkit.nemo_rl.real_worker.thd_attention import (
         ContextParallelSDPAAttention,
         SequenceParallelTorchNorm,
     )

@@ -18,18 +18,18 @@ from typing import Any
 
 import torch
 
-from tests.nemo_rl.real_worker.te_stub import import_bridge
+from clipo_testkit.nemo_rl.real_worker.te_stub import import_bridge
 
 import_bridge()
 
 from clipo_megatron.nemo_rl.worker_extension import ClipoMegatronPolicyWorkerImpl  # noqa: E402
 from clipo_megatron.runner.model.policy_passes import sample  # noqa: E402
-from tests.nemo_rl.inspection import InspectionMixin  # noqa: E402
-from tests.nemo_rl.real_worker.cpu_patches import EMULATED, cpu_worker_patches  # noqa: E402
-from tests.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec  # noqa: E402
-from tests.nemo_rl.real_worker.tp_generation import TPGenerationFollowers  # noqa: E402
+from clipo_testkit.nemo_rl.inspection import InspectionMixin  # noqa: E402
+from clipo_testkit.nemo_rl.real_worker.cpu_patches import EMULATED, cpu_worker_patches  # noqa: E402
+from clipo_testkit.nemo_rl.real_worker.thd_attention import cpu_thd_layer_spec  # noqa: E402
+from clipo_testkit.nemo_rl.real_worker.tp_generation import TPGenerationFollowers  # noqa: E402
 
-REAL_WORKER_FQN = "tests.nemo_rl.real_worker.ray_worker.RealCpuPolicyWorker"
+REAL_WORKER_FQN = "clipo_testkit.nemo_rl.real_worker.ray_worker.RealCpuPolicyWorker"
 _GENERATION = "generation.pt"
 
 
@@ -189,7 +189,7 @@ def _in_device_mode(fn):
     @functools.wraps(fn)
     def wrapped(self, *a, **k):
         from clipo_testkit.emulated_cuda import emulated_cuda_on_this_thread
-        from tests.nemo_rl.real_worker.backward_mode import _CudaToCpuThroughBackward
+        from clipo_testkit.nemo_rl.real_worker.backward_mode import _CudaToCpuThroughBackward
 
         with emulated_cuda_on_this_thread() if self.emulated else _CudaToCpuThroughBackward():
             return fn(self, *a, **k)

@@ -124,17 +124,17 @@ def cpu_thd_layer_spec(config=None, *_args, **_kwargs):
     `mla_model.cpu_mla_block_spec`). The block's final
     norm: `cpu_patches` (`sp_block_norm`)."""
     if getattr(config, "multi_latent_attention", False):  # DeepSeek-V3 / Moonlight (MLA)
-        from tests.nemo_rl.real_worker.mla_model import cpu_mla_block_spec
+        from clipo_testkit.nemo_rl.real_worker.mla_model import cpu_mla_block_spec
 
         return cpu_mla_block_spec(config)
     if getattr(config, "softmax_type", "vanilla") != "vanilla" or getattr(
         config, "window_size", None
     ):  # gpt-oss: sinks and sliding windows
-        from tests.nemo_rl.real_worker.gptoss_model import cpu_gptoss_layer_spec
+        from clipo_testkit.nemo_rl.real_worker.gptoss_model import cpu_gptoss_layer_spec
 
         return cpu_gptoss_layer_spec(config)
     if getattr(config, "num_moe_experts", None):
-        from tests.nemo_rl.real_worker.moe_model import cpu_moe_layer_spec
+        from clipo_testkit.nemo_rl.real_worker.moe_model import cpu_moe_layer_spec
 
         return cpu_moe_layer_spec(config)
     spec = get_cpu_gpt_layer_spec(core_attention=ContextParallelSDPAAttention)

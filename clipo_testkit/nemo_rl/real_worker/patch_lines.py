@@ -215,7 +215,7 @@ def locate(p: Patch) -> str:
             ) from None
         raise SeamMoved(
             f"patch {p.name}: `{p.line}` is no longer in {path}: the code it stands in for moved; "
-            "update tests/nemo_rl/real_worker/patch_lines.py and cpu_patches.py"
+            "update clipo_testkit/nemo_rl/real_worker/patch_lines.py and cpu_patches.py"
         ) from None
 
 

@@ -36,7 +36,7 @@ def assemble_pooled(results: list[dict[str, Any]], batch_size: int) -> torch.Ten
 def tracing_policy_class(base: type, trace: Trace) -> type:
     """`base` (`make_clipo_policy_class`'s class) recording into `trace`."""
 
-    class TracingPolicy(base):  # type: ignore[misc, valid-type]
+    class TracingPolicy(base):
         def get_logprobs(self, data, timer=None):
             if self.clipo_cfg.head_runs:  # the rows the pooled states come from
                 keys = ("input_ids", "input_lengths", "token_mask")

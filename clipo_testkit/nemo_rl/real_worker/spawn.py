@@ -16,6 +16,7 @@ import io
 import os
 import socket
 import traceback
+from typing import Any
 
 
 def _free_port() -> int:
@@ -36,8 +37,8 @@ def _entry(rank, world, port, fn, args, queue, emulated=False):
         import torch
 
         torch.set_num_threads(1)
-        from tests.nemo_rl.real_worker.cpu_patches import cpu_worker_patches
-        from tests.nemo_rl.real_worker.te_stub import import_bridge
+        from clipo_testkit.nemo_rl.real_worker.cpu_patches import cpu_worker_patches
+        from clipo_testkit.nemo_rl.real_worker.te_stub import import_bridge
 
         import_bridge()
         with cpu_worker_patches(rank, emulated=emulated):
@@ -77,7 +78,8 @@ def _run_ranks_once(fn, world: int, args: tuple, timeout: float, emulated: bool)
     ]
     for p in procs:
         p.start()
-    results, errors = {}, []
+    results: dict[int, Any] = {}
+    errors: list[str] = []
     try:
         while len(results) < world and not errors:
             try:

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tests.nemo_rl.real_worker.thd_attention import ContextParallelSDPAAttention
+from clipo_testkit.nemo_rl.real_worker.thd_attention import ContextParallelSDPAAttention
 
 EXPERTS, TOP_K, GROUPS, TOPK_GROUP = 4, 2, 2, 1
 YARN = {  # DeepSeek-V3's rope_scaling in small: factor = max_position_embeddings / original
@@ -51,7 +51,7 @@ def tiny_mla_model(path: Path, *, hidden: int = 64, seed: int = 0) -> Path:
     """A random tiny DeepSeek-V3 + the project's character tokenizer, saved for AutoBridge."""
     import transformers
 
-    from tests.tiny_models import char_tokenizer
+    from clipo_testkit.tiny_models import char_tokenizer
 
     if (path / "config.json").exists():
         return path
@@ -196,7 +196,7 @@ def cpu_mla_block_spec(config, *_args, vp_stage=None, **_kwargs):
     says, MLA), with the packed SDPA attention and torch norms that run sequence parallel."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
-    from tests.nemo_rl.real_worker.thd_attention import SequenceParallelTorchNorm
+    from clipo_testkit.nemo_rl.real_worker.thd_attention import SequenceParallelTorchNorm
 
     block = get_gpt_decoder_block_spec(
         config, use_transformer_engine=False, normalization=config.normalization, vp_stage=vp_stage

@@ -27,7 +27,7 @@ class TransformerEngineStubUsed(RuntimeError):
 def _used(name: str) -> TransformerEngineStubUsed:
     return TransformerEngineStubUsed(
         f"{name} used on CPU: TransformerEngine is a stub here "
-        "(tests/nemo_rl/real_worker/te_stub.py); the real worker must not reach a TE layer"
+        "(clipo_testkit/nemo_rl/real_worker/te_stub.py); the real worker must not reach a TE layer"
     )
 
 
