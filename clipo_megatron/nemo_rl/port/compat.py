@@ -111,7 +111,7 @@ def identify(
         if base == v.PACKAGE_VERSION and probes == v.PROBES:
             return (
                 v.NAME,
-                f"version {base}, commit unknown, probes match {v.NAME}",
+                f"commit unknown, probes match {v.NAME}",
                 v.COMMITLESS_CAVEAT,
             )
     older = [
