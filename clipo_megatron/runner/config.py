@@ -212,7 +212,7 @@ class RunConfig:
         )
 
 
-# The runner's numeric knobs and their ranges (the method's live in core/method_bounds.py, the
+# The runner's numeric knobs and their ranges (the method's live in core/config.py, the
 # sampling / optimizer rules both drivers share in core/bounds.py). Upper bounds are sanity
 # bounds far past any run this box (or a node) makes, so a typo fails in a second.
 RANGES: dict[str, Range] = {
