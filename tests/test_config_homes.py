@@ -3,7 +3,8 @@
 or a table of key ranges, found in a second module fails here (a copy drifts from its original).
 
 The homes: `core/config.py` (the `clipo:` block), `nemo_rl/config.py` (NeMo-RL's integration
-keys), `runner/config.py` (the runner's), and `core/bounds.py` for the rules the three share.
+keys; `env.clipo_math`, the environment actor's settings, in `nemo_rl/env_grading.py`),
+`runner/config.py` (the runner's), and `core/bounds.py` for the rules the three share.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ CLIPO = "core/config.py"
 NEMO_RL = "nemo_rl/config.py"
 RUNNER = "runner/config.py"
 SHARED = "core/bounds.py"
+ENV = "nemo_rl/env_grading.py"  # `env.clipo_math`: the settings the environment actor reads
 
 # A fragment of each rule's error text, as the source spells it -> the one module that may state
 # it; the others call that module.
@@ -51,11 +53,17 @@ RULES: dict[str, str] = {
     "a replayed CUDA graph runs no Python": NEMO_RL,
     "filters groups by dynamic sampling": NEMO_RL,
     "uses an asymmetric clip": NEMO_RL,
+    # NeMo-RL's `env.clipo_math` (the grader's rule is the `clipo:` block's, called there)
+    "env.clipo_math.num_workers=": ENV,
+    "env.clipo_math.timeout=": ENV,
+    "env.clipo_math.max_answer_chars=": ENV,
     # the runner's
     "must be 'smollm2' or 'tiny'": RUNNER,
     "the in-process vLLM engine": RUNNER,
     "the perturbed set perturbs the generated basic_arithmetic": RUNNER,
     "processes were launched": RUNNER,
+    "must be a multiple of 8": RUNNER,
+    "must be one of {KL_GRADIENTS} (or null)": RUNNER,
 }
 
 # A table of config keys to their `Range`s ({"grpo.num_...": Range(...)}) is a block's ranges.
