@@ -46,7 +46,7 @@ RULES: dict[str, str] = {
     "multiple of policy.train_global_batch_size": NEMO_RL,
     "this integration runs on NeMo-RL's Megatron": NEMO_RL,
     "NeMo-RL shards CP only on packed sequences": NEMO_RL,
-    "is incompatible with": NEMO_RL,
+    "pipeline_model_parallel_size={pp} is incompatible with": NEMO_RL,
     "pick a multiple of TP or set clipo.head_tensor_parallel=false": NEMO_RL,
     "grader is one key": NEMO_RL,
     "makes NeMo-RL skip the prev-logprob pass": NEMO_RL,
