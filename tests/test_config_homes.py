@@ -70,18 +70,21 @@ RULES: dict[str, str] = {
 RANGE_TABLES = {"METHOD_RANGES": CLIPO, "NEMO_RL_RANGES": NEMO_RL, "RANGES": RUNNER}
 
 
+def _is_range(value: ast.expr | None) -> bool:
+    """`Range(...)` or a shared one, `bounds.TOP_P`."""
+    if isinstance(value, ast.Call):
+        return getattr(value.func, "id", "") == "Range"
+    return isinstance(value, ast.Attribute) and getattr(value.value, "id", "") == "bounds"
+
+
 def _range_tables(tree: ast.AST) -> list[str]:
     """Names bound to a dict literal whose keys are dotted config keys or knobs, values `Range`s."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Dict):
             d = node.value
-            calls_range = [
-                v
-                for v in d.values
-                if isinstance(v, ast.Call) and getattr(v.func, "id", "") == "Range"
-            ]
-            if d.keys and len(calls_range) >= 2:
+            rules = [v for v in d.values if _is_range(v)]
+            if d.keys and len(rules) >= 2:
                 target = node.targets[0] if isinstance(node, ast.Assign) else node.target
                 found.append(getattr(target, "id", "?"))
     return found
@@ -138,8 +141,9 @@ def test_the_homes_import_downwards_only():
         ("nemo_rl/env_grading.py", 'X = f"{key}={g!r} is not one of {sorted(GRADERS)}"\n'),
         # the launch rule restated in the runner's process-group setup
         ("runner/parallel.py", 'X = f"{a} but {b} processes were launched"\n'),
-        # a second table of NeMo-RL key ranges
+        # a second table of NeMo-RL key ranges, new ones or the shared ones
         ("nemo_rl/recipe_keys.py", 'T = {"a.b": Range(1), "a.c": Range(2)}\n'),
+        ("nemo_rl/guard/preflight.py", 'T = {"a.b": bounds.TOP_P, "a.c": bounds.KL_COEF}\n'),
     ],
 )
 def test_the_check_sees_a_second_home(tmp_path, module, source):
