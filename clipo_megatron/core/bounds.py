@@ -5,10 +5,9 @@ A knob out of range does not fail where it is read: `reward_lambda=1e300` turns 
 0 * inf = NaN on the non-anchor rows, `grad_clip=-1` flips every gradient (gradient
 ascent), a sampling temperature <= 0 silently samples greedily. So every knob is checked
 against its `Range` before any model loads, and the error names the dotted key and the
-allowed range. The method's own knobs are bounded in `core/method_bounds.py` (checked by
-`CLIPOConfig`); the rules here are the sampling and optimizer knobs the runner
-(`runner/config.py`) and the NeMo-RL driver (`nemo_rl/config.py`) both have, under their
-own key names.
+allowed range. The method's own knobs are bounded in `core/config.py` (`METHOD_RANGES`); the
+rules here are the ones the `clipo:` block (`core/config.py`), the runner (`runner/config.py`)
+and the NeMo-RL driver (`nemo_rl/config.py`) share, under their own key names.
 """
 
 from __future__ import annotations
@@ -69,6 +68,8 @@ class Range:
 ROLLOUTS_PER_PROMPT = Range(
     2, 1024, integer=True, note="a group needs >= 2 rollouts; the head's [G, G] terms grow as G^2"
 )
+# RL steps of a run (the runner's train.steps adds a sanity upper bound of its own).
+RL_STEPS = Range(1, integer=True)
 # Sampling temperature of training rollouts: <= 0 is greedy (every rollout of a group alike,
 # no advantage), and vLLM / HF treat it differently; above 10 the samples are noise.
 ROLLOUT_TEMPERATURE = Range(0, 10, lo_open=True, note="training rollouts need sampling; paper 1.0")
@@ -83,3 +84,9 @@ WEIGHT_DECAY = Range(0, 1)
 GRAD_CLIP = Range(0, lo_open=True, note="the global grad-norm bound; paper 1.0")
 CLIP_EPS = Range(0, 10, note="the ratio's clip range; paper 0.2 / 0.28")
 KL_COEF = Range(0, 100, note="paper GRPO 0.001")
+
+
+def bool_problem(key: str, value: Any) -> str | None:
+    """The switch rule: `<key>=<value> must be true or false` unless `value` is a bool (a string
+    there, "no" or "false", would be truthy)."""
+    return None if isinstance(value, bool) else f"{key}={value!r} must be true or false"

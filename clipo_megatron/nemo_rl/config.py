@@ -1,17 +1,10 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""The `clipo:` block of a NeMo-RL master config and its cross-field validation.
+"""NeMo-RL's integration keys: every rule on the master-config keys CLIPO reads or constrains.
 
-A NeMo-RL GRPO recipe gains one block:
-
-    clipo:
-      enabled: true
-      objective: grpo              # a name in core/objectives.py's registry (grpo | dapo | gspo | gmpo)
-      correct_reward_threshold: 0.5
-      head_tensor_parallel: false  # column-parallel head over TP (embed_dim % tp == 0)
-      method: {...}                # clipo_megatron.core.CLIPOConfig keys (loss_type, temperature, ...)
-
-Recipes (YAML with NeMo-RL's `defaults:` chain and overrides) are loaded by
-`nemo_rl/guard/recipes.py` `load_recipe`; this module checks the merged result.
+The `clipo:` block's own rules are core/config.py's; here are the knobs only this driver adds to
+it (`ClipoNemoRLConfig`), the ranges and switches of NeMo-RL's keys (`NEMO_RL_RANGES`,
+`NEMO_RL_SWITCHES`) and the cross-field rules between `clipo:` and NeMo-RL's blocks
+(`validate_master_config`). Recipes are merged by `guard/recipes.py` `load_recipe`.
 """
 
 from __future__ import annotations
@@ -21,19 +14,24 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from clipo_megatron.core import bounds
+from clipo_megatron.core.bounds import Range, bool_problem
 from clipo_megatron.core.config import ClipoBlock
 from clipo_megatron.nemo_rl.loss_functions import (
     check_objective_loss_switches,
     objective_settings,
     uses_clipped_pg,
 )
-from clipo_megatron.nemo_rl.recipe_keys import as_conf, check_knob_ranges, dotted_get
+from clipo_megatron.nemo_rl.port.master_config import as_conf, dotted_get
+from clipo_megatron.nemo_rl.recipe_keys import (
+    is_interpolation,
+    leave_one_out_key,
+)
 
 
 @dataclass
 class ClipoNemoRLConfig(ClipoBlock):
-    """The core `clipo:` block (`enabled`, `objective`, `correct_reward_threshold`, `method`,
-    the switch's rules) plus the knobs only the NeMo-RL integration has."""
+    """The core `clipo:` block (core/config.py) plus the knobs only the NeMo-RL driver has."""
 
     # Shard the head's output dim over TP (column parallel); else replicate it.
     head_tensor_parallel: bool = False
@@ -42,8 +40,7 @@ class ClipoNemoRLConfig(ClipoBlock):
     # Drop prompts over data.max_input_seq_length tokens before the run, as verl's
     # filter_overlong_prompts (nemo_rl/prompt_filter.py); false: NeMo-RL's truncate-and-mask.
     drop_overlong_prompts: bool = False
-    # Pool every response position y1..yT (true) or y1..y(T-1), the states the authors'
-    # SGLang patch sums (false; megatron/pooling/positions.py).
+    # Pool y1..yT (true) or y1..y(T-1), the authors' SGLang patch (megatron/pooling/positions.py).
     pool_last_token: bool = True
 
     def __post_init__(self) -> None:
@@ -53,22 +50,87 @@ class ClipoNemoRLConfig(ClipoBlock):
                 f"clipo.head_checkpoint_dir={self.head_checkpoint_dir!r} must be a plain directory name"
             )
         for key in ("drop_overlong_prompts", "pool_last_token"):
-            if not isinstance(getattr(self, key), bool):
-                raise ValueError(f"clipo.{key}={getattr(self, key)!r} must be true or false")
+            if problem := bool_problem(f"clipo.{key}", getattr(self, key)):
+                raise ValueError(problem)
 
 
-# ----------------------------------------------------------------------------- validation
+# NeMo-RL's sampling and optimizer knobs under the rules the runner's share (core/bounds.py);
+# a key the recipe leaves out (or null) is NeMo-RL's default and not checked here.
+NEMO_RL_RANGES: dict[str, Range] = {
+    "grpo.num_prompts_per_step": Range(1, 65536, integer=True),
+    "grpo.num_generations_per_prompt": bounds.ROLLOUTS_PER_PROMPT,
+    "grpo.max_num_steps": bounds.RL_STEPS,
+    "policy.train_global_batch_size": Range(1, integer=True),
+    "policy.megatron_cfg.tensor_model_parallel_size": Range(1, 1024, integer=True),
+    "policy.megatron_cfg.pipeline_model_parallel_size": Range(1, 1024, integer=True),
+    "policy.megatron_cfg.context_parallel_size": Range(1, 1024, integer=True),
+    "policy.generation.vllm_cfg.tensor_parallel_size": Range(1, 1024, integer=True),
+    "policy.train_micro_batch_size": Range(1, integer=True),
+    "policy.make_sequence_length_divisible_by": Range(1, integer=True),
+    "policy.max_total_sequence_length": Range(1, integer=True),
+    "cluster.num_nodes": Range(1, integer=True),
+    "cluster.gpus_per_node": Range(1, integer=True),
+    "policy.generation.temperature": bounds.ROLLOUT_TEMPERATURE,
+    "policy.generation.top_p": bounds.TOP_P,
+    "policy.megatron_cfg.optimizer.lr": bounds.LEARNING_RATE,
+    "policy.megatron_cfg.optimizer.weight_decay": bounds.WEIGHT_DECAY,
+    # Megatron's clip_grad: 0 turns clipping off (the runner's grad_clip has no "off").
+    "policy.max_grad_norm": Range(0, note="0: no clipping, Megatron's clip_grad; paper 1.0"),
+    "loss_fn.ratio_clip_min": bounds.CLIP_EPS,
+    "loss_fn.ratio_clip_max": bounds.CLIP_EPS,
+    "loss_fn.reference_policy_kl_penalty": bounds.KL_COEF,
+}
+
+
+# Switches the cross-field rules read: a bool each, since a string there ("abc", "no") is truthy.
+NEMO_RL_SWITCHES = (
+    "policy.megatron_cfg.enabled",
+    "policy.dtensor_cfg.enabled",
+    "policy.sequence_packing.enabled",
+    "policy.dynamic_batching.enabled",
+    "grpo.use_leave_one_out_baseline",
+)
+
+
+def knob_problems(cfg: dict[str, Any], derived: frozenset[str] = frozenset()) -> list[str]:
+    """One line per NEMO_RL_RANGES key out of its range and per NEMO_RL_SWITCHES key that is
+    not true / false, naming the key as the recipe spells it. `derived`: keys the recipe sets
+    by interpolation (`${...}`), whose bad value is its source's, named there."""
+    conf = as_conf(cfg)  # wrapped once for the keys read below
+    problems = [
+        problem
+        for key in NEMO_RL_SWITCHES
+        if key not in derived
+        and (value := dotted_get(conf, key)) is not None
+        and (problem := bool_problem(key, value))
+    ]
+    for key, rule in NEMO_RL_RANGES.items():
+        if key in derived:
+            continue
+        value = dotted_get(conf, key)
+        if value is not None:
+            try:
+                rule.check(key, value)
+            except ValueError as e:
+                problems.append(str(e))
+    return problems
+
+
+def interpolated_keys(raw: dict[str, Any]) -> frozenset[str]:
+    """The checked keys an unresolved recipe sets by interpolation (`${...}`)."""
+    conf = as_conf(raw)
+    return frozenset(k for k in (*NEMO_RL_RANGES, *NEMO_RL_SWITCHES) if is_interpolation(conf, k))
 
 
 def validate_master_config(cfg: dict[str, Any]) -> ClipoNemoRLConfig:
-    """Check the cross-field rules between `clipo:` and NeMo-RL's blocks; return the typed block.
-
-    Raises ValueError naming the clashing keys and the fix.
-    """
+    """The typed `clipo:` block of a recipe whose keys pass every rule here (else ValueError
+    naming the clashing keys and the fix)."""
     conf = as_conf(cfg)  # wrapped once for the keys read below
     # NeMo-RL's own keys first: clipo_base.yaml sets clipo.method.max_group_size to
     # ${grpo.num_generations_per_prompt}, and a bad n was reported under the clipo key.
-    check_knob_ranges(cfg)
+    problems = knob_problems(cfg)
+    if problems:
+        raise ValueError(problems[0])
     clipo = ClipoNemoRLConfig.from_dict(cfg.get("clipo"))
     env = cfg.get("env") or {}
     if "clipo_math" in env:  # the verifier's keys, before any actor starts
@@ -162,17 +224,6 @@ def with_env_grader(cfg: dict[str, Any]) -> dict[str, Any]:
         )
     env[ENV_NAME] = {**own, "grader": clipo.grader}
     return {**cfg, "env": env}
-
-
-def leave_one_out_key(cfg: dict[str, Any] | DictConfig) -> str | None:
-    """The key that turns NeMo-RL's leave-one-out baseline on, None when it is off. Both are
-    read (the estimator's and the dynamic-sampling std's); NeMo-RL's default for each is on."""
-    conf = as_conf(cfg)  # wrapped once for the keys read below
-    est = dotted_get(conf, "grpo.adv_estimator.use_leave_one_out_baseline")
-    if est:
-        return "grpo.adv_estimator.use_leave_one_out_baseline"
-    top = dotted_get(conf, "grpo.use_leave_one_out_baseline", True, none_is_default=True)
-    return "grpo.use_leave_one_out_baseline" if top else None
 
 
 def _check_capture_runs(cfg: dict[str, Any] | DictConfig) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from clipo_megatron.verify.graders import GRADERS, STATUSES, status_counts
+from clipo_megatron.core.config import check_grader
+from clipo_megatron.verify.graders import STATUSES, status_counts
 from clipo_megatron.verify.pool import DEFAULT_MAX_CHARS, DEFAULT_TIMEOUT, VerifierPool
 
 _OBSERVATION = re.compile(r"^Environment: (?:correct|incorrect)(?: \(verifier (\w+)\))?$")
@@ -49,11 +50,9 @@ class EnvSettings:
             raise ValueError(f"env.clipo_math.num_workers={s.num_workers!r} must be an int >= 1")
         if not (isinstance(s.timeout, int | float) and 0 < s.timeout < float("inf")):
             raise ValueError(f"env.clipo_math.timeout={s.timeout!r} must be a finite number > 0")
-        if s.grader not in GRADERS:
-            raise ValueError(
-                f"env.clipo_math.grader={s.grader!r} is not one of {sorted(GRADERS)} (set "
-                "clipo.grader: the driver writes it here)"
-            )
+        check_grader(  # the `clipo.grader` rule, under this key
+            "env.clipo_math.grader", s.grader, " (set clipo.grader: the driver writes it here)"
+        )
         if not (isinstance(s.max_answer_chars, int) and s.max_answer_chars >= 0):
             raise ValueError(
                 f"env.clipo_math.max_answer_chars={s.max_answer_chars!r} must be an int >= 0 "

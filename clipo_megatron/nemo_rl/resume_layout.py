@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from clipo_megatron.file_format import VERSION_KEY, check_version, stamped
-from clipo_megatron.nemo_rl.recipe_keys import dotted_get
+from clipo_megatron.nemo_rl.port.master_config import dotted_get
 
 LAYOUT_FILE = "clipo_layout.json"
 LAYOUT_FORMAT = 1  # {format_version, the LAYOUT_KEYS fields, dp, optimizer_saved}

@@ -17,18 +17,8 @@ from typing import Any, cast
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from clipo_megatron.core.bounds import (
-    CLIP_EPS,
-    EVAL_TEMPERATURE,
-    GRAD_CLIP,
-    KL_COEF,
-    LEARNING_RATE,
-    ROLLOUT_TEMPERATURE,
-    ROLLOUTS_PER_PROMPT,
-    TOP_P,
-    WEIGHT_DECAY,
-    Range,
-)
+from clipo_megatron.core import bounds
+from clipo_megatron.core.bounds import Range
 from clipo_megatron.core.config import ClipoBlock, CLIPOConfig
 from clipo_megatron.core.objective_kernels import KL_GRADIENTS
 from clipo_megatron.core.objectives import Objective
@@ -212,7 +202,7 @@ class RunConfig:
         )
 
 
-# The runner's numeric knobs and their ranges (the method's live in core/method_bounds.py, the
+# The runner's numeric knobs and their ranges (the method's live in core/config.py, the
 # sampling / optimizer rules both drivers share in core/bounds.py). Upper bounds are sanity
 # bounds far past any run this box (or a node) makes, so a typo fails in a second.
 RANGES: dict[str, Range] = {
@@ -225,25 +215,25 @@ RANGES: dict[str, Range] = {
     "data.max_row_chars": Range(1, integer=True, note="characters in one row of a data file"),
     "data.max_file_mb": Range(1, integer=True, note="MB of one data file"),
     "rollout.prompts_per_step": Range(1, 65536, integer=True),
-    "rollout.n": ROLLOUTS_PER_PROMPT,
-    "rollout.temperature": ROLLOUT_TEMPERATURE,
-    "rollout.top_p": TOP_P,
+    "rollout.n": bounds.ROLLOUTS_PER_PROMPT,
+    "rollout.temperature": bounds.ROLLOUT_TEMPERATURE,
+    "rollout.top_p": bounds.TOP_P,
     "rollout.max_tokens": Range(1, 131072, integer=True),
     "rollout.verify_timeout": Range(0, 3600, lo_open=True, note="seconds per answer"),
     "rollout.max_answer_chars": Range(0, 10**9, integer=True, note="0: no cap"),
     "train.steps": Range(1, 10**8, integer=True),
-    "train.lr": LEARNING_RATE,
-    "train.weight_decay": WEIGHT_DECAY,
-    "train.eps_low": CLIP_EPS,
-    "train.eps_high": CLIP_EPS,
-    "train.kl_coef": KL_COEF,
-    "train.grad_clip": GRAD_CLIP,
+    "train.lr": bounds.LEARNING_RATE,
+    "train.weight_decay": bounds.WEIGHT_DECAY,
+    "train.eps_low": bounds.CLIP_EPS,
+    "train.eps_high": bounds.CLIP_EPS,
+    "train.kl_coef": bounds.KL_COEF,
+    "train.grad_clip": bounds.GRAD_CLIP,
     "train.micro_batch": Range(1, 65536, integer=True),
     "train.max_nonfinite_skips": Range(1, 1000, integer=True, note="consecutive skipped updates"),
     "eval.size": Range(0, 10**7, integer=True, note="0: no evaluation"),
     "eval.n": Range(1, 1024, integer=True, note="samples per problem"),
-    "eval.temperature": EVAL_TEMPERATURE,
-    "eval.top_p": TOP_P,
+    "eval.temperature": bounds.EVAL_TEMPERATURE,
+    "eval.top_p": bounds.TOP_P,
     "eval.max_tokens": Range(1, 131072, integer=True),
     "eval.perturbed_size": Range(0, 10**7, integer=True, note="0: off; null: eval.size"),
     "output.checkpoint_every": Range(1, integer=True),
@@ -255,6 +245,16 @@ NULLABLE = {"train.eps_low", "train.eps_high", "train.kl_coef", "eval.perturbed_
 
 # The runner's names for the keys `ClipoBlock.check_run` names in its errors.
 RUN_KEYS = {"n": "rollout.n", "steps": "train.steps", "leave_one_out": "leave_one_out"}
+
+
+def launch_problem(tp: int, pp: int, world: int) -> str | None:
+    """The launch rule: torchrun starts parallel.tp * parallel.pp processes (`world` of them)."""
+    if tp * pp == world:
+        return None
+    return (
+        f"parallel.tp * parallel.pp = {tp * pp} but {world} processes were launched "
+        f"(torchrun --nproc-per-node {tp * pp})"
+    )
 
 
 def default_output_dir(config_path: str | None) -> str:

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from clipo_megatron.megatron import parallel as mp
+from clipo_megatron.runner.config import launch_problem
 
 
 def init_distributed(tp: int = 1, pp: int = 1) -> None:
@@ -33,12 +34,9 @@ def init_distributed(tp: int = 1, pp: int = 1) -> None:
             dist.init_process_group("gloo", init_method="env://")
         else:  # a world of one: an in-memory store (no /tmp file to guess, race or leave behind)
             dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    world = dist.get_world_size()
-    if tp * pp != world:
-        raise ValueError(
-            f"parallel.tp * parallel.pp = {tp * pp} but {world} processes were launched "
-            f"(torchrun --nproc-per-node {tp * pp})"
-        )
+    problem = launch_problem(tp, pp, dist.get_world_size())
+    if problem:
+        raise ValueError(problem)
     if not torch.cuda.is_available():
         enable_cpu_shims()
     ensure_model_parallel(tp, pp)

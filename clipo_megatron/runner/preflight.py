@@ -83,12 +83,13 @@ def check_data(cfg) -> None:
 
 def check_launch(cfg) -> None:
     """The process count matches parallel.tp * parallel.pp (torchrun's WORLD_SIZE)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if cfg.parallel.tp * cfg.parallel.pp != world:
-        raise ValueError(
-            f"parallel.tp * parallel.pp = {cfg.parallel.tp * cfg.parallel.pp} but {world} "
-            f"processes were launched (torchrun --nproc-per-node {cfg.parallel.tp * cfg.parallel.pp})"
-        )
+    from clipo_megatron.runner.config import launch_problem
+
+    problem = launch_problem(
+        cfg.parallel.tp, cfg.parallel.pp, int(os.environ.get("WORLD_SIZE", "1"))
+    )
+    if problem:
+        raise ValueError(problem)
 
 
 def check_checkpoint(output_dir: str | Path) -> None:

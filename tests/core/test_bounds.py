@@ -1,6 +1,6 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
-"""`Range` (core/bounds.py) and the method's bounds (core/method_bounds.py): finite, sign, range,
-one line naming the dotted key `clipo.method.<knob>`, never the class."""
+"""`Range` (core/bounds.py) and the method's bounds (core/config.py METHOD_RANGES): finite, sign,
+range, one line naming the dotted key `clipo.method.<knob>`, never the class."""
 
 from __future__ import annotations
 

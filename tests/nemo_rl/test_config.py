@@ -361,7 +361,7 @@ def test_the_nemo_rl_driver_checks_through_the_one_rule(check_run_calls):
 def test_a_value_that_does_not_parse_as_an_interpolation_is_one_line():
     """A crafted "${oops" (a checkpoint's config.yaml, say) is a ValueError naming the key, not
     OmegaConf's GrammarParseError traceback."""
-    from clipo_megatron.nemo_rl.recipe_keys import dotted_get
+    from clipo_megatron.nemo_rl.port.master_config import dotted_get
 
     cfg = {"policy": {"megatron_cfg": {"tensor_model_parallel_size": "${oops"}}}
     with pytest.raises(ValueError, match="policy.megatron_cfg.tensor_model_parallel_size: not a"):

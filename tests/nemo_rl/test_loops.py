@@ -78,7 +78,7 @@ def test_transferqueue_recipes_grpo_train_sync_stops_on_are_named_before_ray(key
     the estimator the shaped reward only, where CLIPO reads its positives from the raw one."""
     from omegaconf import OmegaConf
 
-    from clipo_megatron.nemo_rl.recipe_keys import as_conf
+    from clipo_megatron.nemo_rl.port.master_config import as_conf
 
     cfg = as_conf(_cfg(data_plane=True))
     OmegaConf.update(cfg, key, value, force_add=True)
@@ -110,7 +110,7 @@ def test_async_recipes_nemo_rl_stops_on_are_named_before_ray(key, value):
     asserts the importance-sampling correction: one line each, naming the key."""
     from omegaconf import OmegaConf
 
-    from clipo_megatron.nemo_rl.recipe_keys import as_conf
+    from clipo_megatron.nemo_rl.port.master_config import as_conf
 
     cfg = as_conf(_cfg(async_on=True))
     OmegaConf.update(cfg, key, value, force_add=True)

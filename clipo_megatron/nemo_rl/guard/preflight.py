@@ -33,7 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
+from clipo_megatron.nemo_rl.config import (
+    ClipoNemoRLConfig,
+    interpolated_keys,
+    knob_problems,
+    validate_master_config,
+)
 from clipo_megatron.nemo_rl.guard.families import not_run
 from clipo_megatron.nemo_rl.guard.preflight_data import (
     check_files,
@@ -52,7 +57,6 @@ from clipo_megatron.nemo_rl.guard.recipes import (
 )
 from clipo_megatron.nemo_rl.port.loops import loop_of, loop_problems
 from clipo_megatron.nemo_rl.port.run_grpo import config_problems
-from clipo_megatron.nemo_rl.recipe_keys import interpolated_keys, knob_problems
 from clipo_megatron.nemo_rl.resume_layout import check_resume_layout
 
 

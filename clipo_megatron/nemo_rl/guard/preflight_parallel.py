@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clipo_megatron.nemo_rl.guard.training_cluster import training_cluster
-from clipo_megatron.nemo_rl.recipe_keys import as_conf, dotted_get
+from clipo_megatron.nemo_rl.port.master_config import as_conf, dotted_get
 
 
 @dataclass(frozen=True)

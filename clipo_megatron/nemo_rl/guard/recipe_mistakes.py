@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from clipo_megatron.nemo_rl.guard.recipes import CLIPO_PREFIX, NEMO_RL_PREFIX, load_recipe
+from clipo_megatron.nemo_rl.recipe_keys import leave_one_out_key
 
 OTHER_ALGORITHMS = {  # a top-level section of NeMo-RL's recipes -> the algorithm it marks
     "sft": "an SFT recipe",
@@ -41,8 +42,6 @@ def _is_mixin(name: str) -> bool:
 def mixin_order_problem(recipe: str | Path, names: list[str], raw: dict[str, Any]) -> str | None:
     """The CLIPO mixin comes before a parent in `names` (the overlay's `defaults:`) and the merged
     recipe `raw` has the leave-one-out baseline on: the parent after the mixin turned it back on."""
-    from clipo_megatron.nemo_rl.config import leave_one_out_key
-
     first = next((i for i, n in enumerate(names) if _is_mixin(n)), len(names))
     after = [n for n in names[first + 1 :] if not _is_mixin(n)]
     key = leave_one_out_key(raw) if after else None

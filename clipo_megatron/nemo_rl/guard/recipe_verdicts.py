@@ -26,7 +26,7 @@ from clipo_megatron.nemo_rl.guard.families import record as family_record
 from clipo_megatron.nemo_rl.guard.preflight import preflight
 from clipo_megatron.nemo_rl.guard.recipes import CLIPO_PREFIX, load_recipe
 from clipo_megatron.nemo_rl.port.loops import loop_of
-from clipo_megatron.nemo_rl.recipe_keys import dotted_get
+from clipo_megatron.nemo_rl.port.master_config import dotted_get
 
 RECIPES = "examples/configs/recipes/llm"
 MIXIN = f"{CLIPO_PREFIX}clipo.yaml"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clipo_megatron.nemo_rl.recipe_keys import dotted_get
+from clipo_megatron.nemo_rl.port.master_config import dotted_get
 
 COLOCATED = "policy.generation.colocated."
 
