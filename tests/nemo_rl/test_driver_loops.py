@@ -45,7 +45,7 @@ def _args(*, async_on: bool, data_plane: bool = False, age: int = 1) -> GrpoTrai
     return GrpoTrainArgs(*[f"arg{i}" for i in range(10)], master)
 
 
-POLICY = types.SimpleNamespace(clipo_head_step=lambda correct, group_ids, step: None)
+POLICY = types.SimpleNamespace(run_all_workers_single_data=lambda method, **kwargs: [])
 
 
 @pytest.mark.parametrize(

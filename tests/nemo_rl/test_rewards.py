@@ -13,11 +13,10 @@ from clipo_megatron.core.advantages import dynamic_sampling_filter
 from clipo_megatron.nemo_rl.advantage_estimator import (
     ClipoAdvantageEstimator,
     ClipoRunState,
-    HeadStepResult,
-    assemble_rows,
     group_ids_from_prompts,
 )
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+from clipo_megatron.nemo_rl.head_step import HeadStepResult, assemble_rows
 from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
 
 # Rows in train_data order; prompts A = [5, 6, 0], B = [7, 0, 0], C = [5, 6, 1] (right-padded).
