@@ -89,7 +89,8 @@ class ClipoRunState:
 
 
 class ClipoAdvantageEstimator:
-    """Wraps an advantage estimator: r' = r + r_CL before its group normalisation."""
+    """Wraps an advantage estimator: r' = r + r_CL before its group normalisation; r_CL from
+    `head_step`, called once per step with CLIPO on (`head_step.py`: the workers' head step)."""
 
     def __init__(
         self,

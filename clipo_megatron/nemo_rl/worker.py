@@ -88,9 +88,7 @@ class ClipoWorkerMixin:
             )
         st.shard_rows(meta.sample_ids)  # held for the get_logprobs(data=) inside this pass
         try:
-            out = super().get_logprobs_presharded(
-                meta, micro_batch_size=micro_batch_size, **kwargs
-            )
+            out = super().get_logprobs_presharded(meta, micro_batch_size=micro_batch_size, **kwargs)
         finally:
             left = st.take_shard_rows()  # a failed pass hands nothing to the next one
         if left is not None:
