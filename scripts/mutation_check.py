@@ -112,9 +112,9 @@ MUTATIONS = [
         "moe_pool_expert_output",
         "the capture hooked on the last MoE layer's output (routed experts' sum), not the final norm",
         "clipo_megatron/nemo_rl/worker.py",
-        "        norm = require_final_norm(self.model) if self._clipo is not None else None\n",
+        "        norm = require_final_norm(self.model) if st.head_state is not None else None\n",
         "        from megatron.core.utils import unwrap_model\n\n"
-        "        norm = unwrap_model(self.model).decoder.layers[-1].mlp if self._clipo else None\n",
+        "        norm = unwrap_model(self.model).decoder.layers[-1].mlp if st.head_state else None\n",
         (MOE.format("test_moe_ep1_matches_hugging_face[routed]"),),
     ),
     Mutation(
@@ -136,7 +136,7 @@ MUTATIONS = [
     Mutation(
         "moe_head_restore_dropped",
         "a resume that reads the head's file but never loads it (the head as drawn at setup)",
-        "clipo_megatron/nemo_rl/worker.py",
+        "clipo_megatron/nemo_rl/worker_state.py",
         '        load_full_trainer_state(self.trainer, saved["trainer"], tp_group)\n',
         "",
         (MOE.format("test_moe_checkpoint_moves_between_ep_layouts[routed-tp2-sp-ep2-to-ep4]"),),

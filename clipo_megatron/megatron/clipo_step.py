@@ -13,7 +13,7 @@ on every stage (the runner, whose stages all run the policy update) pass
 `pp_group`: the other stages pass `trainer=None, pooled=None` and receive
 rewards, metrics and embeddings by broadcast, the way NeMo-RL broadcasts
 logprobs. NeMo-RL's driver instead collects each last-stage worker's rows by
-id (`nemo_rl/rewards.assemble_rows`) and calls this on the last stage alone.
+id (`nemo_rl/head_step.assemble_rows`) and calls this on the last stage alone.
 
 Devices: every tensor made here lives on the pooled rows' device; labels and
 ids arrive on any device (the driver's host tensors, say) and `HeadTrainer.step`

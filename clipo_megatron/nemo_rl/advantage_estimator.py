@@ -15,11 +15,10 @@ GRPO estimator there:
     verify/<status> = the verifier's answer counts, read from the environment's observations
                       (baseline too: a timed-out answer scored 0 is visible in both arms)
 
-Rows are in `train_data` order. With dynamic sampling (DAPO) NeMo-RL filters
-the batch *before* the logprob pass, so the rows here are already the kept
-ones. The worker results come back per DP shard, in any order, keyed by the
-global row index the policy attached to the logprob data
-(`clipo_sample_idx`); `assemble_rows` puts them back and checks coverage.
+`head_step` is the one call out of this module: a `head_step.HeadStep` the driver builds over
+the policy's workers (`head_step.py` holds that path: where its rows come from, how r_CL comes
+back). Rows are in `train_data` order. With dynamic sampling (DAPO) NeMo-RL filters the batch
+*before* the logprob pass, so the rows here are already the kept ones.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from clipo_megatron.core.diagnostics import update_diagnostics
 from clipo_megatron.core.rewards import shaped_rewards
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.env_grading import status_metrics
+from clipo_megatron.nemo_rl.head_step import HeadStep
 
 
 def group_ids_from_prompts(prompt_ids: torch.Tensor) -> torch.Tensor:
@@ -51,47 +51,6 @@ def group_ids_from_prompts(prompt_ids: torch.Tensor) -> torch.Tensor:
     return inverse.long()
 
 
-def assemble_rows(
-    parts: list[tuple[torch.Tensor, torch.Tensor]], batch_size: int, *, name: str = "rewards"
-) -> torch.Tensor:
-    """Scatter per-worker (row index [b], values [b]) into a [B] tensor.
-
-    Workers replicated over TP / CP (and the last PP stage of every DP rank)
-    report the same rows; duplicates must agree exactly. Every row must be
-    covered once at least.
-    """
-    out = torch.full((batch_size,), float("nan"), dtype=torch.float64)
-    seen = torch.zeros(batch_size, dtype=torch.bool)
-    for idx, val in parts:
-        idx = idx.long().cpu()
-        val = val.detach().double().cpu()
-        if idx.numel() != val.numel():
-            raise ValueError(
-                f"{name}: a worker sent {idx.numel()} row ids and {val.numel()} values"
-            )
-        if idx.numel() == 0:
-            continue
-        if int(idx.min()) < 0 or int(idx.max()) >= batch_size:
-            raise ValueError(
-                f"{name}: row ids outside [0, {batch_size}) — was the batch changed between the "
-                "logprob pass and the advantage step?"
-            )
-        dup = seen[idx]
-        if bool(dup.any()) and not torch.equal(out[idx[dup]], val[dup]):
-            raise ValueError(
-                f"{name}: replicas disagree on rows {idx[dup][out[idx[dup]] != val[dup]].tolist()[:8]}"
-            )
-        out[idx] = val
-        seen[idx] = True
-    if not bool(seen.all()):
-        missing = (~seen).nonzero().flatten().tolist()
-        raise ValueError(
-            f"{name}: rows {missing[:8]}{'...' if len(missing) > 8 else ''} missing from the workers' "
-            "results (no hidden states captured for them in the logprob pass)"
-        )
-    return out.float()
-
-
 def per_row(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """[B] or [B, S] advantages -> [B]: the mean over each row's mask tokens (GRPO's estimator
     expands one value per row, so that value; a row with no mask token: its first column)."""
@@ -100,17 +59,6 @@ def per_row(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     m = mask.to(adv.dtype).expand_as(adv)  # [B, S]
     n = m.sum(1)  # [B]
     return torch.where(n > 0, (adv * m).sum(1) / n.clamp_min(1), adv[:, 0])
-
-
-@dataclass
-class HeadStepResult:
-    rewards: torch.Tensor  # [B] contrastive rewards r_CL, train_data order
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-HeadStep = Callable[
-    [torch.Tensor, torch.Tensor, int], HeadStepResult
-]  # (correct [B], group_ids [B], step)
 
 
 @dataclass
@@ -141,7 +89,8 @@ class ClipoRunState:
 
 
 class ClipoAdvantageEstimator:
-    """Wraps an advantage estimator: r' = r + r_CL before its group normalisation."""
+    """Wraps an advantage estimator: r' = r + r_CL before its group normalisation; r_CL from
+    `head_step`, called once per step with CLIPO on (`head_step.py`: the workers' head step)."""
 
     def __init__(
         self,

@@ -7,7 +7,8 @@ three seams filled.
 (tests/nemo_rl/) make. Seams:
 
 1. `setup(..., policy_factory=ClipoPolicy)`   -> worker extension, head, warm-up, head checkpoints;
-2. the advantage estimator                    -> `ClipoAdvantageEstimator` around NeMo-RL's GRPO one;
+2. the advantage estimator                    -> `ClipoAdvantageEstimator` around NeMo-RL's GRPO one,
+                                                 its r_CL from `head_step.WorkersHeadStep`;
 3. the loss                                   -> `losses.build_policy_loss` for the objective.
 
 How 1 and 2 reach inside NeMo-RL (the estimator is built inside `grpo_train`) is the port's
@@ -24,6 +25,7 @@ from typing import Any
 from clipo_megatron.nemo_rl import deadline
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator, ClipoRunState
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig, validate_master_config
+from clipo_megatron.nemo_rl.head_step import WorkersHeadStep
 from clipo_megatron.nemo_rl.port import run_grpo
 from clipo_megatron.nemo_rl.port.grpo_loop import GrpoTrainArgs
 from clipo_megatron.nemo_rl.port.loops import (
@@ -56,10 +58,10 @@ def grpo_train_with_clipo(
     def sink(metrics: dict, step: int) -> None:
         args.logger.log_metrics(metrics, step, prefix="train")
 
+    head_step = WorkersHeadStep(policy.run_all_workers_single_data)  # r_CL from the workers
+
     def wrap(base: Any) -> ClipoAdvantageEstimator:
-        return ClipoAdvantageEstimator(
-            base, policy.clipo_head_step, clipo, state, metrics_sink=sink
-        )
+        return ClipoAdvantageEstimator(base, head_step, clipo, state, metrics_sink=sink)
 
     config = master_config_dict(args.master_config)
     wrong_loop = unsupported_loop_problem(config)

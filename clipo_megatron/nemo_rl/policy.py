@@ -8,15 +8,16 @@
   data (so `get_reference_policy_logprobs`, which grpo_train calls with the
   same dict, pools nothing); NeMo-RL's sharding / sorting / `reorder_data`
   handle the extra column like any other;
-- `clipo_head_step(correct, group_ids, step)`: runs the head step on every
-  worker and scatters the per-shard rewards back to batch order;
 - `train`: a no-op during CLIPO warm-up (rollouts, logprobs and head updates
   still run, the policy is not updated; paper App. "critic warmup");
 - `save_checkpoint`: also writes the head under `<step dir>/clipo_head/` and the parallel
   layout (`resume_layout.LAYOUT_FILE`); on construction with `weights_path` (resume) the head
   and step are restored.
 
-The NeMo-RL-free pieces (`collect_head_step`, `warmup_train_result`) are tested on CPU.
+The head step is not the policy's: the driver hands the estimator a `head_step.WorkersHeadStep`
+over this policy's worker group. The worker methods called through Ray are named by the
+constants `worker.py` derives from them (`CLIPO_SETUP`, ...). The NeMo-RL-free pieces
+(`warmup_train_result`, the run-state file) are tested on CPU.
 """
 
 from __future__ import annotations
@@ -29,22 +30,20 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from clipo_megatron.file_format import check_version, stamped
-from clipo_megatron.nemo_rl.advantage_estimator import ClipoRunState, HeadStepResult, assemble_rows
+from clipo_megatron.nemo_rl.advantage_estimator import ClipoRunState
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.port.grpo_loop import actor_python_env, batched_data, policy_class
 from clipo_megatron.nemo_rl.resume_layout import layout_of, save_layout
-from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, FinalNormNotFound
+from clipo_megatron.nemo_rl.worker import (
+    CLIPO_EXPECT_ROWS,
+    CLIPO_LOAD_HEAD,
+    CLIPO_SAVE_HEAD,
+    CLIPO_SETUP,
+    SAMPLE_IDX_KEY,
+    FinalNormNotFound,
+)
 
 WORKER_FQN = "clipo_megatron.nemo_rl.worker_extension.ClipoMegatronPolicyWorker"
-
-
-def collect_head_step(results: list[dict[str, Any]], batch_size: int) -> HeadStepResult:
-    """Per-worker {sample_idx, rewards, metrics} -> [B] rewards in batch order + the metrics."""
-    rewards = assemble_rows(
-        [(r["sample_idx"], r["rewards"]) for r in results], batch_size, name="contrastive rewards"
-    )
-    metrics: dict[str, Any] = next((r["metrics"] for r in results if r["metrics"]), {})
-    return HeadStepResult(rewards=rewards, metrics=dict(metrics))
 
 
 def worker_refusal(error: BaseException) -> FinalNormNotFound | None:
@@ -172,7 +171,7 @@ class ClipoPolicyMixin(_PolicyBase):
         # NeMo-RL's worker group takes keyword arguments only (worker_groups.py, "Please use
         # kwargs instead"): every worker call below names its arguments.
         try:  # before the first rollout: a model CLIPO cannot capture stops here, in one line
-            self.run_all_workers_single_data("clipo_setup", clipo_cfg=cfg.to_dict())
+            self.run_all_workers_single_data(CLIPO_SETUP, clipo_cfg=cfg.to_dict())
         except Exception as e:
             refusal = worker_refusal(e)
             if refusal is None:
@@ -180,7 +179,7 @@ class ClipoPolicyMixin(_PolicyBase):
             raise refusal from None
         if weights_path:
             extras = self.run_all_workers_single_data(
-                "clipo_load_head", step_dir=step_dir_of(str(weights_path))
+                CLIPO_LOAD_HEAD, step_dir=step_dir_of(str(weights_path))
             )
             saved = next((e for e in extras if e), None)
             if saved:
@@ -192,14 +191,6 @@ class ClipoPolicyMixin(_PolicyBase):
         tagged = batched_data(dict(data))
         tagged[SAMPLE_IDX_KEY] = torch.arange(data.size)
         return super().get_logprobs(tagged, timer=timer)
-
-    def clipo_head_step(
-        self, correct: torch.Tensor, group_ids: torch.Tensor, step: int
-    ) -> HeadStepResult:
-        results = self.run_all_workers_single_data(
-            "clipo_head_step", correct=correct, group_ids=group_ids, step=step
-        )
-        return collect_head_step(results, int(correct.numel()))
 
     def train(self, data: Any, loss_fn: Any, *args: Any, **kwargs: Any) -> Any:
         if not self.clipo_cfg.policy_updates_at(self.clipo_state.trained_step):
@@ -219,7 +210,7 @@ class ClipoPolicyMixin(_PolicyBase):
             )
         if self.clipo_cfg.head_runs:
             self.run_all_workers_single_data(
-                "clipo_save_head", step_dir=step_dir, extra=self.clipo_state.state_dict()
+                CLIPO_SAVE_HEAD, step_dir=step_dir, extra=self.clipo_state.state_dict()
             )
         else:
             save_run_state(step_dir, self.clipo_state.state_dict())
@@ -239,7 +230,7 @@ class ClipoTQPolicyMixin(ClipoPolicyMixin):
 
     def get_logprobs_from_meta(self, meta: Any, *args: Any, **kwargs: Any) -> Any:
         if self.clipo_cfg.head_runs:  # row i of compute_advantage is meta.sample_ids[i]
-            self.run_all_workers_single_data("clipo_expect_rows", sample_ids=list(meta.sample_ids))
+            self.run_all_workers_single_data(CLIPO_EXPECT_ROWS, sample_ids=list(meta.sample_ids))
         return super().get_logprobs_from_meta(meta, *args, **kwargs)
 
     def train_from_meta(self, meta: Any, loss_fn: Any, *args: Any, **kwargs: Any) -> Any:

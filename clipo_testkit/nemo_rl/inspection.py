@@ -19,6 +19,12 @@ def _host_copy(t: Any) -> Any:
     return t.detach().to("cpu", copy=True) if isinstance(t, torch.Tensor) else t
 
 
+def head_state(worker: Any) -> Any:
+    """A `ClipoWorkerMixin` worker's ClipoWorkerState (the head, its trainer, the rows its last
+    logprob pass pooled); None with CLIPO off or off the last pipeline stage."""
+    return None if worker._clipo is None else worker._clipo.head_state
+
+
 class InspectionMixin:
     """`clipo_head_state` and `clipo_last_pooled` over a `ClipoWorkerMixin` worker."""
 
@@ -27,8 +33,9 @@ class InspectionMixin:
 
     def clipo_head_step(self, **kwargs: Any) -> dict[str, Any]:
         """The product's head step; the rows and pooled states it consumes are kept first."""
-        if self._clipo is not None and self._clipo.pooled is not None:
-            self._clipo_last_pooled = (self._clipo.rows, self._clipo.pooled)
+        head = head_state(self)
+        if head is not None and head.pooled is not None:
+            self._clipo_last_pooled = (head.rows, head.pooled)
         return super().clipo_head_step(**kwargs)  # type: ignore[misc]
 
     def clipo_head_state(self) -> dict:
@@ -37,13 +44,14 @@ class InspectionMixin:
         returns the live tensor): a state read before a head step stays as it was."""
         from torch.utils._pytree import tree_map
 
-        if self._clipo is None:
+        head = head_state(self)
+        if head is None:
             return {}
-        return tree_map(_host_copy, self._clipo.trainer.state_dict())
+        return tree_map(_host_copy, head.trainer.state_dict())
 
     def clipo_last_pooled(self) -> dict:
         """{rows [b], pooled [b, H]} the last head step used; {} off the last stage."""
-        if self._clipo is None or self._clipo_last_pooled is None:
+        if head_state(self) is None or self._clipo_last_pooled is None:
             return {}
         rows, pooled = self._clipo_last_pooled
         return {"rows": rows.cpu(), "pooled": pooled.detach().float().cpu()}

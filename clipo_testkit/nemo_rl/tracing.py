@@ -1,6 +1,6 @@
 # Copyright (c) 2026 clipo_megatron authors. Licensed under the Apache License, Version 2.0.
 """What a contract run used, row by row, observed from test code: subclasses of the run's policy
-class and of the CLIPO advantage estimator record, per GRPO step, the rows of the logprob pass,
+class and of the CLIPO advantage estimator (and its head step) record, per GRPO step, the rows of the logprob pass,
 the pooled states the head saw, NeMo-RL's rewards and prompt rows, CLIPO's positives, group ids
 and r_CL, and the advantages `Policy.train` received (`clipo_checks` recomputes them)."""
 
@@ -43,17 +43,6 @@ def tracing_policy_class(base: type, trace: Trace) -> type:
                 trace.record(new_step=True, **{k: data[k].clone() for k in keys})
             return super().get_logprobs(data, timer=timer)
 
-        def clipo_head_step(self, correct, group_ids, step):
-            out = super().clipo_head_step(correct, group_ids, step)
-            pooled = self.run_all_workers_single_data("clipo_last_pooled")  # what the head saw
-            trace.record(
-                correct=correct.clone(),
-                group_ids=group_ids.clone(),
-                r_cl=out.rewards.detach().cpu().clone(),
-                pooled=assemble_pooled(pooled, int(correct.numel())),
-            )
-            return out
-
         def train(self, data, loss_fn, *args, **kwargs):
             mask = data["token_mask"] * data["sample_mask"].unsqueeze(-1)  # [B, S]
             trace.record(advantages=data["advantages"].cpu().clone(), advantage_mask=mask)
@@ -88,11 +77,33 @@ def tracing_policy_class(base: type, trace: Trace) -> type:
     return TracingTQPolicy
 
 
+def traced_head_step(head_step: Any, trace: Trace) -> Any:
+    """The run's `WorkersHeadStep` recording CLIPO's positives, group ids, r_CL and the pooled
+    states the head saw (read from the workers after the step) into `trace`."""
+
+    def step(correct, group_ids, step):
+        out = head_step(correct, group_ids, step)
+        pooled = head_step.run_all_workers("clipo_last_pooled")  # what the head saw
+        trace.record(
+            correct=correct.clone(),
+            group_ids=group_ids.clone(),
+            r_cl=out.rewards.detach().cpu().clone(),
+            pooled=assemble_pooled(pooled, int(correct.numel())),
+        )
+        return out
+
+    return step
+
+
 def tracing_estimator(trace: Trace) -> type:
-    """The CLIPO advantage estimator recording NeMo-RL's prompt rows and rewards into `trace`."""
+    """The CLIPO advantage estimator recording NeMo-RL's prompt rows and rewards, and its head
+    step's rows (`traced_head_step`), into `trace`."""
     from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator
 
     class TracingEstimator(ClipoAdvantageEstimator):
+        def __init__(self, base, head_step, *args, **kwargs):
+            super().__init__(base, traced_head_step(head_step, trace), *args, **kwargs)
+
         def compute_advantage(self, prompt_ids, rewards, mask, **kwargs):
             if self.cfg.head_runs:
                 trace.record(

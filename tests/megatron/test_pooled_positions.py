@@ -93,7 +93,6 @@ def test_the_nemo_rl_worker_pools_as_the_config_says(monkeypatch):
             return list(it)
 
     class Worker(w.ClipoWorkerMixin, Base):
-        _clipo_groups = types.SimpleNamespace(tp=None, cp=None, sequence_parallel=False)
         _clipo_iterator_module = types.SimpleNamespace(
             get_microbatch_iterator=lambda: (iter([{SAMPLE_IDX_KEY: [0], "token_mask": [[1]]}]),)
         )
@@ -101,10 +100,10 @@ def test_the_nemo_rl_worker_pools_as_the_config_says(monkeypatch):
 
     monkeypatch.setattr(w, "MicrobatchPooler", Recording)
     worker = Worker()
-    worker._clipo_pool_last_token = False
+    worker._clipo = w.WorkerPassState(pool_last_token=False)
     worker.get_logprobs(data={SAMPLE_IDX_KEY: [0]})
     assert built == [False]
-    assert w.ClipoWorkerMixin._clipo_pool_last_token is True  # the default: y1..yT
+    assert w.WorkerPassState().pool_last_token is True  # the default: y1..yT
 
 
 def _pool_with_empty(pool_last_token: bool, hidden: torch.Tensor, **mb):

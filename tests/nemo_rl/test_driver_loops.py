@@ -12,6 +12,7 @@ import pytest
 
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator
 from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo
+from clipo_megatron.nemo_rl.head_step import WorkersHeadStep
 from clipo_megatron.nemo_rl.port.grpo_loop import GrpoTrainArgs
 from clipo_megatron.nemo_rl.port.master_config import master_config_dict
 
@@ -46,7 +47,7 @@ def _args(*, async_on: bool, data_plane: bool = False, age: int = 1) -> GrpoTrai
     return GrpoTrainArgs(*[f"arg{i}" for i in range(10)], master)
 
 
-POLICY = types.SimpleNamespace(clipo_head_step=lambda correct, group_ids, step: None)
+POLICY = types.SimpleNamespace(run_all_workers_single_data=lambda method, **kwargs: [])
 
 
 @pytest.mark.parametrize(
@@ -66,6 +67,8 @@ def test_the_driver_runs_the_loop_the_recipe_names_with_clipos_estimator(
     # the policy, in grpo_train's order; async: the recipe's age, as run_grpo.py passes it
     assert kwargs == ({"max_trajectory_age_steps": age} if async_on else {})
     assert isinstance(estimator, ClipoAdvantageEstimator) and isinstance(estimator.base, Base)
+    # r_CL comes from the policy's workers, not through a method of the policy
+    assert estimator.head_step == WorkersHeadStep(POLICY.run_all_workers_single_data)
     assert grpo._create_advantage_estimator is original  # the rebinding is undone
 
 

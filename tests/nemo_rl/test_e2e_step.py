@@ -21,9 +21,14 @@ import torch
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator, ClipoRunState
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.data import score_batch
+from clipo_megatron.nemo_rl.head_step import collect_head_step
 from clipo_megatron.nemo_rl.loss_functions import ObjectiveLossFn
-from clipo_megatron.nemo_rl.policy import collect_head_step
-from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, ClipoWorkerMixin, ClipoWorkerState
+from clipo_megatron.nemo_rl.worker import (
+    SAMPLE_IDX_KEY,
+    ClipoWorkerMixin,
+    ClipoWorkerState,
+    WorkerPassState,
+)
 from clipo_testkit.tiny_models import tiny_arch
 from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
 
@@ -99,8 +104,9 @@ def test_one_clipo_grpo_step(mcore_single_process, tmp_path):
     model = build_gpt_model(arch)
     cfg = ClipoNemoRLConfig.from_dict({"method": {"embed_dim": 16, "temperature": 0.1}})
     worker = Worker(model)
-    worker._clipo_groups = ParallelGroups()
-    worker._clipo = ClipoWorkerState(cfg, _head(32, 16))
+    worker._clipo = WorkerPassState(
+        ParallelGroups(), head_state=ClipoWorkerState(cfg, _head(32, 16))
+    )
     model_keys = set(model.state_dict())
 
     # --- rollouts (mocked generation): 3 prompts x 4 responses, ragged lengths; rewards from math-verify
@@ -161,14 +167,14 @@ def test_one_clipo_grpo_step(mcore_single_process, tmp_path):
     ]  # reference pass: no capture
     torch.testing.assert_close(prev, ref_lp, rtol=0, atol=1e-6)
     cap = torch.empty_like(ref_pooled)
-    cap[worker._clipo.rows] = worker._clipo.pooled
+    cap[worker._clipo.head_state.rows] = worker._clipo.head_state.pooled
     torch.testing.assert_close(
         cap, ref_pooled, rtol=0, atol=1e-5
     )  # captured in the logprob forward
 
     # --- advantages with contrastive rewards (the grpo_train seam)
     state = ClipoRunState()
-    head_before = worker._clipo.head.proj.weight.detach().clone()
+    head_before = worker._clipo.head_state.head.proj.weight.detach().clone()
     expected_trainer = ClipoWorkerState(
         cfg, _head(32, 16)
     )  # an independent head step on the reference pooling
@@ -195,7 +201,9 @@ def test_one_clipo_grpo_step(mcore_single_process, tmp_path):
         prompt_ids, rewards + r_cl, mask
     )
     torch.testing.assert_close(adv, ref_adv, rtol=0, atol=1e-5)
-    assert not torch.equal(worker._clipo.head.proj.weight, head_before)  # head updated once
+    assert not torch.equal(
+        worker._clipo.head_state.head.proj.weight, head_before
+    )  # head updated once
     assert state.step == 1 and cfg.policy_updates_at(state.trained_step)
     assert (
         set(model.state_dict()) == model_keys
@@ -207,9 +215,9 @@ def test_one_clipo_grpo_step(mcore_single_process, tmp_path):
     loss, metrics = worker.train(train_data, ObjectiveLossFn("gmpo"))
     assert torch.isfinite(loss) and metrics["num_valid_samples"] == 12
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
-    worker._clipo.save(str(tmp_path), extra=state.state_dict())
+    worker._clipo.head_state.save(str(tmp_path), extra=state.state_dict())
     again = ClipoWorkerState(cfg, _head(32, 16))
     assert again.load(str(tmp_path)) == {"step": 1}
     torch.testing.assert_close(
-        again.head.proj.weight, worker._clipo.head.proj.weight, rtol=0, atol=0
+        again.head.proj.weight, worker._clipo.head_state.head.proj.weight, rtol=0, atol=0
     )

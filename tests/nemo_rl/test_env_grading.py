@@ -7,11 +7,7 @@ waited on the hostile answer with no deadline, and no metric showed a status).""
 import pytest
 import torch
 
-from clipo_megatron.nemo_rl.advantage_estimator import (
-    ClipoAdvantageEstimator,
-    ClipoRunState,
-    HeadStepResult,
-)
+from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator, ClipoRunState
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.env_grading import (
     EnvSettings,
@@ -20,6 +16,7 @@ from clipo_megatron.nemo_rl.env_grading import (
     observation,
     status_of,
 )
+from clipo_megatron.nemo_rl.head_step import HeadStepResult
 from clipo_megatron.verify.graders import STATUSES
 from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
 from tests.nemo_rl.test_contract import contract_model, nemo_rl_cpu  # noqa: F401 (fixtures)

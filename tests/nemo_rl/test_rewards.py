@@ -13,11 +13,11 @@ from clipo_megatron.core.advantages import dynamic_sampling_filter
 from clipo_megatron.nemo_rl.advantage_estimator import (
     ClipoAdvantageEstimator,
     ClipoRunState,
-    HeadStepResult,
-    assemble_rows,
     group_ids_from_prompts,
 )
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+from clipo_megatron.nemo_rl.head_step import HeadStepResult, WorkersHeadStep, assemble_rows
+from clipo_megatron.nemo_rl.worker import ClipoWorkerMixin
 from tests.nemo_rl.group_estimator import GroupNormalizedEstimator
 
 # Rows in train_data order; prompts A = [5, 6, 0], B = [7, 0, 0], C = [5, 6, 1] (right-padded).
@@ -171,6 +171,32 @@ def test_assemble_rows_dp_sharding_order_and_replicas():
         assemble_rows([p0, p1, (torch.tensor([6]), torch.tensor([9.0]))], 7)
     with pytest.raises(ValueError, match="outside"):
         assemble_rows([(torch.tensor([7]), torch.tensor([0.0]))], 7)
+
+
+def test_the_workers_head_step_asks_every_worker_and_returns_r_cl_in_batch_order():
+    """`WorkersHeadStep`: one call on every worker, by the worker method's name with keyword
+    arguments (NeMo-RL's worker group takes no others); the last stages' rows back in batch
+    order, a stage without the head contributing none, the head's metrics passed on."""
+    calls = []
+
+    def run_all_workers(method, **kwargs):
+        calls.append((method, kwargs))
+        return [
+            {"sample_idx": torch.tensor([2, 0]), "rewards": torch.tensor([-0.2, 0.0]),
+             "metrics": {"clipo/loss": 1.5}},
+            {"sample_idx": torch.zeros(0, dtype=torch.long), "rewards": torch.zeros(0),
+             "metrics": {}},
+            {"sample_idx": torch.tensor([1]), "rewards": torch.tensor([-0.1]),
+             "metrics": {"clipo/loss": 1.5}},
+        ]  # fmt: skip
+
+    correct, groups = torch.tensor([True, False, True]), torch.tensor([0, 0, 0])
+    out = WorkersHeadStep(run_all_workers)(correct, groups, 4)
+    [(method, kwargs)] = calls
+    assert method == "clipo_head_step" and getattr(ClipoWorkerMixin, method)
+    assert kwargs == {"correct": correct, "group_ids": groups, "step": 4}
+    assert out.rewards.tolist() == pytest.approx([0.0, -0.1, -0.2])
+    assert out.metrics == {"clipo/loss": 1.5}
 
 
 @pytest.mark.parametrize("warmup", [0, 1, 2, 5])

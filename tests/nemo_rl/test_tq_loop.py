@@ -10,6 +10,7 @@ from __future__ import annotations
 import types
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ import torch
 from clipo_megatron.nemo_rl.advantage_estimator import ClipoAdvantageEstimator, ClipoRunState
 from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo
 from clipo_megatron.nemo_rl.port import transfer_queue
-from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, ClipoWorkerMixin
+from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, ClipoWorkerMixin, WorkerPassState
 from tests.nemo_rl.test_driver_loops import POLICY, Base, _args
 
 # ------------------------------------------------------------------------------- the driver
@@ -108,10 +109,12 @@ class Worker(ClipoWorkerMixin, FakeTQWorker):
     """The mixin with its pooling stood in (its own tests: test_worker.py): what reaches the
     worker's get_logprobs is what this file checks."""
 
-    _clipo_groups = object()
+    def __init__(self):
+        super().__init__()
+        self._clipo = WorkerPassState()  # as clipo_setup leaves it off the last stage
 
     def get_logprobs(self, *, data, micro_batch_size=None, **kwargs):
-        rows, self._clipo_shard_rows = self._clipo_shard_rows, None
+        rows = self._clipo.take_shard_rows()
         if rows is not None:
             data[SAMPLE_IDX_KEY] = rows
         return FakeTQWorker.get_logprobs(self, data=data, micro_batch_size=micro_batch_size)
@@ -131,18 +134,24 @@ def test_a_shard_carries_the_drivers_row_of_each_sample_id_into_the_prev_logprob
     assert w.seen[1:] == [None, None]
 
 
-def test_the_real_mixin_attaches_the_rows_in_place():
-    """ClipoWorkerMixin.get_logprobs itself (not the stand-in above, pooling on a stage without
-    the head) puts the rows in the worker's own fetched data object: its packing metadata are
-    attributes of that object, which a copy would drop."""
+def _real(nemo_rl_worker: type = FakeTQWorker) -> Any:
+    """ClipoWorkerMixin itself over `nemo_rl_worker`, pooling on a stage without the head."""
 
-    class Real(ClipoWorkerMixin, FakeTQWorker):
-        _clipo_groups = types.SimpleNamespace(tp=None, cp=None, sequence_parallel=False)
+    class Real(ClipoWorkerMixin, nemo_rl_worker):
         _clipo_iterator_module = types.SimpleNamespace(
             get_microbatch_iterator=lambda *a, **k: (iter([]), 0)
         )
 
     w = Real()
+    w._clipo = WorkerPassState()  # as clipo_setup leaves it off the last stage
+    return w
+
+
+def test_the_real_mixin_attaches_the_rows_in_place():
+    """ClipoWorkerMixin.get_logprobs itself (not the stand-in above) puts the rows in the
+    worker's own fetched data object: its packing metadata are attributes of that object, which
+    a copy would drop."""
+    w = _real()
     w.clipo_expect_rows(sample_ids=["a", "b", "c"])
     w.get_logprobs_presharded(_meta(["c", "a"]))
     assert torch.equal(w.seen[0], torch.tensor([2, 0]))
@@ -154,19 +163,77 @@ def test_a_shard_with_an_unannounced_sample_or_another_size_is_one_error():
     w.clipo_expect_rows(sample_ids=["s0", "s1"])
     with pytest.raises(ValueError, match=r"sample ids \['zz'\] the driver did not announce"):
         w.get_logprobs_presharded(_meta(["s0", "zz"]))
-    assert w._clipo_shard_rows is None  # nothing left for the next pass
+    assert w._clipo.pending_rows is None and w._clipo.announced is None  # nothing for the next
 
-    class Short(ClipoWorkerMixin, FakeTQWorker):
-        _clipo_groups = object()
-
-        def get_logprobs_presharded(self, meta, micro_batch_size=None):
-            return ClipoWorkerMixin.get_logprobs_presharded(self, meta, micro_batch_size)
-
-    s = Short()
-    s.clipo_expect_rows(sample_ids=["s0", "s1"])
-    s._clipo_shard_rows = torch.tensor([0, 1])
+    s = _real()
+    s._clipo.pending_rows = torch.tensor([0, 1])  # held for a shard of two
     with pytest.raises(ValueError, match="2 announced rows for a shard of 1"):
         ClipoWorkerMixin.get_logprobs(s, data=_Data(1))
+
+
+def test_the_rows_of_a_failed_pass_never_reach_the_next_one():
+    """A prev-logprob pass that fails inside NeMo-RL leaves no rows behind: the reference pass
+    and the next step's unannounced pass run NeMo-RL's own get_logprobs, pooling nothing."""
+
+    class Failing(FakeTQWorker):
+        fail = True
+
+        def get_logprobs_presharded(self, meta, micro_batch_size=None):
+            if self.fail:
+                raise RuntimeError("fetch failed")
+            super().get_logprobs_presharded(meta, micro_batch_size)
+
+    w = _real(Failing)
+    w.clipo_expect_rows(sample_ids=["a", "b"])
+    with pytest.raises(RuntimeError, match="fetch failed"):
+        w.get_logprobs_presharded(_meta(["b", "a"]))
+    w.fail = False
+    w.get_reference_policy_logprobs_presharded(_meta(["b", "a"]))
+    w.get_logprobs_presharded(_meta(["b", "a"]))  # the next step's pass, not announced
+    assert w.seen == [None, None]
+
+
+def test_an_announced_pass_whose_rows_get_logprobs_never_took_is_one_error():
+    """NeMo-RL's get_logprobs_presharded must hand its fetched rows to `get_logprobs(data=)`,
+    where the rows are attached and pooled; a pass that skips it would pool nothing."""
+
+    class Skipping(FakeTQWorker):
+        def get_logprobs_presharded(self, meta, micro_batch_size=None):
+            return "written back"
+
+    w = _real(Skipping)
+    assert w.get_logprobs_presharded(_meta(["a"])) == "written back"  # unannounced
+    w.clipo_expect_rows(sample_ids=["a"])
+    with pytest.raises(RuntimeError, match="never reached get_logprobs"):
+        w.get_logprobs_presharded(_meta(["a"]))
+    assert w._clipo.pending_rows is None
+
+
+def test_the_worker_keeps_its_clipo_state_in_one_typed_object():
+    """Every hand-over between NeMo-RL's calls lives in `WorkerPassState` (`_clipo`): after an
+    announced pass, a reference pass and an unannounced one the worker holds no other CLIPO
+    attribute, and nothing waits for a next pass."""
+    w = _real()
+    w.clipo_expect_rows(sample_ids=["a", "b", "c"])
+    w.get_logprobs_presharded(_meta(["c", "a"]))
+    w.get_reference_policy_logprobs_presharded(_meta(["c", "a"]))
+    w.get_logprobs_presharded(_meta(["b"]))
+    assert (
+        w.clipo_head_step(correct=torch.ones(3), group_ids=torch.zeros(3), step=0)["metrics"] == {}
+    )
+    assert sorted(k for k in vars(w) if "clipo" in k) == ["_clipo"]
+    assert isinstance(w._clipo, WorkerPassState)
+    assert (w._clipo.announced, w._clipo.pending_rows) == (None, None)
+    assert w.seen[1:] == [None, None]
+
+
+def test_an_announcement_before_clipo_setup_is_one_error():
+    w = _real()
+    w._clipo = None  # CLIPO off: clipo_setup never ran
+    with pytest.raises(RuntimeError, match="clipo_expect_rows before clipo_setup"):
+        w.clipo_expect_rows(sample_ids=["a"])
+    w.get_logprobs_presharded(_meta(["a"]))  # NeMo-RL's own pass
+    assert w.seen == [None]
 
 
 # ------------------------------------------------------------------------------- the policy

@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clipo_megatron.nemo_rl.advantage_estimator import assemble_rows
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
+from clipo_megatron.nemo_rl.head_step import assemble_rows
 from clipo_megatron.nemo_rl.worker import (
     SAMPLE_IDX_KEY,
     ClipoWorkerState,
     MicrobatchPooler,
+    WorkerPassState,
     find_final_norm,
     packed_response_mask,
 )
@@ -180,7 +181,7 @@ def _inspected_worker():
         pass
 
     worker = Worker()
-    worker._clipo = ClipoWorkerState(CFG, _head())
+    worker._clipo = WorkerPassState(head_state=ClipoWorkerState(CFG, _head()))
     return worker
 
 
@@ -190,9 +191,9 @@ def test_a_head_state_read_before_a_step_keeps_its_values():
     result (it did)."""
     pooled, groups, correct = _batch()
     worker = _inspected_worker()
-    w0 = worker._clipo.head.proj.weight.detach().clone()
+    w0 = worker._clipo.head_state.head.proj.weight.detach().clone()
     before = worker.clipo_head_state()
-    worker._clipo.record(torch.arange(12), pooled)
+    worker._clipo.head_state.record(torch.arange(12), pooled)
     worker.clipo_head_step(correct=correct, group_ids=groups, step=0)
     after = worker.clipo_head_state()
     assert not torch.equal(after["head"]["proj.weight"], w0)  # the step moved the head
@@ -206,11 +207,11 @@ def test_the_inspected_worker_reports_what_the_head_step_pooled():
     worker = _inspected_worker()
     assert worker.clipo_last_pooled() == {}
     rows = torch.arange(11, -1, -1)
-    worker._clipo.record(rows, pooled)
+    worker._clipo.head_state.record(rows, pooled)
     worker.clipo_head_step(correct=correct, group_ids=groups, step=0)
     seen = worker.clipo_last_pooled()
     assert torch.equal(seen["rows"], rows) and torch.equal(seen["pooled"], pooled.float())
-    assert worker._clipo.pooled is None  # the product's step consumed them
+    assert worker._clipo.head_state.pooled is None  # the product's step consumed them
 
 
 def test_head_not_in_model_state_dict():

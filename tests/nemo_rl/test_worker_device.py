@@ -19,7 +19,12 @@ import torch
 
 from clipo_megatron.megatron.parallel import ParallelGroups
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
-from clipo_megatron.nemo_rl.worker import SAMPLE_IDX_KEY, ClipoWorkerMixin, ClipoWorkerState
+from clipo_megatron.nemo_rl.worker import (
+    SAMPLE_IDX_KEY,
+    ClipoWorkerMixin,
+    ClipoWorkerState,
+    WorkerPassState,
+)
 from clipo_testkit.emulated_cuda import emulated_cuda, is_on_device
 
 pytestmark = pytest.mark.mcore
@@ -109,14 +114,15 @@ def _run(packed: bool, device: str):
     w = _ClipoWorker.__new__(_ClipoWorker)
     w.packed, w.device = packed, device
     _Worker.__init__(w)
-    w._clipo_groups = ParallelGroups()
-    w._clipo = ClipoWorkerState(CFG, _head().to(device))
+    w._clipo = WorkerPassState(
+        ParallelGroups(), head_state=ClipoWorkerState(CFG, _head().to(device))
+    )
     data = _batch()
     w.get_logprobs(data=data)
     correct = torch.tensor([1, 0, 1, 1, 0, 1, 0, 1, 1, 1, 0, 1])  # from the driver: host
     groups = torch.arange(3).repeat(4)
     out = w.clipo_head_step(correct=correct, group_ids=groups, step=0)
-    return out, w._clipo.head.weight.detach()
+    return out, w._clipo.head_state.head.weight.detach()
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed_thd"])

@@ -23,7 +23,7 @@ from typing import Any
 from clipo_megatron.file_format import check_version
 from clipo_megatron.nemo_rl.config import ClipoNemoRLConfig
 from clipo_megatron.nemo_rl.resume_layout import resume_step_dir
-from clipo_megatron.nemo_rl.worker import HEAD_FILE, HEAD_FORMAT, HEAD_FORMAT_FIX
+from clipo_megatron.nemo_rl.worker_state import HEAD_FILE, HEAD_FORMAT, HEAD_FORMAT_FIX
 
 FRESH = "or point checkpointing.checkpoint_dir at a new folder to start afresh"
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from clipo_testkit.nemo_rl.inspection import head_state
+
 PATTERN = ["mamba", "attention", "mamba", "mlp"]  # HF's layers_block_type ("M*M-")
 HF_CHUNK = 128  # > every row's length: HF's torch path is wrong across chunks (transformers#34817)
 
@@ -213,8 +215,8 @@ def hybrid_logprobs(rank: int, world: int, out_dir: str, model_dir: str) -> dict
         "lengths": shard["input_lengths"].clone(),
         "off": off,
         "on": on,
-        "pooled_rows": worker._clipo.rows.cpu().clone(),
-        "pooled": worker._clipo.pooled.detach().cpu().clone(),
+        "pooled_rows": head_state(worker).rows.cpu().clone(),
+        "pooled": head_state(worker).pooled.detach().cpu().clone(),
         "hooked": hooked_name(worker),
     }
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from clipo_testkit.nemo_rl.inspection import head_state
 from clipo_testkit.nemo_rl.real_worker import hybrid_model
 
 _HYBRID_STACK_SPEC = hybrid_model.cpu_hybrid_stack_spec  # before `cpu_mtp_stand_ins`
@@ -234,8 +235,8 @@ def mtp_worker_run(rank: int, world: int, out_dir: str, model_dir: str) -> dict:
         "lengths": shard["input_lengths"].clone(),
         "off": off,
         "on": on,
-        "pooled_rows": worker._clipo.rows.cpu().clone(),
-        "pooled": worker._clipo.pooled.detach().cpu().clone(),
+        "pooled_rows": head_state(worker).rows.cpu().clone(),
+        "pooled": head_state(worker).pooled.detach().cpu().clone(),
         "hooked": hybrid_model.hooked_name(worker),
         "mtp_config": {k: getattr(worker.model.config, k, None) for k in MTP_CFG},
     }

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clipo_testkit.nemo_rl.inspection import head_state
 from clipo_testkit.nemo_rl.real_worker import scenario
 
 
@@ -147,9 +148,9 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
     res["rows"] = shard[SAMPLE_IDX_KEY].clone()
     res["lengths"] = shard["input_lengths"].clone()
     res["logprobs"] = worker.get_logprobs(data=shard)["logprobs"].double()
-    if worker._clipo is not None:  # the last pipeline stage
-        res["pooled_rows"] = worker._clipo.rows.cpu().clone()
-        res["pooled"] = worker._clipo.pooled.detach().float().cpu().clone()
+    if head_state(worker) is not None:  # the last pipeline stage
+        res["pooled_rows"] = head_state(worker).rows.cpu().clone()
+        res["pooled"] = head_state(worker).pooled.detach().float().cpu().clone()
     if layout.clipo:
         correct, groups = scenario.CORRECT, scenario.GROUPS
         step = worker.clipo_head_step(correct=correct, group_ids=groups, step=head_step)
@@ -171,7 +172,7 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
     res["moe_metrics"] = dict(train_out.get("moe_metrics") or {})  # the router's aux loss (MoE)
     shards, _ = data.shard_by_batch_size(layout.dp, batch_size=None, sequence_packing_args=pack)
     res["logprobs_after"] = worker.get_logprobs(data=shards[where["dp"]])["logprobs"].double()
-    if worker._clipo is not None:
+    if head_state(worker) is not None:
         # read after the next forward: with overlap_param_gather a rank's copy of a weight
         # another DP rank owns is gathered by that forward's pre-hook (Megatron-Core's design),
         # so right after `train` it is still the old one on that rank
@@ -181,7 +182,7 @@ def _measure(worker, policy, layout: Layout, rank: int, head_step: int) -> dict[
     res["experts"] = expert_weights(worker)  # MoE: after the step's param gather, as norm_weight
     if layout.grads:
         res["values"] = grad_dump.values(worker)  # every parameter after the step
-    if worker._clipo is not None:  # the head after its step: one head on every rank
+    if head_state(worker) is not None:  # the head after its step: one head on every rank
         res["head"] = worker.clipo_head_state()["head"]
     return res
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from clipo_testkit.nemo_rl.inspection import head_state
+
 B, MAX_LEN = 8, 40
 CLIPO = {"method": {"embed_dim": 16, "seed": 7}}
 # verifier verdicts and prompt groups of the B rows: two groups of 4, each with >= 2 correct and
@@ -158,7 +160,7 @@ def worker_methods(
     worker = build.build_worker(policy, dp=world)
     assert worker._clipo_iterator_module.__name__.endswith("megatron_policy_worker")
     res: dict[str, Any] = {"rank": rank, "refusal": refusal_without_final_norm(worker)}
-    res["head_after_refusal"] = worker._clipo is not None
+    res["head_after_refusal"] = head_state(worker) is not None
     worker.clipo_setup(clipo_cfg=CLIPO)
     tok = worker.tokenizer
     data = batch(tok.pad_token_id, len(tok))
@@ -175,8 +177,8 @@ def worker_methods(
     res["rows"] = shard[SAMPLE_IDX_KEY].clone()
     res["logprobs"] = lp.double()
     res["lengths"] = shard["input_lengths"].clone()
-    res["pooled_rows"] = worker._clipo.rows.cpu().clone()
-    res["pooled"] = worker._clipo.pooled.detach().cpu().clone()
+    res["pooled_rows"] = head_state(worker).rows.cpu().clone()
+    res["pooled"] = head_state(worker).pooled.detach().cpu().clone()
 
     # train: one global batch (gbs = B), packed, NeMo-RL's NLL loss
     before = _state(worker)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from clipo_testkit.nemo_rl.inspection import head_state
 from clipo_testkit.nemo_rl.real_worker import scenario
 from clipo_testkit.nemo_rl.real_worker.layouts import Layout, _build
 
@@ -30,9 +31,9 @@ def empty_rows_methods(
     res: dict[str, Any] = {"rank": rank, "data": dict(data), **layout.coords(rank)}
     res["rows"] = shard[SAMPLE_IDX_KEY].clone()
     res["logprobs"] = worker.get_logprobs(data=shard)["logprobs"].double()
-    res["pooled_rows"] = worker._clipo.rows.cpu().clone()
-    res["pooled"] = worker._clipo.pooled.detach().float().cpu().clone()
-    res["empty"] = worker._clipo.empty.cpu().clone()
+    res["pooled_rows"] = head_state(worker).rows.cpu().clone()
+    res["pooled"] = head_state(worker).pooled.detach().float().cpu().clone()
+    res["empty"] = head_state(worker).empty.cpu().clone()
     res["head_before"] = worker.clipo_head_state()["head"]
     step = worker.clipo_head_step(correct=scenario.CORRECT, group_ids=scenario.GROUPS, step=0)
     res["r_cl_rows"], res["r_cl"] = step["sample_idx"], step["rewards"].double()

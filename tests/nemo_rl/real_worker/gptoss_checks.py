@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from clipo_testkit.nemo_rl.inspection import head_state
+
 
 class _One:
     """A process group of one (the attention's TP / CP group in the unit check)."""
@@ -212,6 +214,6 @@ def worker_on_off(rank: int, world: int, out_dir: str, model_dir: str, packing: 
     res["on"] = worker.get_logprobs(data=shard)["logprobs"].double()
     res["rows"] = shard[SAMPLE_IDX_KEY].clone()
     res["lengths"] = shard["input_lengths"].clone()
-    res["pooled_rows"] = worker._clipo.rows.cpu().clone()
-    res["pooled"] = worker._clipo.pooled.detach().cpu().clone()
+    res["pooled_rows"] = head_state(worker).rows.cpu().clone()
+    res["pooled"] = head_state(worker).pooled.detach().cpu().clone()
     return res

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from clipo_testkit.nemo_rl.inspection import head_state
+
 
 @torch.no_grad()
 def hf_reference(model_dir: Path, ids: torch.Tensor, lengths, resp: torch.Tensor) -> dict:
@@ -162,14 +164,14 @@ def worker_level(rank: int, world: int, out_dir: str, model_dir: str, packing: b
     ref = hf_reference(model, shard["input_ids"], shard["input_lengths"], shard["token_mask"])
     lengths = shard["input_lengths"]
     valid = (torch.arange(on.shape[1])[None] < lengths[:, None]) & (torch.arange(on.shape[1]) > 0)
-    order = worker._clipo.rows.cpu()
+    order = head_state(worker).rows.cpu()
     pos = {int(r): j for j, r in enumerate(shard[SAMPLE_IDX_KEY].tolist())}
     ref_pooled = ref["pooled"][[pos[int(r)] for r in order]]
     return {
         "bit_equal": bool(torch.equal(on, off)),
         "lp_err": float((on.double() - ref["logprobs"])[valid].abs().max()),
         "pooled_err": float(
-            (worker._clipo.pooled.detach().cpu().double() - ref_pooled).abs().max()
+            (head_state(worker).pooled.detach().cpu().double() - ref_pooled).abs().max()
         ),
         "packing": bool(policy["sequence_packing"]["enabled"]),
         "router_gap": ref["router_gap"],
