@@ -27,7 +27,9 @@ def start_ray() -> None:
 def master_config(config: dict[str, Any]) -> Any:
     """NeMo-RL's pydantic `MasterConfig` of a resolved recipe (CLIPO's `clipo:` block left out:
     NeMo-RL does not know it)."""
-    return grpo_module().MasterConfig(**{k: v for k, v in config.items() if k != "clipo"})
+    from nemo_rl.algorithms.grpo import MasterConfig  # imported by name: a seam (seam_imports)
+
+    return MasterConfig(**{k: v for k, v in config.items() if k != "clipo"})
 
 
 def tokenizer_and_data(master: Any) -> tuple[Any, tuple[Any, Any, Any, Any]]:
