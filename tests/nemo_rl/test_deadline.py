@@ -17,6 +17,7 @@ import pytest
 from clipo_megatron.nemo_rl import deadline
 from clipo_megatron.nemo_rl.driver import grpo_train_with_clipo
 from clipo_megatron.nemo_rl.port.grpo_loop import GrpoTrainArgs
+from tests.nemo_rl.test_driver_loops import POLICY  # a policy whose workers answer nothing
 
 
 @pytest.mark.parametrize(
@@ -104,7 +105,7 @@ def _args(checkpointer, steps_per_epoch=50):
 def test_the_driver_sets_the_budget_at_grpo_trains_start_and_reports_the_saved_step(monkeypatch):
     grpo, ckpt = FakeGrpo(), FakeCheckpointer(step=7)  # a resumed run at step 7
     monkeypatch.setenv("CLIPO_SAVE_BY", str(time.time() + 125.5))
-    saved = grpo_train_with_clipo(grpo, None, None, None, _args(ckpt))
+    saved = grpo_train_with_clipo(grpo, None, None, POLICY, _args(ckpt))
     assert grpo.budget in ("00:00:02:05", "00:00:02:04")  # 125 s left, less this test's moments
     assert saved is None  # 1 step in ~0 s and 125 s left: not the deadline's stop
 
@@ -112,12 +113,12 @@ def test_the_driver_sets_the_budget_at_grpo_trains_start_and_reports_the_saved_s
 def test_a_stop_at_the_deadline_is_reported_with_its_step(monkeypatch):
     grpo, ckpt = FakeGrpo(), FakeCheckpointer(step=7)
     monkeypatch.setenv("CLIPO_SAVE_BY", str(time.time() - 1))  # a budget of 0: one step, saved
-    assert grpo_train_with_clipo(grpo, None, None, None, _args(ckpt)) == 8
+    assert grpo_train_with_clipo(grpo, None, None, POLICY, _args(ckpt)) == 8
     assert grpo.budget == "00:00:00:00"
 
 
 def test_without_a_deadline_nothing_is_set(monkeypatch):
     grpo, ckpt = FakeGrpo(), FakeCheckpointer(step=0)
     monkeypatch.delenv("CLIPO_SAVE_BY", raising=False)
-    assert grpo_train_with_clipo(grpo, None, None, None, _args(ckpt)) is None
+    assert grpo_train_with_clipo(grpo, None, None, POLICY, _args(ckpt)) is None
     assert grpo.budget is None
