@@ -127,7 +127,6 @@ ASYNC_MOVES = {
 @pytest.mark.parametrize("move", list(ASYNC_MOVES))
 def test_async_grpo_trains_seam_is_one_line_when_it_moves(move, tmp_path):
     from clipo_megatron.nemo_rl.port.grpo_loop import ASYNC_SEAMS
-    from clipo_megatron.nemo_rl.port.seams import check_installed  # noqa: F401  (the live form)
     from clipo_megatron.source_match import Source, moved_seams
 
     edit, found = ASYNC_MOVES[move]

@@ -85,16 +85,6 @@ def check(pkg_dir: str | Path, seams: tuple[Seam, ...] | None = None) -> list[st
     return [_line(*moved) for moved in moved_seams(list(table), Source(Path(pkg_dir)))]
 
 
-def check_installed(seams: tuple[Seam, ...]) -> list[str]:
-    """`seams`' moved ones in the importable NeMo-RL (one line each), [] when all are in place or
-    NeMo-RL is not importable."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("nemo_rl")
-    pkg = Path(spec.origin).parent if spec and spec.origin else None
-    return [] if pkg is None else check(pkg, seams)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
